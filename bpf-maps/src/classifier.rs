@@ -1,0 +1,107 @@
+//! The classifier's maps: rules compiled to per-field bitmaps.
+//!
+//! A policy of up to [`MAX_RULES`] rules, sorted by priority, is compiled by
+//! userspace into one [`RuleBitmap`] per value of each packet field: bit `i`
+//! of the bitmap found for a field value is set when rule `i` accepts that
+//! value. The kernel looks up the source and destination prefixes (LPM tries),
+//! the (protocol, DSCP) pair and both ports (arrays), ANDs the five bitmaps and
+//! takes the lowest set bit: that is the highest-priority matching rule. The
+//! cost is the same for 1 or 256 rules.
+//!
+//! Atomic replacement: every map holds [`RULE_SETS`] (two) complete rule sets,
+//! selected by the set index in its key. Userspace writes the inactive set in
+//! full, then flips [`ClassifierConfig::active_set`] with one 4-byte write; a
+//! frame reads `active_set` once and sees either the old or the new rule set,
+//! never a mix.
+
+/// Rules in one rule set; bit `i` of a [`RuleBitmap`] stands for rule `i`.
+pub const MAX_RULES: usize = 256;
+/// 64-bit words in a [`RuleBitmap`].
+pub const BITMAP_WORDS: usize = MAX_RULES / 64;
+/// Complete rule sets held side by side (active + the one being written).
+pub const RULE_SETS: u32 = 2;
+/// Traffic classes a rule can map a frame to.
+pub const MAX_CLASSES: u32 = 16;
+/// Class of frames that match no rule.
+pub const DEFAULT_CLASS: u32 = 0;
+
+/// Port slots per rule set: one per port, plus [`NO_PORTS`].
+pub const PORT_SLOTS: u32 = 65_537;
+/// Port slot used for frames that carry no L4 ports (not TCP/UDP, or a
+/// non-first fragment): only rules without a port constraint match it.
+pub const NO_PORTS: u32 = 65_536;
+/// (protocol, DSCP) slots per rule set: `proto * 64 + dscp`.
+pub const PROTO_DSCP_SLOTS: u32 = 256 * 64;
+
+/// Verdicts a rule can carry.
+pub const VERDICT_PASS: u32 = 0;
+pub const VERDICT_DROP: u32 = 1;
+
+/// Map names (≤ 15 bytes, the kernel's BPF_OBJ_NAME_LEN - 1).
+pub const MAP_CLASSIFIER_CONFIG: &str = "CW_CLS_CONFIG";
+pub const MAP_SRC_V4: &str = "CW_SRC_V4";
+pub const MAP_DST_V4: &str = "CW_DST_V4";
+pub const MAP_SRC_V6: &str = "CW_SRC_V6";
+pub const MAP_DST_V6: &str = "CW_DST_V6";
+pub const MAP_PROTO_DSCP: &str = "CW_PROTO_DSCP";
+pub const MAP_SRC_PORT: &str = "CW_SPORT";
+pub const MAP_DST_PORT: &str = "CW_DPORT";
+pub const MAP_RULE_ACTIONS: &str = "CW_RULE_ACT";
+
+/// Maximum entries in each LPM trie (both rule sets together).
+pub const LPM_MAX_ENTRIES: u32 = 2 * (MAX_RULES as u32 + 1) * 2;
+
+/// One bit per rule of a rule set.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RuleBitmap {
+    pub words: [u64; BITMAP_WORDS],
+}
+
+/// LPM trie key data for IPv4: the rule-set index, then the address in
+/// network byte order. The key's prefix length counts the set byte (8 bits)
+/// plus the address prefix.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ipv4LpmData {
+    pub set: u8,
+    pub addr: [u8; 4],
+}
+
+/// LPM trie key data for IPv6, laid out like [`Ipv4LpmData`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Ipv6LpmData {
+    pub set: u8,
+    pub addr: [u8; 16],
+}
+
+/// What a matching rule does with a frame. Indexed by
+/// `set * MAX_RULES + rule`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RuleAction {
+    /// Traffic class, `< MAX_CLASSES`.
+    pub class: u32,
+    /// `VERDICT_PASS` or `VERDICT_DROP`.
+    pub verdict: u32,
+}
+
+/// Single-entry array: which rule set is live.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClassifierConfig {
+    /// Rule set that frames are classified with (0 or 1).
+    pub active_set: u32,
+    /// Number of rules in the active set (informational).
+    pub rule_count: u32,
+    /// Incremented by userspace on every policy change.
+    pub generation: u64,
+}
+
+crate::assert_no_padding!(RuleBitmap, [u64; BITMAP_WORDS]);
+crate::assert_no_padding!(Ipv4LpmData, u8, [u8; 4]);
+crate::assert_no_padding!(Ipv6LpmData, u8, [u8; 16]);
+crate::assert_no_padding!(RuleAction, u32, u32);
+crate::assert_no_padding!(ClassifierConfig, u32, u32, u64);
+crate::impl_pod!(RuleBitmap, Ipv4LpmData, Ipv6LpmData, RuleAction, ClassifierConfig);

@@ -1,0 +1,5 @@
+//! Causeway's controller: loads the eBPF programs, applies policy to their
+//! maps, and serves the `causeway` CLI.
+
+pub mod classifier;
+pub mod ebpf_object;

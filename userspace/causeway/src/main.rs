@@ -1,0 +1,3 @@
+fn main() {
+    println!("{} bytes of eBPF", causeway::ebpf_object::EBPF_OBJECT.len());
+}
