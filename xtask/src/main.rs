@@ -1,1 +1,74 @@
-fn main() {}
+//! `cargo xtask <command>`: the one entry point for building, installing
+//! prerequisites, testing, benchmarking and running the demo.
+
+mod bench;
+mod build;
+mod cmd;
+mod demo;
+mod setup;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    about = "Causeway's build, test, bench and demo driver"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Install or check every prerequisite (apt packages, nightly + rust-src, bpf-linker).
+    Setup {
+        /// Only check; install nothing and fail if something is missing.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Build the eBPF programs and every userspace crate.
+    Build {
+        #[arg(long)]
+        release: bool,
+    },
+    /// Run the whole test suite (needs root for the kernel and namespace tests).
+    Test(test::TestArgs),
+    /// fmt --check and clippy -D warnings over the workspace.
+    Lint,
+    /// Run the main job: a two-domain testbed, eBPF attached, a gradient sync.
+    Demo(demo::DemoArgs),
+    /// Benchmarks (not tests): classifier, shaper, netsim, allreduce, clock.
+    Bench(bench::BenchArgs),
+    /// Bring the namespace testbed up or down: `cargo xtask netsim up|down|status ...`.
+    Netsim {
+        /// Arguments passed to `causeway-netsim`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Setup { check } => setup::run(if check {
+            setup::Mode::Check
+        } else {
+            setup::Mode::Install
+        }),
+        Command::Build { release } => {
+            setup::run(setup::Mode::Install)?;
+            build::workspace(release)
+        }
+        Command::Test(args) => test::run(&args),
+        Command::Lint => test::lint(),
+        Command::Demo(args) => demo::run(&args),
+        Command::Bench(args) => bench::run(&args),
+        Command::Netsim { args } => {
+            setup::run(setup::Mode::Install)?;
+            build::package_bin("causeway-netsim", "causeway-netsim", true)?;
+            cmd::run(cmd::cargo_bin("causeway-netsim", true).args(&args))
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! Benchmarks: each prints ratios measured side by side in one run and the
+//! results go to docs/BENCHMARKS.md with the command that reproduces them.
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+
+use crate::{build, cmd, setup};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Which benchmark to run.
+    pub which: Which,
+    /// Extra arguments passed to the benchmark.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Which {
+    /// XDP classifier cost per frame vs an empty XDP program (BPF_PROG_TEST_RUN).
+    Classifier,
+    /// TC shaper cost per frame, shaping accuracy and priority isolation.
+    Shaper,
+    /// WAN emulator fidelity: rate, RTT and loss vs configured.
+    Netsim,
+    /// Clock sync error per timestamp source and profile.
+    Clock,
+}
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    setup::run(setup::Mode::Install)?;
+    match args.which {
+        Which::Classifier => cargo_bench("causeway", "classifier", &args.args),
+        Which::Shaper => cargo_bench("causeway", "shaper", &args.args),
+        Which::Clock => cargo_bench("causeway", "clock", &args.args),
+        Which::Netsim => {
+            build::package_bin("causeway-netsim", "causeway-netsim", true)?;
+            cmd::run(
+                cmd::cargo_bin("causeway-netsim", true)
+                    .arg("bench")
+                    .args(&args.args),
+            )
+        }
+    }
+}
+
+fn cargo_bench(package: &str, bench: &str, extra: &[String]) -> Result<()> {
+    cmd::run(
+        cmd::cargo()
+            .args(["bench", "--package", package, "--bench", bench, "--"])
+            .args(extra),
+    )
+}

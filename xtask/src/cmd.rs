@@ -1,0 +1,79 @@
+//! Running child commands with a readable echo and a clear error.
+
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+};
+
+use anyhow::{bail, Context, Result};
+
+/// The workspace root (xtask sits one level below it).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives inside the workspace")
+        .to_path_buf()
+}
+
+/// Runs `cmd` in the workspace root, echoing it; fails if it fails.
+pub fn run(cmd: &mut Command) -> Result<()> {
+    cmd.current_dir(root());
+    eprintln!("+ {}", describe(cmd));
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start `{}`", describe(cmd)))?;
+    if !status.success() {
+        bail!("`{}` failed: {status}", describe(cmd));
+    }
+    Ok(())
+}
+
+/// Runs `cmd` quietly and returns whether it succeeded (for probes).
+pub fn succeeds(cmd: &mut Command) -> bool {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Runs `cmd` quietly and returns its stdout, or `None` if it failed.
+pub fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.stderr(Stdio::null()).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+/// The path of a binary built by `cargo build [--release]`.
+pub fn bin_path(bin: &str, release: bool) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"));
+    target
+        .join(if release { "release" } else { "debug" })
+        .join(bin)
+}
+
+/// A command running an already-built workspace binary.
+pub fn cargo_bin(bin: &str, release: bool) -> Command {
+    Command::new(bin_path(bin, release))
+}
+
+/// Whether this process runs as root (`id -u` prints 0).
+pub fn is_root() -> bool {
+    output(&mut Command::new("id").arg("-u")).is_some_and(|uid| uid.trim() == "0")
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for arg in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&arg.to_string_lossy());
+    }
+    s
+}

@@ -1,0 +1,147 @@
+//! Prerequisites: checks each one, installs what is missing (as root), and
+//! names exactly what is missing and how to get it when it cannot.
+//!
+//! Versions follow ../shared/toolchain.md: the machine's nightly + rust-src for
+//! the eBPF crate, bpf-linker 0.13 built against Debian's LLVM 22.
+
+use std::process::Command;
+
+use anyhow::{bail, Result};
+
+use crate::cmd;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Check,
+    Install,
+}
+
+/// Debian packages the build, the tests and the demo need, with the command
+/// each one provides (or `None` for libraries, checked with dpkg).
+const APT_PACKAGES: &[(&str, Option<&str>)] = &[
+    ("llvm-22-dev", None),
+    ("libpolly-22-dev", None),
+    ("bpftool", Some("bpftool")),
+    ("iproute2", Some("ip")),
+    ("iperf3", Some("iperf3")),
+    ("ethtool", Some("ethtool")),
+    ("iputils-ping", Some("ping")),
+];
+
+const BPF_LINKER_VERSION: &str = "0.13";
+
+pub fn run(mode: Mode) -> Result<()> {
+    let mut missing = Vec::new();
+    if !cmd::is_root() {
+        eprintln!("setup: not running as root: kernel and namespace tests will be skipped, and nothing can be installed");
+    }
+    apt(mode, &mut missing)?;
+    nightly(mode, &mut missing)?;
+    bpf_linker(mode, &mut missing)?;
+    if !missing.is_empty() {
+        bail!("missing prerequisites:\n  - {}", missing.join("\n  - "));
+    }
+    eprintln!("setup: all prerequisites present");
+    Ok(())
+}
+
+fn apt_installed(package: &str) -> bool {
+    cmd::output(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))
+        .is_some_and(|s| s.contains("install ok installed"))
+}
+
+fn apt(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
+    let absent: Vec<&str> = APT_PACKAGES
+        .iter()
+        .filter(|(pkg, bin)| {
+            !apt_installed(pkg)
+                && !bin.is_some_and(|b| {
+                    cmd::succeeds(Command::new("sh").args(["-c", &format!("command -v {b}")]))
+                })
+        })
+        .map(|(pkg, _)| *pkg)
+        .collect();
+    if absent.is_empty() {
+        return Ok(());
+    }
+    if mode == Mode::Check || !cmd::is_root() {
+        missing.push(format!(
+            "Debian packages {} (as root: apt-get update && apt-get install -y {})",
+            absent.join(" "),
+            absent.join(" ")
+        ));
+        return Ok(());
+    }
+    eprintln!("setup: installing Debian packages: {}", absent.join(" "));
+    cmd::run(Command::new("apt-get").args(["update", "-qq"]))?;
+    cmd::run(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&absent)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+fn nightly(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
+    let toolchains =
+        cmd::output(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
+    if !toolchains.lines().any(|l| l.starts_with("nightly")) {
+        missing.push(
+            "the nightly Rust toolchain (the eBPF crate needs -Z build-std): this machine image ships one; \
+             elsewhere run `rustup toolchain install nightly --component rust-src`"
+                .into(),
+        );
+        return Ok(());
+    }
+    let components = cmd::output(Command::new("rustup").args([
+        "component",
+        "list",
+        "--installed",
+        "--toolchain",
+        "nightly",
+    ]))
+    .unwrap_or_default();
+    if components.lines().any(|l| l.starts_with("rust-src")) {
+        return Ok(());
+    }
+    if mode == Mode::Check {
+        missing.push(
+            "rust-src for nightly (rustup component add rust-src --toolchain nightly)".into(),
+        );
+        return Ok(());
+    }
+    eprintln!("setup: adding rust-src to the nightly toolchain");
+    cmd::run(Command::new("rustup").args([
+        "component",
+        "add",
+        "rust-src",
+        "--toolchain",
+        "nightly",
+    ]))
+}
+
+fn bpf_linker(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
+    let version = cmd::output(Command::new("bpf-linker").arg("--version")).unwrap_or_default();
+    if version.contains(BPF_LINKER_VERSION) {
+        return Ok(());
+    }
+    let install = "LLVM_PREFIX=/usr/lib/llvm-22 cargo install bpf-linker --version ^0.13 --no-default-features --features llvm-22";
+    if mode == Mode::Check || !apt_installed("llvm-22-dev") {
+        missing.push(format!("bpf-linker {BPF_LINKER_VERSION} built against LLVM 22 (needs llvm-22-dev; then: {install})"));
+        return Ok(());
+    }
+    eprintln!("setup: building bpf-linker against LLVM 22 (about 4 minutes, once)");
+    cmd::run(
+        cmd::cargo()
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                "^0.13",
+                "--no-default-features",
+                "--features",
+                "llvm-22",
+            ])
+            .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
+    )
+}

@@ -1,0 +1,47 @@
+//! The whole test suite, as `.ci/run` and the README run it.
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::{cmd, setup};
+
+#[derive(Args)]
+pub struct TestArgs {
+    /// Also run fmt --check and clippy -D warnings first.
+    #[arg(long)]
+    pub lint: bool,
+}
+
+pub fn run(args: &TestArgs) -> Result<()> {
+    setup::run(setup::Mode::Install)?;
+    if !cmd::is_root() {
+        eprintln!("NOTE: not root: eBPF, namespace and testbed tests will print SKIP and not run");
+    }
+    if args.lint {
+        lint()?;
+    }
+    // Unit tests and the per-crate tests (BPF_PROG_TEST_RUN, differential,
+    // collectives on loopback) run with cargo's default parallelism.
+    cmd::run(cmd::cargo().args(["test", "--workspace", "--exclude", "causeway-tests"]))?;
+    // Namespace and testbed tests measure rates and delays: one at a time, so
+    // that they do not steal each other's two cores.
+    cmd::run(cmd::cargo().args([
+        "test",
+        "--package",
+        "causeway-tests",
+        "--",
+        "--test-threads=1",
+    ]))
+}
+
+pub fn lint() -> Result<()> {
+    cmd::run(cmd::cargo().args(["fmt", "--all", "--", "--check"]))?;
+    cmd::run(cmd::cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+}
