@@ -1,1 +1,13 @@
-//! (being written)
+//! Causeway's collective communication library.
+#![deny(unsafe_code)]
+
+pub mod dtype;
+pub mod error;
+pub mod pool;
+pub mod schedule;
+pub mod topology;
+pub mod wire;
+
+pub use dtype::{DType, Element, ReduceOp};
+pub use error::{CollectiveError, ConfigError, Rank, Result, StoreError};
+pub use topology::{LinkClass, Topology};

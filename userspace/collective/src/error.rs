@@ -1,0 +1,89 @@
+//! Typed errors of the collective library.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::wire::FrameError;
+
+/// A rank index inside one communicator.
+pub type Rank = usize;
+
+/// Problems with the rendezvous configuration (environment, builder, topology file).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("environment variable {0} is not set (torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")]
+    MissingVar(&'static str),
+    #[error("{name}={value:?} is invalid: {reason}")]
+    InvalidVar { name: String, value: String, reason: String },
+    #[error("rank {rank} is out of range for world size {world}")]
+    RankOutOfRange { rank: usize, world: usize },
+    #[error("world size must be at least 1")]
+    EmptyWorld,
+    #[error("topology file {path}: {reason}")]
+    Topology { path: String, reason: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Errors of the bootstrap key-value store.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("store at {addr}: {context}: {source}")]
+    Io { addr: String, context: &'static str, source: Arc<std::io::Error> },
+    #[error("store: key {key:?} did not appear within {after:?}")]
+    Timeout { key: String, after: Duration },
+    #[error("store protocol violation: {0}")]
+    Protocol(String),
+    #[error("store: value of key {key:?} is not a number")]
+    NotANumber { key: String },
+}
+
+/// Everything a collective operation or the communicator set-up can fail with.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CollectiveError {
+    #[error("configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("rank {rank} was claimed by more than one process")]
+    DuplicateRank { rank: Rank },
+    #[error("inconsistent world: rank {rank} reports {what} = {got}, rank 0 reports {expected}")]
+    Inconsistent { rank: Rank, what: &'static str, expected: String, got: String },
+    #[error("rendezvous: {0}")]
+    Rendezvous(String),
+    #[error("{context}: {source}")]
+    Io { context: String, source: Arc<std::io::Error> },
+    #[error("peer rank {peer} failed: {detail}")]
+    PeerFailed { peer: Rank, detail: String },
+    #[error("no progress from peer rank(s) {peers:?} within {after:?}")]
+    PeerTimeout { peers: Vec<Rank>, after: Duration },
+    #[error("frame from peer rank {peer}: {source}")]
+    Frame { peer: Rank, source: FrameError },
+    #[error("peer rank {peer} sent data that does not match this operation: {detail}")]
+    Mismatch { peer: Rank, detail: String },
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    #[error("communicator is closed")]
+    Closed,
+    #[error("shared memory: {0}")]
+    Shm(String),
+}
+
+impl CollectiveError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        CollectiveError::Io { context: context.into(), source: Arc::new(source) }
+    }
+
+    /// The rank this error blames, if any (a dead, silent or misbehaving peer).
+    pub fn peer(&self) -> Option<Rank> {
+        match self {
+            CollectiveError::PeerFailed { peer, .. }
+            | CollectiveError::Frame { peer, .. }
+            | CollectiveError::Mismatch { peer, .. } => Some(*peer),
+            CollectiveError::PeerTimeout { peers, .. } => peers.first().copied(),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = CollectiveError> = std::result::Result<T, E>;

@@ -1,0 +1,121 @@
+//! Reusable chunk buffers: frames are read into and sent from pooled buffers,
+//! so a steady stream of chunks does not allocate.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug)]
+struct PoolInner {
+    free: Mutex<Vec<Vec<u8>>>,
+    keep: usize,
+    allocations: AtomicUsize,
+}
+
+/// A pool of byte buffers. Cloning shares the pool.
+#[derive(Debug, Clone)]
+pub struct BufferPool {
+    inner: Arc<PoolInner>,
+}
+
+impl BufferPool {
+    /// A pool that keeps at most `keep` idle buffers.
+    pub fn new(keep: usize) -> Self {
+        BufferPool {
+            inner: Arc::new(PoolInner {
+                free: Mutex::new(Vec::new()),
+                keep,
+                allocations: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// A buffer of exactly `len` bytes (contents unspecified), reused when possible.
+    pub fn take(&self, len: usize) -> PooledBuf {
+        let reused = self.inner.free.lock().ok().and_then(|mut f| {
+            // Prefer a buffer that is already big enough.
+            let i = f.iter().rposition(|b| b.capacity() >= len)?;
+            Some(f.swap_remove(i))
+        });
+        let mut buf = match reused {
+            Some(b) => b,
+            None => {
+                self.inner.allocations.fetch_add(1, Ordering::Relaxed);
+                Vec::with_capacity(len)
+            }
+        };
+        if buf.len() >= len {
+            buf.truncate(len);
+        } else {
+            buf.resize(len, 0);
+        }
+        PooledBuf { buf, pool: Some(self.inner.clone()) }
+    }
+
+    /// How many buffers this pool has allocated since it was made.
+    pub fn allocations(&self) -> usize {
+        self.inner.allocations.load(Ordering::Relaxed)
+    }
+}
+
+/// A buffer that returns to its pool when dropped.
+#[derive(Debug)]
+pub struct PooledBuf {
+    buf: Vec<u8>,
+    pool: Option<Arc<PoolInner>>,
+}
+
+impl PooledBuf {
+    /// A buffer that belongs to no pool.
+    pub fn unpooled(buf: Vec<u8>) -> Self {
+        PooledBuf { buf, pool: None }
+    }
+}
+
+impl Deref for PooledBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl DerefMut for PooledBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
+impl Drop for PooledBuf {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            if let Ok(mut free) = pool.free.lock() {
+                if free.len() < pool.keep {
+                    free.push(std::mem::take(&mut self.buf));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steady_state_reuses_buffers() {
+        let pool = BufferPool::new(4);
+        for _ in 0..100 {
+            let a = pool.take(1024);
+            let b = pool.take(512);
+            assert_eq!((a.len(), b.len()), (1024, 512));
+        }
+        assert_eq!(pool.allocations(), 2);
+    }
+
+    #[test]
+    fn keeps_at_most_keep_idle_buffers() {
+        let pool = BufferPool::new(1);
+        drop((pool.take(8), pool.take(8), pool.take(8)));
+        assert_eq!(pool.inner.free.lock().map(|f| f.len()).unwrap_or(0), 1);
+    }
+}

@@ -1,0 +1,208 @@
+//! Schedules as pure data: which rank sends which element range to whom, step by step.
+//!
+//! A [`Plan`] is one rank's part of a collective. It is split into independent
+//! *lanes* (disjoint pieces of the buffer) so that lanes can be pipelined: while
+//! one lane's chunk is on the wire another lane's chunk is being reduced. Inside a
+//! lane, steps run in order; the actions of one step run concurrently. A send in
+//! step `s` of lane `l` matches the receive in step `s` of lane `l` at the peer.
+//!
+//! Building a plan touches no socket and no clock; [`sim`] executes the plans of
+//! every rank on a virtual clock with the α-β cost model.
+
+mod algos;
+pub mod sim;
+
+pub use algos::build;
+
+use crate::error::Rank;
+
+/// A half-open range of elements inside the operation's working buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Span {
+    pub start: usize,
+    pub len: usize,
+}
+
+impl Span {
+    pub fn new(start: usize, len: usize) -> Self {
+        Span { start, len }
+    }
+    pub fn end(&self) -> usize {
+        self.start + self.len
+    }
+    pub fn overlaps(&self, o: &Span) -> bool {
+        self.len > 0 && o.len > 0 && self.start < o.end() && o.start < self.end()
+    }
+    /// `parts` consecutive pieces whose lengths differ by at most one (longer first).
+    pub fn split(&self, parts: usize) -> Vec<Span> {
+        (0..parts).map(|i| self.piece(parts, i)).collect()
+    }
+    /// Piece `i` of [`Span::split`].
+    pub fn piece(&self, parts: usize, i: usize) -> Span {
+        let base = self.len / parts;
+        let extra = self.len % parts;
+        let start = self.start + i * base + i.min(extra);
+        Span::new(start, base + usize::from(i < extra))
+    }
+    /// The `i`-th sub-span of length at most `chunk` (empty past the end).
+    pub fn chunk(&self, chunk: usize, i: usize) -> Span {
+        let s = (i * chunk).min(self.len);
+        let e = ((i + 1) * chunk).min(self.len);
+        Span::new(self.start + s, e - s)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Send the current contents of `span` to `peer`.
+    Send { peer: Rank, span: Span },
+    /// Receive `span` from `peer`; combine with the reduction (`reduce`) or overwrite.
+    Recv { peer: Rank, span: Span, reduce: bool },
+}
+
+impl Action {
+    pub fn peer(&self) -> Rank {
+        match self {
+            Action::Send { peer, .. } | Action::Recv { peer, .. } => *peer,
+        }
+    }
+    pub fn span(&self) -> Span {
+        match self {
+            Action::Send { span, .. } | Action::Recv { span, .. } => *span,
+        }
+    }
+}
+
+pub type Step = Vec<Action>;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lane {
+    pub steps: Vec<Step>,
+}
+
+/// One rank's schedule for one operation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub lanes: Vec<Lane>,
+}
+
+/// What is being computed; `count` is in elements of the working buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// Working buffer: `count` elements, reduced everywhere.
+    Allreduce,
+    /// Working buffer: `count` elements, `root`'s contents copied everywhere.
+    Broadcast { root: Rank },
+    /// Working buffer: `world × count/world` elements; rank r contributes block r.
+    Allgather,
+    /// Working buffer: `count` elements; rank r ends with the reduced [`Span::piece`] r.
+    ReduceScatter,
+    /// No data; returns once every rank has entered.
+    Barrier,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Reduce-scatter + allgather around a ring ordered by topology.
+    Ring,
+    /// Binomial tree: reduce to a root, then broadcast.
+    Tree,
+    /// Reduce-scatter inside each domain, ring allreduce of each shard among its
+    /// counterparts in the other domains (all WAN flows in parallel), allgather inside.
+    Hierarchical,
+    /// Broadcast: root scatters blocks, ring allgather.
+    ScatterAllgather,
+    /// Barrier: log2(n) rounds of dissemination.
+    Dissemination,
+}
+
+impl Algorithm {
+    /// The algorithms that can compute `kind` on this topology.
+    pub fn candidates(kind: OpKind, topo: &crate::topology::Topology) -> Vec<Algorithm> {
+        match kind {
+            OpKind::Allreduce => {
+                let mut v = vec![Algorithm::Ring, Algorithm::Tree];
+                if topo.is_uniform_multi_domain() {
+                    v.push(Algorithm::Hierarchical);
+                }
+                v
+            }
+            OpKind::Broadcast { .. } => vec![Algorithm::Tree, Algorithm::ScatterAllgather],
+            OpKind::Allgather | OpKind::ReduceScatter => vec![Algorithm::Ring],
+            OpKind::Barrier => vec![Algorithm::Dissemination],
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Algorithm> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "ring" => Algorithm::Ring,
+            "tree" => Algorithm::Tree,
+            "hier" | "hierarchical" => Algorithm::Hierarchical,
+            "scatter-allgather" => Algorithm::ScatterAllgather,
+            "dissemination" => Algorithm::Dissemination,
+            _ => return None,
+        })
+    }
+}
+
+/// Why a plan is not executable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("lane {lane} step {step}: {reason}")]
+pub struct PlanError {
+    pub lane: usize,
+    pub step: usize,
+    pub reason: String,
+}
+
+impl Plan {
+    /// Checks the invariants the engine relies on: ranges inside the buffer, at most
+    /// one send to and one receive from each peer per step, receive ranges disjoint
+    /// from each other and from the step's sends, lanes touching disjoint ranges.
+    pub fn validate(&self, me: Rank, world: usize, buf_len: usize) -> Result<(), PlanError> {
+        let mut lane_extent: Vec<(usize, Vec<Span>)> = Vec::new();
+        for (li, lane) in self.lanes.iter().enumerate() {
+            let mut touched = Vec::new();
+            for (si, step) in lane.steps.iter().enumerate() {
+                let err = |reason: String| PlanError { lane: li, step: si, reason };
+                let mut sends = Vec::new();
+                let mut recvs: Vec<(Rank, Span)> = Vec::new();
+                for a in step {
+                    let (p, s) = (a.peer(), a.span());
+                    if p >= world || p == me {
+                        return Err(err(format!("bad peer {p}")));
+                    }
+                    if s.end() > buf_len || s.len == 0 {
+                        return Err(err(format!("span {s:?} outside 1..={buf_len} elements")));
+                    }
+                    match a {
+                        Action::Send { .. } => {
+                            if sends.iter().any(|(q, _)| *q == p) {
+                                return Err(err(format!("two sends to {p}")));
+                            }
+                            sends.push((p, s));
+                        }
+                        Action::Recv { .. } => {
+                            if recvs.iter().any(|(q, r)| *q == p || r.overlaps(&s)) {
+                                return Err(err(format!("receive from {p} collides")));
+                            }
+                            recvs.push((p, s));
+                        }
+                    }
+                    touched.push(s);
+                }
+                if let Some((_, s)) = sends.iter().find(|(_, s)| recvs.iter().any(|(_, r)| r.overlaps(s))) {
+                    return Err(err(format!("send {s:?} overlaps a receive of the same step")));
+                }
+            }
+            lane_extent.push((li, touched));
+        }
+        for (i, (li, a)) in lane_extent.iter().enumerate() {
+            for (lj, b) in &lane_extent[i + 1..] {
+                if a.iter().any(|x| b.iter().any(|y| x.overlaps(y))) {
+                    return Err(PlanError { lane: *li, step: 0, reason: format!("overlaps lane {lj}") });
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,291 @@
+//! The framed, versioned wire protocol between ranks.
+//!
+//! Every frame is a fixed 40-byte little-endian header followed by `len` payload bytes:
+//!
+//! | bytes | field | meaning |
+//! |---|---|---|
+//! | 0..4 | magic | `b"CWCL"` |
+//! | 4 | version | [`VERSION`] |
+//! | 5 | kind | [`FrameKind`] |
+//! | 6..8 | reserved | must be zero |
+//! | 8..16 | op | operation sequence number on this communicator |
+//! | 16..20 | lane | pipeline lane inside the operation |
+//! | 20..24 | step | schedule step inside the lane |
+//! | 24..32 | offset | byte offset of the payload inside the operation's buffer |
+//! | 32..36 | len | payload length |
+//! | 36..40 | check | FNV-1a of bytes 0..36 |
+//!
+//! The decoder checks everything before the payload is read, and refuses payloads
+//! above the configured maximum, so a peer can never make us allocate without bound.
+
+use std::io::{self, Read, Write};
+
+use crate::pool::{BufferPool, PooledBuf};
+
+pub const MAGIC: [u8; 4] = *b"CWCL";
+pub const VERSION: u8 = 1;
+pub const HEADER_LEN: usize = 40;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// First frame on every connection: who is speaking (payload: [`Hello`]).
+    Hello = 1,
+    /// A chunk of an operation's buffer.
+    Data = 2,
+    /// The sender gives up on the communicator; payload: failed rank (u32) + reason (UTF-8).
+    Abort = 3,
+    /// Orderly close: no more frames will follow.
+    Goodbye = 4,
+}
+
+/// Malformed input. Any of these closes the connection it came from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("truncated frame: got {got} of {need} bytes")]
+    Truncated { got: usize, need: usize },
+    #[error("bad magic {0:02x?}")]
+    BadMagic([u8; 4]),
+    #[error("unsupported protocol version {0} (this build speaks {VERSION})")]
+    UnsupportedVersion(u8),
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    #[error("reserved header bits set: {0:#06x}")]
+    Reserved(u16),
+    #[error("header checksum mismatch")]
+    BadChecksum,
+    #[error("payload of {len} bytes exceeds the limit of {max}")]
+    Oversized { len: u32, max: u32 },
+    #[error("bad {kind:?} payload: {reason}")]
+    BadPayload { kind: FrameKind, reason: &'static str },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub kind: FrameKind,
+    pub op: u64,
+    pub lane: u32,
+    pub step: u32,
+    pub offset: u64,
+    pub len: u32,
+}
+
+fn fnv1a(bytes: &[u8]) -> u32 {
+    bytes.iter().fold(0x811c_9dc5u32, |h, b| (h ^ *b as u32).wrapping_mul(0x0100_0193))
+}
+
+fn le<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&b[at..at + N]);
+    a
+}
+
+impl FrameHeader {
+    pub fn control(kind: FrameKind, len: u32) -> Self {
+        FrameHeader { kind, op: 0, lane: 0, step: 0, offset: 0, len }
+    }
+
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[0..4].copy_from_slice(&MAGIC);
+        b[4] = VERSION;
+        b[5] = self.kind as u8;
+        b[8..16].copy_from_slice(&self.op.to_le_bytes());
+        b[16..20].copy_from_slice(&self.lane.to_le_bytes());
+        b[20..24].copy_from_slice(&self.step.to_le_bytes());
+        b[24..32].copy_from_slice(&self.offset.to_le_bytes());
+        b[32..36].copy_from_slice(&self.len.to_le_bytes());
+        let check = fnv1a(&b[..36]);
+        b[36..40].copy_from_slice(&check.to_le_bytes());
+        b
+    }
+
+    /// Validates and decodes a header; `max_payload` bounds `len`.
+    pub fn decode(b: &[u8], max_payload: u32) -> Result<Self, FrameError> {
+        if b.len() < HEADER_LEN {
+            return Err(FrameError::Truncated { got: b.len(), need: HEADER_LEN });
+        }
+        let magic: [u8; 4] = le(b, 0);
+        if magic != MAGIC {
+            return Err(FrameError::BadMagic(magic));
+        }
+        if b[4] != VERSION {
+            return Err(FrameError::UnsupportedVersion(b[4]));
+        }
+        if u32::from_le_bytes(le(b, 36)) != fnv1a(&b[..36]) {
+            return Err(FrameError::BadChecksum);
+        }
+        let kind = match b[5] {
+            1 => FrameKind::Hello,
+            2 => FrameKind::Data,
+            3 => FrameKind::Abort,
+            4 => FrameKind::Goodbye,
+            k => return Err(FrameError::UnknownKind(k)),
+        };
+        let reserved = u16::from_le_bytes(le(b, 6));
+        if reserved != 0 {
+            return Err(FrameError::Reserved(reserved));
+        }
+        let len = u32::from_le_bytes(le(b, 32));
+        if len > max_payload {
+            return Err(FrameError::Oversized { len, max: max_payload });
+        }
+        Ok(FrameHeader {
+            kind,
+            op: u64::from_le_bytes(le(b, 8)),
+            lane: u32::from_le_bytes(le(b, 16)),
+            step: u32::from_le_bytes(le(b, 20)),
+            offset: u64::from_le_bytes(le(b, 24)),
+            len,
+        })
+    }
+}
+
+/// A decoded frame with its payload.
+#[derive(Debug)]
+pub struct Frame {
+    pub header: FrameHeader,
+    pub payload: PooledBuf,
+}
+
+/// Why reading a frame stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("connection closed")]
+    Closed,
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+}
+
+/// Reads one frame. A clean end of stream before a header is `Closed`; an end of
+/// stream inside a frame is `Truncated`.
+pub fn read_frame(r: &mut impl Read, max_payload: u32, pool: &BufferPool) -> Result<Frame, ReadError> {
+    let mut hb = [0u8; HEADER_LEN];
+    let got = read_full(r, &mut hb)?;
+    if got == 0 {
+        return Err(ReadError::Closed);
+    }
+    if got < HEADER_LEN {
+        return Err(FrameError::Truncated { got, need: HEADER_LEN }.into());
+    }
+    let header = FrameHeader::decode(&hb, max_payload)?;
+    let mut payload = pool.take(header.len as usize);
+    let got = read_full(r, &mut payload)?;
+    if got < payload.len() {
+        return Err(FrameError::Truncated { got: HEADER_LEN + got, need: HEADER_LEN + payload.len() }.into());
+    }
+    Ok(Frame { header, payload })
+}
+
+/// Reads until `buf` is full or the stream ends; returns the count read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+pub fn write_frame(w: &mut impl Write, header: &FrameHeader, payload: &[u8]) -> io::Result<()> {
+    debug_assert_eq!(header.len as usize, payload.len());
+    w.write_all(&header.encode())?;
+    w.write_all(payload)?;
+    Ok(())
+}
+
+/// What kind of connection a [`Hello`] opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ConnRole {
+    /// A TCP stream that carries data frames.
+    TcpData = 1,
+    /// A TCP stream kept for control frames and liveness next to shared memory.
+    TcpControl = 2,
+}
+
+/// Payload of a Hello frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    pub session: u64,
+    pub rank: u32,
+    pub world: u32,
+    pub index: u32,
+    pub role: ConnRole,
+    /// Shared-memory ring files the receiver should map (sender→receiver, receiver→sender).
+    pub shm: Option<(String, String)>,
+}
+
+impl Hello {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(64);
+        v.extend_from_slice(&self.session.to_le_bytes());
+        v.extend_from_slice(&self.rank.to_le_bytes());
+        v.extend_from_slice(&self.world.to_le_bytes());
+        v.extend_from_slice(&self.index.to_le_bytes());
+        v.push(self.role as u8);
+        if let Some((a, b)) = &self.shm {
+            for s in [a, b] {
+                v.extend_from_slice(&(s.len() as u16).to_le_bytes());
+                v.extend_from_slice(s.as_bytes());
+            }
+        }
+        v
+    }
+
+    pub fn decode(p: &[u8]) -> Result<Self, FrameError> {
+        let bad = |reason| FrameError::BadPayload { kind: FrameKind::Hello, reason };
+        if p.len() < 21 {
+            return Err(bad("shorter than 21 bytes"));
+        }
+        let role = match p[20] {
+            1 => ConnRole::TcpData,
+            2 => ConnRole::TcpControl,
+            _ => return Err(bad("unknown connection role")),
+        };
+        let mut rest = &p[21..];
+        let mut take_str = || -> Result<String, FrameError> {
+            if rest.len() < 2 {
+                return Err(bad("truncated shared-memory path"));
+            }
+            let n = u16::from_le_bytes([rest[0], rest[1]]) as usize;
+            let s = rest.get(2..2 + n).ok_or(bad("truncated shared-memory path"))?;
+            let s = std::str::from_utf8(s).map_err(|_| bad("shared-memory path is not UTF-8"))?;
+            rest = &rest[2 + n..];
+            Ok(s.to_string())
+        };
+        let shm = if p.len() > 21 { Some((take_str()?, take_str()?)) } else { None };
+        Ok(Hello {
+            session: u64::from_le_bytes(le(p, 0)),
+            rank: u32::from_le_bytes(le(p, 8)),
+            world: u32::from_le_bytes(le(p, 12)),
+            index: u32::from_le_bytes(le(p, 16)),
+            role,
+            shm,
+        })
+    }
+}
+
+/// Payload of an Abort frame.
+pub fn encode_abort(failed: u32, reason: &str) -> Vec<u8> {
+    let mut v = failed.to_le_bytes().to_vec();
+    v.extend_from_slice(&reason.as_bytes()[..reason.len().min(1024)]);
+    v
+}
+
+pub fn decode_abort(p: &[u8]) -> Result<(u32, String), FrameError> {
+    if p.len() < 4 {
+        return Err(FrameError::BadPayload { kind: FrameKind::Abort, reason: "shorter than 4 bytes" });
+    }
+    Ok((u32::from_le_bytes(le(p, 0)), String::from_utf8_lossy(&p[4..]).into_owned()))
+}
+
+#[cfg(test)]
+#[path = "wire_tests.rs"]
+mod tests;

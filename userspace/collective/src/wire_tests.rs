@@ -1,0 +1,130 @@
+use super::*;
+use proptest::prelude::*;
+
+const MAX: u32 = 1 << 20;
+
+fn data(len: u32) -> FrameHeader {
+    FrameHeader { kind: FrameKind::Data, op: 7, lane: 3, step: 2, offset: 4096, len }
+}
+
+fn frame_bytes(h: &FrameHeader, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    write_frame(&mut v, h, payload).expect("write to Vec");
+    v
+}
+
+#[test]
+fn round_trip() {
+    let pool = BufferPool::new(2);
+    let bytes = frame_bytes(&data(5), b"hello");
+    let f = read_frame(&mut &bytes[..], MAX, &pool).expect("valid frame");
+    assert_eq!(f.header, data(5));
+    assert_eq!(&f.payload[..], b"hello");
+}
+
+#[test]
+fn clean_eof_is_closed_and_partial_header_is_truncated() {
+    let pool = BufferPool::new(2);
+    assert!(matches!(read_frame(&mut &[][..], MAX, &pool), Err(ReadError::Closed)));
+    let bytes = frame_bytes(&data(5), b"hello");
+    for cut in 1..bytes.len() {
+        let err = read_frame(&mut &bytes[..cut], MAX, &pool).expect_err("truncated");
+        assert!(matches!(err, ReadError::Frame(FrameError::Truncated { got, .. }) if got == cut), "cut {cut}: {err:?}");
+    }
+}
+
+#[test]
+fn oversized_is_refused_before_reading_payload() {
+    let pool = BufferPool::new(2);
+    // Only the header is present: the decoder must not wait for or allocate 4 GiB.
+    let h = data(u32::MAX).encode();
+    let err = read_frame(&mut &h[..], MAX, &pool).expect_err("oversized");
+    assert!(matches!(err, ReadError::Frame(FrameError::Oversized { len: u32::MAX, max: MAX })));
+    assert_eq!(pool.allocations(), 0);
+}
+
+#[test]
+fn each_header_field_is_checked() {
+    let good = data(0).encode();
+    let mut b = good;
+    b[0] = b'X';
+    assert!(matches!(FrameHeader::decode(&b, MAX), Err(FrameError::BadMagic(_))));
+    let mut b = good;
+    b[4] = 9;
+    assert_eq!(FrameHeader::decode(&b, MAX), Err(FrameError::UnsupportedVersion(9)));
+    let mut b = good;
+    b[20] ^= 1;
+    assert_eq!(FrameHeader::decode(&b, MAX), Err(FrameError::BadChecksum));
+    // Valid checksums over bad fields still fail on the field.
+    let reseal = |mut b: [u8; HEADER_LEN]| {
+        let c = fnv1a(&b[..36]);
+        b[36..40].copy_from_slice(&c.to_le_bytes());
+        b
+    };
+    let mut b = good;
+    b[5] = 99;
+    assert_eq!(FrameHeader::decode(&reseal(b), MAX), Err(FrameError::UnknownKind(99)));
+    let mut b = good;
+    b[6] = 1;
+    assert_eq!(FrameHeader::decode(&reseal(b), MAX), Err(FrameError::Reserved(1)));
+}
+
+#[test]
+fn hello_round_trip_and_bad_payloads() {
+    let h = Hello {
+        session: 42,
+        rank: 3,
+        world: 8,
+        index: 1,
+        role: ConnRole::TcpControl,
+        shm: Some(("/dev/shm/a".into(), "/dev/shm/b".into())),
+    };
+    assert_eq!(Hello::decode(&h.encode()), Ok(h.clone()));
+    let plain = Hello { shm: None, ..h };
+    assert_eq!(Hello::decode(&plain.encode()), Ok(plain.clone()));
+    let enc = plain.encode();
+    assert!(Hello::decode(&enc[..10]).is_err());
+    let mut bad_role = enc.clone();
+    bad_role[20] = 7;
+    assert!(Hello::decode(&bad_role).is_err());
+    let mut bad_path = enc;
+    bad_path.extend_from_slice(&[200, 0, b'x']);
+    assert!(Hello::decode(&bad_path).is_err());
+    assert!(decode_abort(&[1, 2]).is_err());
+    assert_eq!(decode_abort(&encode_abort(5, "gone")), Ok((5, "gone".into())));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Garbage never panics, never allocates beyond the limit, and either decodes
+    /// a frame whose payload fits or returns a typed error.
+    #[test]
+    fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let pool = BufferPool::new(2);
+        let mut r = &bytes[..];
+        for _ in 0..4 {
+            match read_frame(&mut r, 64, &pool) {
+                Ok(f) => prop_assert!(f.payload.len() <= 64),
+                Err(_) => break,
+            }
+        }
+        let _ = Hello::decode(&bytes);
+        let _ = decode_abort(&bytes);
+    }
+
+    /// A valid header with random corruption of one byte is either rejected or
+    /// (for payload-only fields there are none) decodes to itself.
+    #[test]
+    fn corrupted_headers_are_rejected(pos in 0usize..HEADER_LEN, flip in 1u8..=255, len in 0u32..64) {
+        let mut b = data(len).encode();
+        b[pos] ^= flip;
+        prop_assert!(FrameHeader::decode(&b, MAX).is_err());
+    }
+
+    #[test]
+    fn headers_round_trip(op: u64, lane: u32, step: u32, offset: u64, len in 0u32..=MAX) {
+        let h = FrameHeader { kind: FrameKind::Data, op, lane, step, offset, len };
+        prop_assert_eq!(FrameHeader::decode(&h.encode(), MAX), Ok(h));
+    }
+}
