@@ -8,3 +8,18 @@ pub mod rng;
 
 pub use crate::core::{Counters, LinkCore, Verdict};
 pub use params::{LinkParams, ParamsError, ParamsPatch};
+pub mod sys;
+pub mod emulator;
+mod forward;
+
+pub use emulator::{Dir, DirStats, Emulator, EmulatorConfig, EmulatorError, EmulatorStats};
+pub mod profile;
+pub mod topology;
+
+pub use profile::Profile;
+pub use topology::{Host, Path, Plan};
+pub mod netns;
+pub mod testbed;
+
+pub use testbed::{NsChild, Testbed, TestbedBuilder, TestbedError};
+pub mod probe;

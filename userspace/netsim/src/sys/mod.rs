@@ -1,0 +1,67 @@
+//! Everything that talks to the kernel directly (raw syscalls and ioctls).
+//! All of the crate's `unsafe` code lives in this module.
+
+pub mod netif;
+pub mod netns;
+pub mod packet;
+
+use std::io;
+
+/// Turn a libc return value into an `io::Result`.
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Make this thread's timed sleeps precise: the default 50 µs timer slack would
+/// otherwise be added to every wake-up of the emulator.
+pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long argument and no pointers.
+    check(unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) })?;
+    Ok(())
+}
+
+/// Wait until `fd` is readable or `timeout_ns` has passed (nanosecond precision,
+/// unlike `poll`'s milliseconds). Returns true when readable.
+pub fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, timeout_ns: u64) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: one valid pollfd, a valid timespec, no signal mask (null).
+    let ret = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    match check(ret) {
+        Ok(n) => Ok(n > 0),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Send `signal` to process `pid`; errors (already gone) are ignored.
+pub fn kill(pid: i32, signal: libc::c_int) {
+    // SAFETY: kill(2) takes plain integers.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// Whether process `pid` exists.
+pub fn process_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}

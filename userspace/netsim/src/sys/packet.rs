@@ -1,0 +1,146 @@
+//! AF_PACKET raw sockets bound to one interface, with batched receive and send
+//! (`recvmmsg`/`sendmmsg`).
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use super::check;
+
+const ETH_P_ALL: u16 = 0x0003;
+const SOL_PACKET: libc::c_int = 263;
+const PACKET_QDISC_BYPASS: libc::c_int = 20;
+const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+
+/// A raw packet socket bound to one interface.
+pub struct PacketSocket {
+    fd: OwnedFd,
+}
+
+fn setsockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: value is a live c_int and its size is passed.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
+impl PacketSocket {
+    fn open(ifindex: u32, protocol: u16) -> io::Result<OwnedFd> {
+        let proto_be = protocol.to_be();
+        // SAFETY: plain socket(2); the fd is owned right away.
+        let raw = check(unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                libc::c_int::from(proto_be),
+            )
+        })?;
+        // SAFETY: raw was just returned by socket(2) and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = proto_be;
+        addr.sll_ifindex = ifindex as i32;
+        // SAFETY: addr is a valid sockaddr_ll and its exact size is passed.
+        check(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(fd)
+    }
+
+    /// A receiving socket: every frame that arrives on the interface, but not the
+    /// frames sent out of it (PACKET_IGNORE_OUTGOING), so an emulator never re-reads
+    /// what it forwarded.
+    pub fn receiver(ifindex: u32, rcvbuf: usize) -> io::Result<Self> {
+        let fd = Self::open(ifindex, ETH_P_ALL)?;
+        setsockopt_int(&fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
+        setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, rcvbuf as libc::c_int)?;
+        Ok(Self { fd })
+    }
+
+    /// A sending socket (protocol 0: it receives nothing), bypassing the qdisc layer.
+    pub fn sender(ifindex: u32, sndbuf: usize) -> io::Result<Self> {
+        let fd = Self::open(ifindex, 0)?;
+        setsockopt_int(&fd, SOL_PACKET, PACKET_QDISC_BYPASS, 1)?;
+        setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, sndbuf as libc::c_int)?;
+        Ok(Self { fd })
+    }
+
+    /// Receive up to `bufs.len()` frames without blocking. For each received frame
+    /// `lens[i]` is its real length, which is larger than `bufs[i].len()` if it was
+    /// truncated. Returns the number of frames (0 when none is waiting).
+    pub fn recv_batch(&self, bufs: &mut [Box<[u8]>], lens: &mut [usize]) -> io::Result<usize> {
+        let n = bufs.len().min(lens.len()).min(64);
+        let mut iovs: [libc::iovec; 64] = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 64];
+        // SAFETY: mmsghdr is plain old data; all-zero is valid.
+        let mut msgs: [libc::mmsghdr; 64] = unsafe { std::mem::zeroed() };
+        for i in 0..n {
+            iovs[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr().cast(), iov_len: bufs[i].len() };
+            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: msgs[..n] point at iovecs that describe live, writable buffers
+        // which outlive the call; MSG_TRUNC makes msg_len the real frame length.
+        let ret = unsafe {
+            libc::recvmmsg(
+                self.fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                std::ptr::null_mut(),
+            )
+        };
+        match check(ret) {
+            Ok(got) => {
+                for i in 0..got as usize {
+                    lens[i] = msgs[i].msg_len as usize;
+                }
+                Ok(got as usize)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Send frames without blocking; returns how many were sent (a prefix of
+    /// `frames`; 0 when the device queue is full and the caller should retry).
+    pub fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
+        let n = frames.len().min(64);
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut iovs: [libc::iovec; 64] = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 64];
+        // SAFETY: mmsghdr is plain old data; all-zero is valid.
+        let mut msgs: [libc::mmsghdr; 64] = unsafe { std::mem::zeroed() };
+        for i in 0..n {
+            iovs[i] = libc::iovec { iov_base: frames[i].as_ptr() as *mut _, iov_len: frames[i].len() };
+            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: msgs[..n] point at iovecs over live buffers that the kernel only
+        // reads; the socket is bound, so no destination address is needed.
+        let ret = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
+        match check(ret) {
+            Ok(sent) => Ok(sent as usize),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl AsFd for PacketSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
