@@ -1,0 +1,137 @@
+//! The TC egress shaper's maps: per-class shaping configuration, the shared
+//! token-bucket state and per-CPU egress counters.
+//!
+//! Each class has a GCRA token bucket (see `ebpf/src/shaper.rs` and its
+//! userspace twin `userspace/causeway/src/shaper/bucket.rs`, which implement
+//! the same integer arithmetic): one `u64` "theoretical arrival time" per
+//! class in [`MAP_EGRESS_BUCKETS`], updated with compare-and-swap.
+//!
+//! Atomic replacement: [`MAP_EGRESS_CLASSES`] holds [`SHAPER_SETS`] complete
+//! configurations side by side (`set * MAX_CLASSES + class`); userspace
+//! writes the inactive one in full, then flips
+//! [`ShaperControl::active_set`] with one 4-byte write.
+
+use crate::classifier::MAX_CLASSES;
+
+/// Complete shaping configurations held side by side.
+pub const SHAPER_SETS: u32 = 2;
+/// Entries in [`MAP_EGRESS_CLASSES`].
+pub const SHAPER_CLASS_SLOTS: u32 = SHAPER_SETS * MAX_CLASSES;
+
+/// Fixed-point shift of [`ShaperClassConfig::ns_per_byte_q16`].
+pub const NS_PER_BYTE_SHIFT: u32 = 16;
+/// Frames are charged at most this many bytes (GSO frames stay below it);
+/// keeps `len * ns_per_byte_q16` inside a `u64` at the slowest rate.
+pub const MAX_CHARGED_LEN: u32 = 1 << 20;
+/// Compare-and-swap attempts before a frame is treated as over the limit.
+pub const MAX_CAS_ATTEMPTS: u32 = 8;
+
+/// [`ShaperClassConfig::flags`]: the token bucket is enforced.
+pub const SHAPE_FLAG_BUCKET: u32 = 1 << 0;
+/// [`ShaperClassConfig::flags`]: the DSCP is rewritten to `dscp`.
+pub const SHAPE_FLAG_DSCP: u32 = 1 << 1;
+/// [`ShaperClassConfig::flags`]: `skb->priority` is set to `priority`.
+pub const SHAPE_FLAG_PRIORITY: u32 = 1 << 2;
+
+/// Over-limit actions ([`ShaperClassConfig::over_action`]).
+pub const OVER_DROP: u32 = 0;
+/// Set ECN CE on ECT frames; frames that are not ECT are dropped.
+pub const OVER_ECN_MARK: u32 = 1;
+/// Send the frame as class `demote_class` (its priority and DSCP).
+pub const OVER_DEMOTE: u32 = 2;
+
+/// Map names (≤ 15 bytes).
+pub const MAP_EGRESS_CONTROL: &str = "CW_EG_CONTROL";
+pub const MAP_EGRESS_CLASSES: &str = "CW_EG_CLASSES";
+pub const MAP_EGRESS_BUCKETS: &str = "CW_EG_BUCKETS";
+pub const MAP_EGRESS_COUNTERS: &str = "CW_EG_COUNT";
+
+/// How one class is shaped and marked on egress.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ShaperClassConfig {
+    /// Configured rate, bytes per second (informational; the kernel uses
+    /// `ns_per_byte_q16`).
+    pub rate_bytes_per_sec: u64,
+    /// Nanoseconds of transmission time per byte at the rate, in 48.16
+    /// fixed point: a frame of `len` bytes costs `len * q16 >> 16` ns.
+    pub ns_per_byte_q16: u64,
+    /// Burst tolerance: the transmission time of `burst_bytes`, in ns.
+    pub burst_ns: u64,
+    /// Configured burst, bytes (informational).
+    pub burst_bytes: u64,
+    /// `SHAPE_FLAG_*` bits.
+    pub flags: u32,
+    /// `OVER_*` action for frames over the limit.
+    pub over_action: u32,
+    /// Class taken by demoted frames (`OVER_DEMOTE`).
+    pub demote_class: u32,
+    /// DSCP written when `SHAPE_FLAG_DSCP` is set (0..=63).
+    pub dscp: u32,
+    /// `skb->priority` written when `SHAPE_FLAG_PRIORITY` is set: an HTB
+    /// class id, `major << 16 | minor`.
+    pub priority: u32,
+    pub _reserved: u32,
+}
+
+/// One class's token bucket, shared by all CPUs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BucketState {
+    /// GCRA theoretical arrival time, `bpf_ktime_get_ns` nanoseconds.
+    pub tat_ns: u64,
+}
+
+/// Single-entry array: which configuration set is live.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ShaperControl {
+    /// Set (0 or 1) that frames are shaped with.
+    pub active_set: u32,
+    /// Non-zero once userspace has written a configuration; until then
+    /// the program only classifies and counts.
+    pub enabled: u32,
+    /// Incremented by userspace on every change.
+    pub generation: u64,
+}
+
+/// What the TC egress program counted for one class on one CPU. Indexed
+/// like the ingress counters: class, or `UNCLASSIFIED_SLOT`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct EgressCounters {
+    /// Frames that left in this class (conforming, marked or demoted-in).
+    pub sent_packets: u64,
+    pub sent_bytes: u64,
+    /// Frames found over this class's limit (whatever the action).
+    pub shaped: u64,
+    /// Over-limit frames dropped.
+    pub dropped: u64,
+    /// Over-limit frames that left with ECN CE set.
+    pub marked: u64,
+    /// Over-limit frames sent as the demotion class.
+    pub demoted: u64,
+}
+
+crate::assert_no_padding!(
+    ShaperClassConfig,
+    u64,
+    u64,
+    u64,
+    u64,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32
+);
+crate::assert_no_padding!(BucketState, u64);
+crate::assert_no_padding!(ShaperControl, u32, u32, u64);
+crate::assert_no_padding!(EgressCounters, u64, u64, u64, u64, u64, u64);
+crate::impl_pod!(
+    ShaperClassConfig,
+    BucketState,
+    ShaperControl,
+    EgressCounters
+);

@@ -1,0 +1,211 @@
+//! The egress token bucket: a pure, deterministic model of the kernel's
+//! per-class GCRA (generic cell rate algorithm), with time as a parameter.
+//!
+//! `ebpf/src/shaper.rs` runs exactly this integer arithmetic on every frame;
+//! the TestRun tests check the two agree on the bytes the kernel writes.
+//!
+//! # The algorithm
+//! A class with rate `r` bytes/s and burst `b` bytes keeps one `u64`, the
+//! *theoretical arrival time* `tat` (ns): the time at which the bucket would
+//! be full again if nothing more were sent. A frame of `len` bytes costs
+//! `cost = len * ns_per_byte_q16 >> 16` ns. At time `now`:
+//!
+//! ```text
+//! start = max(tat, now)          // an idle bucket refills to full, no more
+//! wait  = start - now            // how far ahead of the rate the class is
+//! conforming  iff  wait == 0  or  (cost <= burst_ns and wait <= burst_ns - cost)
+//! if conforming: tat = start + cost (saturating)
+//! ```
+//!
+//! `burst_ns` is the time `b` bytes take at rate `r`, so a class idle for a
+//! long time may send `b` bytes at once and then `r` bytes/s. A frame larger
+//! than the burst (a GSO super-frame) conforms only when the bucket is full
+//! and then puts the bucket into debt; the long-run rate stays exact. No
+//! expression can overflow: `start - now` cannot underflow, the comparison
+//! is done as a subtraction guarded by `cost <= burst_ns`, and the addition
+//! saturates. Over-limit frames do not change `tat`.
+//!
+//! # Why the kernel's update is not racy
+//! Several CPUs transmit at once, so `tat` lives in one shared (not per-CPU)
+//! array slot and is updated by a compare-and-swap loop:
+//!
+//! ```text
+//! repeat at most MAX_CAS_ATTEMPTS times:
+//!     seen = load(tat)
+//!     match decide(seen, now, len):
+//!         over limit      -> return over limit          (nothing written)
+//!         conform(new)    -> if cas(tat, seen, new) succeeds: return conform
+//! return over limit                                      (contention)
+//! ```
+//!
+//! The decision is a pure function of the value `seen`, and it is published
+//! only if `tat` still holds `seen`: every successful update is applied to
+//! exactly the state it was computed from, so the concurrent history equals
+//! some serial order of the admitted frames (linearizable at the CAS), and
+//! the serial guarantees (rate, burst) hold across CPUs. A failed CAS means
+//! another CPU's frame was admitted, so the system always makes progress
+//! (lock-free); the attempt bound exists for the verifier and errs on the
+//! safe side (a frame that keeps losing is treated as over the limit, never
+//! admitted unaccounted). `tat` only grows through CAS, so a value seen
+//! twice is the same state (no ABA hazard). Clocks read on different CPUs
+//! may disagree slightly; `max(tat, now)` makes a `now` behind `tat` harmless.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bpf_maps::shaper::{MAX_CAS_ATTEMPTS, MAX_CHARGED_LEN, NS_PER_BYTE_SHIFT};
+
+/// Slowest accepted rate, bits per second.
+pub const MIN_RATE_BITS: u64 = 8_000;
+/// Fastest accepted rate, bits per second (1 Tbit/s).
+pub const MAX_RATE_BITS: u64 = 1_000_000_000_000;
+/// Longest accepted burst, as transmission time at the rate (10 s).
+pub const MAX_BURST_NS: u64 = 10_000_000_000;
+
+const NS_PER_SEC: u128 = 1_000_000_000;
+
+/// A validated (rate, burst) pair in the kernel's fixed-point form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BucketParams {
+    rate_bits: u64,
+    burst_bytes: u64,
+    ns_per_byte_q16: u64,
+    burst_ns: u64,
+}
+
+/// Why a rate or burst was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BucketError {
+    #[error("rate {rate_bits} bit/s is out of range ({MIN_RATE_BITS}..={MAX_RATE_BITS} bit/s)")]
+    RateOutOfRange { rate_bits: u64 },
+    #[error("burst {burst_bytes} bytes is smaller than one frame of {min_bytes} bytes (MTU plus link header)")]
+    BurstBelowFrame { burst_bytes: u64, min_bytes: u64 },
+    #[error("burst {burst_bytes} bytes takes longer than 10 s to send at {rate_bits} bit/s")]
+    BurstTooLong { burst_bytes: u64, rate_bits: u64 },
+}
+
+impl BucketParams {
+    /// Validates `rate_bits` (bit/s) and `burst_bytes`; the burst must hold
+    /// at least one frame of `min_frame_bytes`.
+    pub fn new(
+        rate_bits: u64,
+        burst_bytes: u64,
+        min_frame_bytes: u64,
+    ) -> Result<Self, BucketError> {
+        if !(MIN_RATE_BITS..=MAX_RATE_BITS).contains(&rate_bits) {
+            return Err(BucketError::RateOutOfRange { rate_bits });
+        }
+        if burst_bytes < min_frame_bytes {
+            return Err(BucketError::BurstBelowFrame {
+                burst_bytes,
+                min_bytes: min_frame_bytes,
+            });
+        }
+        // ns per byte = 8e9 / rate_bits; rounded to nearest in 48.16.
+        let rate = u128::from(rate_bits);
+        let q = ((8 * NS_PER_SEC) << NS_PER_BYTE_SHIFT) + rate / 2;
+        let ns_per_byte_q16 = (q / rate) as u64;
+        let burst_ns = (u128::from(burst_bytes) * u128::from(ns_per_byte_q16)) >> NS_PER_BYTE_SHIFT;
+        if burst_ns > u128::from(MAX_BURST_NS) {
+            return Err(BucketError::BurstTooLong {
+                burst_bytes,
+                rate_bits,
+            });
+        }
+        Ok(Self {
+            rate_bits,
+            burst_bytes,
+            ns_per_byte_q16,
+            burst_ns: burst_ns as u64,
+        })
+    }
+
+    pub fn rate_bits(&self) -> u64 {
+        self.rate_bits
+    }
+    pub fn burst_bytes(&self) -> u64 {
+        self.burst_bytes
+    }
+    pub fn ns_per_byte_q16(&self) -> u64 {
+        self.ns_per_byte_q16
+    }
+    pub fn burst_ns(&self) -> u64 {
+        self.burst_ns
+    }
+}
+
+/// The outcome for one frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Within the rate; the bucket's `tat` becomes `new_tat`.
+    Conform { new_tat: u64 },
+    /// Over the limit; `tat` is unchanged.
+    OverLimit,
+}
+
+/// Transmission time of a `len`-byte frame, ns (the kernel's `frame_cost`).
+pub fn frame_cost(len: u32, ns_per_byte_q16: u64) -> u64 {
+    let len = if len > MAX_CHARGED_LEN {
+        MAX_CHARGED_LEN
+    } else {
+        len
+    };
+    (u64::from(len) * ns_per_byte_q16) >> NS_PER_BYTE_SHIFT
+}
+
+/// The GCRA decision for one frame (the kernel's `gcra_decide`).
+pub fn decide(tat: u64, now: u64, len: u32, ns_per_byte_q16: u64, burst_ns: u64) -> Decision {
+    let cost = frame_cost(len, ns_per_byte_q16);
+    let start = if tat > now { tat } else { now };
+    let wait = start - now;
+    if wait == 0 || (cost <= burst_ns && wait <= burst_ns - cost) {
+        Decision::Conform {
+            new_tat: start.saturating_add(cost),
+        }
+    } else {
+        Decision::OverLimit
+    }
+}
+
+/// A bucket shared by threads, updated by the kernel's CAS loop; the
+/// userspace stand-in for one `CW_EG_BUCKETS` slot.
+#[derive(Debug, Default)]
+pub struct SharedBucket {
+    tat: AtomicU64,
+}
+
+impl SharedBucket {
+    pub fn new(tat: u64) -> Self {
+        Self {
+            tat: AtomicU64::new(tat),
+        }
+    }
+
+    pub fn tat(&self) -> u64 {
+        self.tat.load(Ordering::Acquire)
+    }
+
+    /// Whether a `len`-byte frame sent at `now` conforms; updates the bucket
+    /// when it does.
+    pub fn admit(&self, now: u64, len: u32, p: &BucketParams) -> bool {
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let seen = self.tat.load(Ordering::Acquire);
+            match decide(seen, now, len, p.ns_per_byte_q16, p.burst_ns) {
+                Decision::OverLimit => return false,
+                Decision::Conform { new_tat } => {
+                    if self
+                        .tat
+                        .compare_exchange(seen, new_tat, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+#[path = "bucket_tests.rs"]
+mod tests;
