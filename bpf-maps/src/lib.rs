@@ -8,6 +8,7 @@
 
 pub mod classifier;
 pub mod counters;
+pub mod shaper;
 
 /// Compile-time check that a type's size equals the sum of its fields' sizes,
 /// i.e. the compiler inserted no padding that the kernel could leave

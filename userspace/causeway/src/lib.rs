@@ -3,3 +3,4 @@
 
 pub mod classifier;
 pub mod ebpf_object;
+pub mod shaper;
