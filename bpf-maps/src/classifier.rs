@@ -33,6 +33,11 @@ pub const NO_PORTS: u32 = 65_536;
 /// (protocol, DSCP) slots per rule set: `proto * 64 + dscp`.
 pub const PROTO_DSCP_SLOTS: u32 = 256 * 64;
 
+/// IPv6 extension headers (hop-by-hop, routing, fragment, destination
+/// options, AH) the parser walks before giving up on finding the upper-layer
+/// protocol. See the parser rules in `ebpf/src/parse.rs`.
+pub const MAX_IPV6_EXT_HEADERS: u32 = 6;
+
 /// Verdicts a rule can carry.
 pub const VERDICT_PASS: u32 = 0;
 pub const VERDICT_DROP: u32 = 1;
@@ -97,11 +102,21 @@ pub struct ClassifierConfig {
     pub rule_count: u32,
     /// Incremented by userspace on every policy change.
     pub generation: u64,
+    /// `CLOCK_BOOTTIME` nanoseconds of the last flip of `active_set`, so that
+    /// any process (not only the one that flipped) can wait out the grace
+    /// period before it rewrites the now-inactive set.
+    pub flipped_at_ns: u64,
 }
 
 crate::assert_no_padding!(RuleBitmap, [u64; BITMAP_WORDS]);
 crate::assert_no_padding!(Ipv4LpmData, u8, [u8; 4]);
 crate::assert_no_padding!(Ipv6LpmData, u8, [u8; 16]);
 crate::assert_no_padding!(RuleAction, u32, u32);
-crate::assert_no_padding!(ClassifierConfig, u32, u32, u64);
-crate::impl_pod!(RuleBitmap, Ipv4LpmData, Ipv6LpmData, RuleAction, ClassifierConfig);
+crate::assert_no_padding!(ClassifierConfig, u32, u32, u64, u64);
+crate::impl_pod!(
+    RuleBitmap,
+    Ipv4LpmData,
+    Ipv6LpmData,
+    RuleAction,
+    ClassifierConfig
+);

@@ -1,22 +1,27 @@
+//! Causeway's eBPF programs. This file only wires the programs to their
+//! modules: the parser and classifier are shared by every program.
 #![no_std]
 #![no_main]
 
-use aya_ebpf::{bindings::xdp_action, macros::{map, xdp}, maps::PerCpuArray, programs::XdpContext};
-use bpf_maps::counters::{IngressCounters, COUNTER_SLOTS, UNCLASSIFIED_SLOT};
+mod classify;
+mod counters;
+mod maps;
+mod parse;
+mod xdp_ingress;
 
-#[map(name = "CW_IN_COUNT")]
-static CW_IN_COUNT: PerCpuArray<IngressCounters> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 
-#[xdp]
+/// The XDP ingress classifier (multi-buffer aware, so it attaches to
+/// jumbo-MTU devices).
+#[xdp(frags)]
 pub fn causeway_xdp(ctx: XdpContext) -> u32 {
-    let len = (ctx.data_end() - ctx.data()) as u64;
-    if let Some(c) = CW_IN_COUNT.get_ptr_mut(UNCLASSIFIED_SLOT) {
-        // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
-        unsafe {
-            (*c).packets += 1;
-            (*c).bytes += len;
-        }
-    }
+    xdp_ingress::xdp_ingress(&ctx)
+}
+
+/// Benchmark baseline: an XDP program that passes every frame and does
+/// nothing else (`benches/classifier.rs` reports costs relative to it).
+#[xdp(frags)]
+pub fn causeway_xdp_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
 }
 

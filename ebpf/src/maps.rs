@@ -1,0 +1,46 @@
+//! Every map of the classifier and its counters. Names are the `MAP_*`
+//! constants of `bpf_maps` (the `#[map]` attribute needs a literal; the
+//! userspace test `object_declares_every_shared_map` checks they agree).
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, LpmTrie, PerCpuArray},
+};
+use bpf_maps::{
+    classifier::{
+        ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap, LPM_MAX_ENTRIES, MAX_RULES,
+        PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+    },
+    counters::{IngressCounters, COUNTER_SLOTS},
+};
+
+/// Single entry: the active rule set.
+#[map(name = "CW_CLS_CONFIG")]
+pub static CLS_CONFIG: Array<ClassifierConfig> = Array::with_max_entries(1, 0);
+
+#[map(name = "CW_SRC_V4")]
+pub static SRC_V4: LpmTrie<Ipv4LpmData, RuleBitmap> = LpmTrie::with_max_entries(LPM_MAX_ENTRIES, 0);
+#[map(name = "CW_DST_V4")]
+pub static DST_V4: LpmTrie<Ipv4LpmData, RuleBitmap> = LpmTrie::with_max_entries(LPM_MAX_ENTRIES, 0);
+#[map(name = "CW_SRC_V6")]
+pub static SRC_V6: LpmTrie<Ipv6LpmData, RuleBitmap> = LpmTrie::with_max_entries(LPM_MAX_ENTRIES, 0);
+#[map(name = "CW_DST_V6")]
+pub static DST_V6: LpmTrie<Ipv6LpmData, RuleBitmap> = LpmTrie::with_max_entries(LPM_MAX_ENTRIES, 0);
+
+/// Indexed by `set * PROTO_DSCP_SLOTS + proto * 64 + dscp`.
+#[map(name = "CW_PROTO_DSCP")]
+pub static PROTO_DSCP: Array<RuleBitmap> = Array::with_max_entries(RULE_SETS * PROTO_DSCP_SLOTS, 0);
+
+/// Indexed by `set * PORT_SLOTS + port` (or `NO_PORTS`).
+#[map(name = "CW_SPORT")]
+pub static SRC_PORT: Array<RuleBitmap> = Array::with_max_entries(RULE_SETS * PORT_SLOTS, 0);
+#[map(name = "CW_DPORT")]
+pub static DST_PORT: Array<RuleBitmap> = Array::with_max_entries(RULE_SETS * PORT_SLOTS, 0);
+
+/// Indexed by `set * MAX_RULES + rule`.
+#[map(name = "CW_RULE_ACT")]
+pub static RULE_ACTIONS: Array<RuleAction> = Array::with_max_entries(RULE_SETS * MAX_RULES as u32, 0);
+
+/// Per-CPU counters by class, plus `UNCLASSIFIED_SLOT`.
+#[map(name = "CW_IN_COUNT")]
+pub static INGRESS_COUNTERS: PerCpuArray<IngressCounters> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
