@@ -23,3 +23,5 @@ pub mod testbed;
 
 pub use testbed::{NsChild, Testbed, TestbedBuilder, TestbedError};
 pub mod probe;
+pub mod control;
+pub mod network;

@@ -84,19 +84,7 @@ impl TestbedBuilder {
         // From here on, Drop cleans up whatever was made.
         let mut tb = Testbed { plan, emulators: Vec::new() };
         netns::delete_prefix(&tb.plan.prefix)?; // leftovers of an earlier run with this tag
-        for ns in tb.plan.namespaces() {
-            netns::ip(&["netns", "add", &ns])?;
-        }
-        for (ns, key, value) in tb.plan.sysctls() {
-            netns::sysctl(&ns, key, value)?;
-        }
-        for cmd in tb.plan.ip_commands() {
-            netns::ip(&cmd)?;
-        }
-        for (ns, iface) in tb.plan.gateway_wan_ifaces() {
-            netns::in_netns(&ns, || sys::netif::disable_offloads(&iface))?
-                .map_err(|source| NetnsError::Io { what: format!("offloads of {iface} in {ns}"), source })?;
-        }
+        crate::network::create(&tb.plan)?;
         for p in tb.plan.paths.clone() {
             let mut cfg = EmulatorConfig::new("ea", "eb", p.params);
             cfg.netns = Some(p.emulator_netns.clone());

@@ -65,3 +65,24 @@ pub fn is_root() -> bool {
     // SAFETY: geteuid takes no arguments and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
+
+static STOP_REQUESTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP_REQUESTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Install SIGINT/SIGTERM handlers that only set a flag, and return the flag.
+pub fn stop_on_signals() -> io::Result<&'static std::sync::atomic::AtomicBool> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: sigaction is plain old data; the handler only stores to an atomic,
+        // which is async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            check(libc::sigaction(sig, &sa, std::ptr::null_mut()))?;
+        }
+    }
+    Ok(&STOP_REQUESTED)
+}

@@ -1,0 +1,333 @@
+//! `up`, `down`, `status` and `set`.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use causeway_netsim::control::{self, Request};
+use causeway_netsim::params::default_queue_bytes;
+use causeway_netsim::{netns, network, sys, Dir, LinkParams, ParamsPatch, Plan, Profile};
+use clap::Args;
+
+use crate::state::{self, EmulatorProc, State};
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Name of this testbed (namespaces are called cw-<tag>-...).
+    #[arg(long, default_value = "demo")]
+    pub tag: String,
+    /// Number of domains.
+    #[arg(long, default_value_t = 2)]
+    pub domains: usize,
+    /// Hosts per domain.
+    #[arg(long, default_value_t = 2)]
+    pub hosts: usize,
+    /// WAN profile: wan40, lossy80, dual, lan.
+    #[arg(long, default_value = "wan40")]
+    pub profile: Profile,
+    /// Explicit path instead of the profile (repeat for several paths per domain
+    /// pair, the first is the default): delay_ms=20,rate_mbit=200[,jitter_ms=1][,loss=0.001][,queue_bytes=N][,reorder=0.01]
+    #[arg(long = "path", value_parser = parse_path_spec)]
+    pub paths: Vec<LinkParams>,
+    /// Seed of the emulators' loss/jitter generators.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Parse `key=value,...` into link parameters (delay is one-way).
+pub fn parse_path_spec(spec: &str) -> Result<LinkParams, String> {
+    let mut p = LinkParams::default();
+    let mut queue = None;
+    for item in spec.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = item.split_once('=').ok_or(format!("{item:?} is not key=value"))?;
+        let num: f64 = v.parse().map_err(|_| format!("{k}: {v:?} is not a number"))?;
+        if !(num.is_finite() && num >= 0.0) {
+            return Err(format!("{k}: {v} must be a finite number ≥ 0"));
+        }
+        match k {
+            "delay_ms" => p.delay_ns = (num * 1e6).round() as u64,
+            "jitter_ms" => p.jitter_ns = (num * 1e6).round() as u64,
+            "rate_mbit" => p.rate_bps = (num * 1e6).round() as u64,
+            "loss" => p.loss = num,
+            "reorder" => p.reorder = num,
+            "queue_bytes" => queue = Some(num as u64),
+            other => return Err(format!("unknown key {other:?} (delay_ms, jitter_ms, rate_mbit, loss, queue_bytes, reorder)")),
+        }
+    }
+    p.queue_bytes = queue.unwrap_or_else(|| default_queue_bytes(p.rate_bps, p.delay_ns));
+    p.validate().map_err(|e| e.to_string())?;
+    Ok(p)
+}
+
+pub fn up(args: UpArgs) -> Result<()> {
+    anyhow::ensure!(sys::is_root(), "causeway-netsim up needs root (network namespaces, raw sockets)");
+    let paths = if args.paths.is_empty() { args.profile.paths() } else { args.paths.clone() };
+    let plan = Plan::new(&args.tag, args.domains, args.hosts, &paths)?;
+    if State::load(&args.tag)?.is_some() || netns::list()?.iter().any(|n| n.starts_with(&plan.prefix)) {
+        bail!("testbed {:?} is already (partly) up: run `causeway-netsim down --tag {}` first", args.tag, args.tag);
+    }
+    let profile = if args.paths.is_empty() { args.profile.to_string() } else { "custom".into() };
+    let mut st = State { plan: plan.clone(), profile, emulators: Vec::new() };
+    st.save()?; // so that `down` can clean up a half-made testbed
+    let result = bring_up(&mut st, args.seed);
+    if let Err(e) = result {
+        let _ = teardown(&args.tag);
+        return Err(e.context(format!("bringing testbed {:?} up (everything made was removed)", args.tag)));
+    }
+    print_status(&st);
+    Ok(())
+}
+
+fn bring_up(st: &mut State, seed: u64) -> Result<()> {
+    network::create(&st.plan)?;
+    let exe = std::env::current_exe().context("locating causeway-netsim")?;
+    let dir = state::dir(&st.plan.tag);
+    for p in st.plan.paths.clone() {
+        let control = dir.join(format!("w{}.sock", p.index));
+        let log = dir.join(format!("w{}.log", p.index));
+        let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = Command::new(&exe)
+            .args(["wanem", "--netns", &p.emulator_netns, "--iface-a", "ea", "--iface-b", "eb"])
+            .arg("--params-json")
+            .arg(serde_json::to_string(&p.params)?)
+            .arg("--seed")
+            .arg(seed.wrapping_add(p.index as u64).to_string())
+            .arg("--control")
+            .arg(&control)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .process_group(0) // not killed by the terminal's Ctrl-C
+            .spawn()
+            .context("starting the emulator process")?;
+        st.emulators.push(EmulatorProc { path: p.index, pid: child.id() as i32, control: control.clone(), log: log.clone() });
+        st.save()?;
+        wait_for_control(&control, child.id() as i32, &log)?;
+    }
+    Ok(())
+}
+
+fn wait_for_control(sock: &Path, pid: i32, log: &Path) -> Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if control::request(sock, &Request::Stats).is_ok() {
+            return Ok(());
+        }
+        if !sys::process_alive(pid) || is_zombie(pid) {
+            bail!("the emulator exited: {}", std::fs::read_to_string(log).unwrap_or_default().trim());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("the emulator did not answer on {} within 10 s", sock.display())
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+fn is_our_emulator(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).contains("wanem"))
+        .unwrap_or(false)
+}
+
+/// Stop the emulators of `tag`, delete its namespaces and state; returns what was removed.
+fn teardown(tag: &str) -> Result<Vec<String>> {
+    let mut removed = Vec::new();
+    if let Some(st) = State::load(tag)? {
+        for e in &st.emulators {
+            if sys::process_alive(e.pid) && is_our_emulator(e.pid) {
+                sys::kill(e.pid, libc::SIGTERM);
+                let t = Instant::now();
+                while sys::process_alive(e.pid) && !is_zombie(e.pid) && t.elapsed() < Duration::from_secs(3) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                if sys::process_alive(e.pid) && !is_zombie(e.pid) {
+                    sys::kill(e.pid, libc::SIGKILL);
+                }
+                removed.push(format!("emulator pid {}", e.pid));
+            }
+        }
+    }
+    removed.extend(netns::delete_prefix(&causeway_netsim::topology::prefix(tag))?);
+    let dir = state::dir(tag);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    Ok(removed)
+}
+
+#[derive(Debug, Args)]
+pub struct DownArgs {
+    /// Testbed to remove.
+    #[arg(long, default_value = "demo", conflicts_with = "all")]
+    pub tag: String,
+    /// Remove every testbed and every leftover `cw-*` namespace.
+    #[arg(long)]
+    pub all: bool,
+}
+
+pub fn down(args: DownArgs) -> Result<()> {
+    anyhow::ensure!(sys::is_root(), "causeway-netsim down needs root");
+    let mut removed = Vec::new();
+    if args.all {
+        for tag in state::tags() {
+            removed.extend(teardown(&tag)?);
+        }
+        removed.extend(netns::delete_prefix("cw-")?);
+    } else {
+        removed.extend(teardown(&args.tag)?);
+    }
+    if removed.is_empty() {
+        println!("nothing to remove");
+    } else {
+        println!("removed {} item(s): {}", removed.len(), removed.join(", "));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Testbed to show (default: all that are up).
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Print JSON (plan + counters) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn status(args: StatusArgs) -> Result<()> {
+    let tags = match args.tag {
+        Some(t) => vec![t],
+        None => state::tags(),
+    };
+    if tags.is_empty() {
+        println!("no testbed is up");
+    }
+    for tag in tags {
+        let Some(st) = State::load(&tag)? else {
+            println!("testbed {tag:?} is not up");
+            continue;
+        };
+        if args.json {
+            let stats: Vec<_> = st.emulators.iter().map(|e| control::request(&e.control, &Request::Stats).ok()).collect();
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "state": st, "stats": stats }))?);
+        } else {
+            print_status(&st);
+        }
+    }
+    Ok(())
+}
+
+fn fmt_params(p: &LinkParams) -> String {
+    format!(
+        "delay {:.3} ms ±{:.3}, rate {}, loss {}, queue {} B{}{}",
+        p.delay_ns as f64 / 1e6,
+        p.jitter_ns as f64 / 1e6,
+        if p.rate_bps == 0 { "unlimited".into() } else { format!("{} Mbit/s", p.rate_bps as f64 / 1e6) },
+        p.loss,
+        p.queue_bytes,
+        if p.reorder > 0.0 { format!(", reorder {}", p.reorder) } else { String::new() },
+        if p.up { "" } else { ", CUT" }
+    )
+}
+
+fn print_status(st: &State) {
+    let plan = &st.plan;
+    println!("testbed {} (profile {}), {} domains", plan.tag, st.profile, plan.domains());
+    for (d, gw) in plan.gateways.iter().enumerate() {
+        println!("  domain {d}: gateway {gw} (10.{d}.0.1)");
+        for h in plan.hosts.iter().filter(|h| h.domain == d) {
+            let via: Vec<String> = h.path_ips.iter().map(|(p, ip)| format!("path{p}={ip}")).collect();
+            println!("    host {:<18} {:<12} {}", h.netns, h.ip.to_string(), via.join(" "));
+        }
+    }
+    for p in &plan.paths {
+        println!(
+            "  path {} d{}<->d{}{} ns {} {}<->{} mark {:#x} table {}",
+            p.index, p.domain_a, p.domain_b, if p.default { " (default)" } else { "" },
+            p.emulator_netns, p.gw_a_ip, p.gw_b_ip, p.mark, p.table
+        );
+        let Some(e) = st.emulators.iter().find(|e| e.path == p.index) else {
+            println!("    emulator not started");
+            continue;
+        };
+        match control::request(&e.control, &Request::Stats) {
+            Ok(s) => {
+                for (name, d) in [("a->b", &s.a_to_b), ("b->a", &s.b_to_a)] {
+                    let c = d.counters;
+                    println!(
+                        "    {name}: {} | fwd {} ({} B) lost {} qdrop {} cut {} in-flight {}",
+                        d.params.map(|p| fmt_params(&p)).unwrap_or_default(),
+                        c.forwarded, c.forwarded_bytes, c.dropped_loss, c.dropped_queue, c.dropped_down, d.in_flight
+                    );
+                }
+                if let Some(err) = s.error {
+                    println!("    ERROR: {err}");
+                }
+            }
+            Err(err) => println!("    emulator pid {} not answering: {err}", e.pid),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    #[arg(long, default_value = "demo")]
+    pub tag: String,
+    /// Path index (see `status`).
+    #[arg(long)]
+    pub path: usize,
+    /// Direction: both, a-to-b (from the lower-numbered domain), b-to-a.
+    #[arg(long, default_value = "both", value_parser = ["both", "a-to-b", "b-to-a"])]
+    pub dir: String,
+    #[arg(long)]
+    pub delay_ms: Option<f64>,
+    #[arg(long)]
+    pub jitter_ms: Option<f64>,
+    #[arg(long)]
+    pub rate_mbit: Option<f64>,
+    #[arg(long)]
+    pub loss: Option<f64>,
+    #[arg(long)]
+    pub queue_bytes: Option<u64>,
+    #[arg(long)]
+    pub reorder: Option<f64>,
+    /// Cut the path (drop everything).
+    #[arg(long, conflicts_with = "restore")]
+    pub cut: bool,
+    /// Restore a cut path.
+    #[arg(long)]
+    pub restore: bool,
+}
+
+pub fn set(a: SetArgs) -> Result<()> {
+    let st = State::load(&a.tag)?.with_context(|| format!("testbed {:?} is not up", a.tag))?;
+    let e = st.emulators.iter().find(|e| e.path == a.path).with_context(|| format!("testbed {} has no path {}", a.tag, a.path))?;
+    let ms = |v: Option<f64>| v.map(|x| (x * 1e6).round() as u64);
+    let patch = ParamsPatch {
+        delay_ns: ms(a.delay_ms),
+        jitter_ns: ms(a.jitter_ms),
+        rate_bps: a.rate_mbit.map(|r| (r * 1e6).round() as u64),
+        loss: a.loss,
+        queue_bytes: a.queue_bytes,
+        reorder: a.reorder,
+        up: if a.cut { Some(false) } else if a.restore { Some(true) } else { None },
+    };
+    anyhow::ensure!(patch != ParamsPatch::default(), "nothing to change: give at least one option");
+    let dir = match a.dir.as_str() {
+        "a-to-b" => Dir::AToB,
+        "b-to-a" => Dir::BToA,
+        _ => Dir::Both,
+    };
+    let s = control::request(&e.control, &Request::Set { dir, patch })?;
+    for (name, d) in [("a->b", s.a_to_b), ("b->a", s.b_to_a)] {
+        println!("path {} {name}: {}", a.path, d.params.map(|p| fmt_params(&p)).unwrap_or_default());
+    }
+    Ok(())
+}

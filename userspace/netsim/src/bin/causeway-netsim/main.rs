@@ -1,0 +1,65 @@
+//! `causeway-netsim`: bring a multi-domain namespace testbed with emulated WAN
+//! paths up or down, inspect and change it, and benchmark the emulator's fidelity.
+//!
+//! ```text
+//! causeway-netsim up --profile dual            # 2 domains × 2 hosts, two WAN paths
+//! causeway-netsim status
+//! causeway-netsim set --path 1 --cut           # cut path 1 while traffic flows
+//! causeway-netsim down                         # idempotent
+//! causeway-netsim bench                        # fidelity table (rate, RTT, loss, max rate)
+//! ```
+
+#[path = "../shared/link_args.rs"]
+mod link_args;
+#[path = "../shared/wanem_cmd.rs"]
+mod wanem_cmd;
+
+mod bench;
+mod commands;
+mod state;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(version, about = "Causeway's namespace testbed: domains, hosts and emulated WAN paths")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Create the namespaces, links, routes and one emulator process per WAN path.
+    ///
+    /// Example: `causeway-netsim up --tag demo --domains 2 --hosts 2 --profile dual`
+    /// or with explicit paths: `--path delay_ms=20,rate_mbit=200 --path delay_ms=30,rate_mbit=100,loss=0.001`.
+    Up(commands::UpArgs),
+    /// Stop the emulators and delete every namespace of a testbed (idempotent).
+    ///
+    /// Example: `causeway-netsim down --tag demo`, or `--all` for every testbed and
+    /// every leftover `cw-*` namespace (including those of killed tests).
+    Down(commands::DownArgs),
+    /// Show namespaces, addresses, paths and emulator counters.
+    Status(commands::StatusArgs),
+    /// Change a path of a running testbed (rate, delay, loss, cut/restore).
+    ///
+    /// Example: `causeway-netsim set --path 0 --rate-mbit 50`, `causeway-netsim set --path 1 --cut`.
+    Set(commands::SetArgs),
+    /// Measure the emulator's fidelity: rate, RTT, loss, highest sustained rate.
+    Bench(bench::BenchArgs),
+    /// Run an emulator process (what `up` starts; same as `causeway-wanem`).
+    #[command(hide = true)]
+    Wanem(wanem_cmd::WanemArgs),
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Cmd::Up(a) => commands::up(a),
+        Cmd::Down(a) => commands::down(a),
+        Cmd::Status(a) => commands::status(a),
+        Cmd::Set(a) => commands::set(a),
+        Cmd::Bench(a) => bench::run(a),
+        Cmd::Wanem(a) => wanem_cmd::run(a),
+    }
+}

@@ -1,0 +1,82 @@
+//! The emulator process: `causeway-wanem` (and the hidden `causeway-netsim wanem`).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use causeway_netsim::{control, sys, Emulator, EmulatorConfig};
+use clap::Args;
+
+use super::link_args::LinkArgs;
+
+/// Bridge two interfaces through an emulated WAN link (both directions).
+#[derive(Debug, Clone, Args)]
+pub struct WanemArgs {
+    /// Run in this named network namespace (`ip netns` name); default: the current one.
+    #[arg(long)]
+    pub netns: Option<String>,
+    /// Interface A.
+    #[arg(long)]
+    pub iface_a: String,
+    /// Interface B.
+    #[arg(long)]
+    pub iface_b: String,
+    #[command(flatten)]
+    pub link: LinkArgs,
+    /// Exact link parameters as JSON (a `LinkParams`); overrides the link options.
+    #[arg(long)]
+    pub params_json: Option<String>,
+    /// Seed of the loss/jitter/reorder generators.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Busy-wait this many µs before each departure instead of sleeping.
+    #[arg(long, default_value_t = 50)]
+    pub spin_us: u64,
+    /// Leave the interfaces' GRO/GSO/TSO/checksum offloads as they are.
+    #[arg(long)]
+    pub keep_offloads: bool,
+    /// Serve the control socket (JSON lines: stats, set) at this path.
+    #[arg(long)]
+    pub control: Option<PathBuf>,
+}
+
+/// Run until SIGINT/SIGTERM; print the final counters as JSON on stdout.
+pub fn run(args: WanemArgs) -> Result<()> {
+    let stop = sys::stop_on_signals().context("installing signal handlers")?;
+    let params = match &args.params_json {
+        Some(json) => {
+            let p: causeway_netsim::LinkParams = serde_json::from_str(json).context("--params-json")?;
+            p.validate().context("--params-json")?;
+            p
+        }
+        None => args.link.to_params()?,
+    };
+    let mut cfg = EmulatorConfig::new(&args.iface_a, &args.iface_b, params);
+    cfg.netns = args.netns.clone();
+    cfg.seed = args.seed;
+    cfg.spin_ns = args.spin_us * 1000;
+    cfg.disable_offloads = !args.keep_offloads;
+    let emulator = Emulator::start(cfg)
+        .with_context(|| format!("starting the emulator between {} and {}", args.iface_a, args.iface_b))?;
+    eprintln!(
+        "causeway-wanem: {} <-> {}{}: {:?}",
+        args.iface_a,
+        args.iface_b,
+        args.netns.as_deref().map(|n| format!(" in {n}")).unwrap_or_default(),
+        params
+    );
+    match &args.control {
+        Some(path) => control::serve(&emulator, path, stop)
+            .with_context(|| format!("control socket {}", path.display()))?,
+        None => {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    }
+    let stats = emulator.stop();
+    println!("{}", serde_json::to_string(&stats)?);
+    if let Some(e) = stats.error {
+        anyhow::bail!("emulator stopped on an error: {e}");
+    }
+    Ok(())
+}
