@@ -1,0 +1,173 @@
+//! The α-β cost model per link class and the algorithm choice it drives.
+
+use crate::error::{ConfigError, Rank};
+use crate::schedule::sim::{simulate, LinkCost, Network};
+use crate::schedule::{build, Algorithm, OpKind};
+use crate::topology::{LinkClass, Topology};
+
+/// α (latency, s) and β (s/byte) for each link class.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostModel {
+    pub intra_host: LinkCost,
+    pub intra_domain: LinkCost,
+    pub inter_domain: LinkCost,
+}
+
+impl Default for CostModel {
+    /// Conservative guesses used until (or instead of) a probe: shared memory,
+    /// a 10 Gbit/s LAN, a 1 Gbit/s WAN with 20 ms one-way delay.
+    fn default() -> Self {
+        CostModel {
+            intra_host: LinkCost { alpha: 5e-6, beta: 1.0 / 5e9 },
+            intra_domain: LinkCost { alpha: 50e-6, beta: 8.0 / 10e9 },
+            inter_domain: LinkCost { alpha: 20e-3, beta: 8.0 / 1e9 },
+        }
+    }
+}
+
+impl CostModel {
+    pub fn get(&self, class: LinkClass) -> LinkCost {
+        match class {
+            LinkClass::IntraHost => self.intra_host,
+            LinkClass::IntraDomain => self.intra_domain,
+            LinkClass::InterDomain => self.inter_domain,
+        }
+    }
+
+    pub fn set(&mut self, class: LinkClass, c: LinkCost) {
+        match class {
+            LinkClass::IntraHost => self.intra_host = c,
+            LinkClass::IntraDomain => self.intra_domain = c,
+            LinkClass::InterDomain => self.inter_domain = c,
+        }
+    }
+
+    /// Applies overrides such as `wan=20000:1,domain=50:10,host=5:40`:
+    /// class, one-way latency in µs, bandwidth in Gbit/s (the form of `CAUSEWAY_COST`).
+    pub fn apply_overrides(&mut self, spec: &str) -> Result<(), ConfigError> {
+        let bad = |reason: &str| ConfigError::InvalidVar {
+            name: "CAUSEWAY_COST".into(),
+            value: spec.into(),
+            reason: reason.into(),
+        };
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (class, rest) = item.split_once('=').ok_or_else(|| bad("expected CLASS=LATENCY_US:GBITPS"))?;
+            let class = match class {
+                "host" => LinkClass::IntraHost,
+                "domain" => LinkClass::IntraDomain,
+                "wan" => LinkClass::InterDomain,
+                _ => return Err(bad("class must be host, domain or wan")),
+            };
+            let (a, b) = rest.split_once(':').ok_or_else(|| bad("expected LATENCY_US:GBITPS"))?;
+            let alpha_us: f64 = a.parse().map_err(|_| bad("latency is not a number"))?;
+            let gbps: f64 = b.parse().map_err(|_| bad("bandwidth is not a number"))?;
+            if !(alpha_us >= 0.0 && gbps > 0.0 && alpha_us.is_finite() && gbps.is_finite()) {
+                return Err(bad("latency must be ≥ 0 and bandwidth > 0"));
+            }
+            self.set(class, LinkCost { alpha: alpha_us * 1e-6, beta: 8.0 / (gbps * 1e9) });
+        }
+        Ok(())
+    }
+
+    /// Encodes as 6 f64 (for sharing the probe result).
+    pub fn to_f64s(&self) -> [f64; 6] {
+        let c = [self.intra_host, self.intra_domain, self.inter_domain];
+        [c[0].alpha, c[0].beta, c[1].alpha, c[1].beta, c[2].alpha, c[2].beta]
+    }
+
+    pub fn from_f64s(v: [f64; 6]) -> Self {
+        let lc = |a, b| LinkCost { alpha: a, beta: b };
+        CostModel { intra_host: lc(v[0], v[1]), intra_domain: lc(v[2], v[3]), inter_domain: lc(v[4], v[5]) }
+    }
+}
+
+/// A topology costed with a model. Every host of a domain shares that domain's
+/// WAN pipe to each other domain, so parallel WAN flows divide its bandwidth.
+pub struct CostedNet<'a> {
+    pub topo: &'a Topology,
+    pub model: &'a CostModel,
+}
+
+impl Network for CostedNet<'_> {
+    fn cost(&self, from: Rank, to: Rank) -> LinkCost {
+        self.model.get(self.topo.class(from, to))
+    }
+    fn resource(&self, from: Rank, to: Rank) -> (usize, usize) {
+        match self.topo.class(from, to) {
+            LinkClass::InterDomain => {
+                (usize::MAX - self.topo.domain_of(from) as usize, self.topo.domain_of(to) as usize)
+            }
+            _ => (from, to),
+        }
+    }
+}
+
+/// Predicted time of `algo` for `kind` on `count` elements, or `None` if it does not apply.
+pub fn predict(
+    kind: OpKind,
+    count: usize,
+    elem_bytes: usize,
+    topo: &Topology,
+    model: &CostModel,
+    algo: Algorithm,
+    chunk: usize,
+    window: usize,
+) -> Option<f64> {
+    let plans: Option<Vec<_>> = (0..topo.world()).map(|r| build(kind, count, topo, algo, chunk, r)).collect();
+    let net = CostedNet { topo, model };
+    simulate(&plans?, elem_bytes, &net, window, None).ok().map(|o| o.time)
+}
+
+/// The fastest applicable algorithm by simulation (ties go to the earlier candidate).
+pub fn choose(
+    kind: OpKind,
+    count: usize,
+    elem_bytes: usize,
+    topo: &Topology,
+    model: &CostModel,
+    chunk: usize,
+    window: usize,
+) -> Algorithm {
+    let cands = Algorithm::candidates(kind, topo);
+    let mut best = (cands[0], f64::INFINITY);
+    for a in cands {
+        if let Some(t) = predict(kind, count, elem_bytes, topo, model, a, chunk, window) {
+            if t < best.1 {
+                best = (a, t);
+            }
+        }
+    }
+    best.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_parse_and_reject_nonsense() {
+        let mut m = CostModel::default();
+        m.apply_overrides("wan=40000:0.1, host=1:100").expect("valid");
+        assert_eq!(m.inter_domain.alpha, 0.04);
+        assert!((m.inter_domain.beta - 8e-8).abs() < 1e-15);
+        assert_eq!(m.intra_host.alpha, 1e-6);
+        for bad in ["wan", "lan=1:1", "wan=x:1", "wan=1:0", "wan=-1:1"] {
+            assert!(m.apply_overrides(bad).is_err(), "{bad}");
+        }
+        assert_eq!(CostModel::from_f64s(m.to_f64s()), m);
+    }
+
+    #[test]
+    fn choice_follows_size_and_topology() {
+        let m = CostModel::default();
+        let flat = Topology::flat(8);
+        // Small messages: latency dominates, the tree's log2(n) steps win.
+        assert_eq!(choose(OpKind::Allreduce, 16, 4, &flat, &m, 1 << 16, 4), Algorithm::Tree);
+        // Large messages: bandwidth dominates, the ring wins.
+        assert_eq!(choose(OpKind::Allreduce, 16 << 20, 4, &flat, &m, 1 << 16, 4), Algorithm::Ring);
+        // Two domains: hierarchical for large messages.
+        let two = Topology::grid(2, 4);
+        assert_eq!(choose(OpKind::Allreduce, 16 << 20, 4, &two, &m, 1 << 16, 4), Algorithm::Hierarchical);
+        assert_eq!(choose(OpKind::Barrier, 2, 1, &two, &m, 1, 1), Algorithm::Dissemination);
+    }
+}

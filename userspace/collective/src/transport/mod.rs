@@ -1,0 +1,27 @@
+//! Byte-stream transports between two ranks, behind one trait: TCP (several
+//! parallel connections per peer) and shared memory (same host).
+//!
+//! A transport is split into an owned reader and writer (each driven by its own
+//! thread) plus a [`Closer`] that aborts both from anywhere.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+pub mod shm;
+pub mod tcp;
+
+/// Aborts a transport: blocked reads return end-of-stream or an error, writes fail.
+pub trait Closer: Send + Sync {
+    fn close(&self);
+}
+
+pub type Reader = Box<dyn Read + Send>;
+pub type Writer = Box<dyn Write + Send>;
+
+/// A duplex byte stream to one peer.
+pub trait Transport: Send {
+    /// A short description for errors and logs (`tcp 10.0.0.2:4000`, `shm /dev/shm/…`).
+    fn describe(&self) -> String;
+    /// Splits into independently owned halves.
+    fn split(self: Box<Self>) -> std::io::Result<(Reader, Writer, Arc<dyn Closer>)>;
+}

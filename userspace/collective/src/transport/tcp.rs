@@ -1,0 +1,92 @@
+//! TCP transport: TCP_NODELAY, optional large socket buffers for long fat pipes.
+
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, SockRef, Socket, Type};
+
+use super::{Closer, Reader, Transport, Writer};
+
+/// Socket tuning shared by listeners and outgoing connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpTuning {
+    /// SO_SNDBUF/SO_RCVBUF in bytes; `None` leaves the kernel's autotuning alone.
+    pub socket_buffer: Option<usize>,
+}
+
+impl TcpTuning {
+    /// Large buffers only where the kernel honours them: setting SO_RCVBUF turns
+    /// Linux autotuning off, so below `net.core.rmem_max` it would only hurt.
+    pub fn for_long_fat_pipes(wanted: usize) -> Self {
+        let max = |p: &str| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<usize>().ok());
+        let ok = matches!((max("/proc/sys/net/core/rmem_max"), max("/proc/sys/net/core/wmem_max")),
+            (Some(r), Some(w)) if r >= wanted && w >= wanted);
+        TcpTuning { socket_buffer: ok.then_some(wanted) }
+    }
+
+    fn apply(&self, s: SockRef<'_>) -> io::Result<()> {
+        if let Some(n) = self.socket_buffer {
+            s.set_send_buffer_size(n)?;
+            s.set_recv_buffer_size(n)?;
+        }
+        Ok(())
+    }
+}
+
+/// A listener whose accepted sockets inherit the tuning (buffers must be sized
+/// before the handshake for the window scale to match).
+pub fn listen(addr: SocketAddr, tuning: TcpTuning) -> io::Result<TcpListener> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    tuning.apply(SockRef::from(&s))?;
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    Ok(s.into())
+}
+
+pub fn connect(addr: SocketAddr, tuning: TcpTuning, timeout: Duration) -> io::Result<TcpStream> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    tuning.apply(SockRef::from(&s))?;
+    s.connect_timeout(&addr.into(), timeout)?;
+    let s: TcpStream = s.into();
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+pub struct TcpTransport {
+    stream: TcpStream,
+}
+
+impl TcpTransport {
+    pub fn new(stream: TcpStream) -> io::Result<Self> {
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(None)?;
+        stream.set_write_timeout(None)?;
+        Ok(TcpTransport { stream })
+    }
+}
+
+struct TcpCloser(TcpStream);
+
+impl Closer for TcpCloser {
+    fn close(&self) {
+        let _ = self.0.shutdown(Shutdown::Both);
+    }
+}
+
+impl Transport for TcpTransport {
+    fn describe(&self) -> String {
+        match self.stream.peer_addr() {
+            Ok(a) => format!("tcp {a}"),
+            Err(_) => "tcp (disconnected)".into(),
+        }
+    }
+
+    fn split(self: Box<Self>) -> io::Result<(Reader, Writer, Arc<dyn Closer>)> {
+        let r = self.stream.try_clone()?;
+        let c = self.stream.try_clone()?;
+        Ok((Box::new(r), Box::new(self.stream), Arc::new(TcpCloser(c))))
+    }
+}
