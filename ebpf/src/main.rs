@@ -2,11 +2,16 @@
 //! modules: the parser and classifier are shared by every program.
 #![no_std]
 #![no_main]
+// The shaper's compare-and-swap: the bpfel target has no `AtomicU64::compare_exchange`.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 mod classify;
 mod counters;
 mod maps;
 mod parse;
+mod shaper;
+mod tc_egress;
 mod xdp_ingress;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
@@ -23,6 +28,19 @@ pub fn causeway_xdp(ctx: XdpContext) -> u32 {
 #[xdp(frags)]
 pub fn causeway_xdp_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
+}
+
+/// The TC egress shaper (classify, token bucket, DSCP, `skb->priority`).
+#[aya_ebpf::macros::classifier]
+pub fn causeway_tc_egress(ctx: aya_ebpf::programs::TcContext) -> i32 {
+    tc_egress::tc_egress(&ctx)
+}
+
+/// Benchmark baseline: a TC program that passes every frame
+/// (`benches/shaper.rs` reports costs relative to it).
+#[aya_ebpf::macros::classifier]
+pub fn causeway_tc_pass(_ctx: aya_ebpf::programs::TcContext) -> i32 {
+    aya_ebpf::bindings::TC_ACT_OK as i32
 }
 
 #[cfg(not(test))]

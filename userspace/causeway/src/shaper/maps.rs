@@ -1,0 +1,175 @@
+//! Reads and writes the shaper's maps: a whole configuration at once
+//! (written to the inactive set, then one flip), the egress counters.
+
+use std::path::Path;
+
+use aya::{
+    maps::{Array, Map, MapData, MapError, PerCpuArray},
+    Ebpf,
+};
+use bpf_maps::{
+    classifier::MAX_CLASSES,
+    counters::COUNTER_SLOTS,
+    shaper::{
+        EgressCounters, ShaperClassConfig, ShaperControl, MAP_EGRESS_BUCKETS, MAP_EGRESS_CLASSES,
+        MAP_EGRESS_CONTROL, MAP_EGRESS_COUNTERS,
+    },
+};
+
+use super::config::ShapingTable;
+
+/// A map operation that failed, and on which map.
+#[derive(Debug, thiserror::Error)]
+pub enum ShaperMapError {
+    #[error("the eBPF object has no map {name}")]
+    Missing { name: &'static str },
+    #[error("map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: MapError,
+    },
+}
+
+fn err(name: &'static str) -> impl FnOnce(MapError) -> ShaperMapError {
+    move |source| ShaperMapError::Map { name, source }
+}
+
+/// Handles on the four shaper maps.
+pub struct ShaperMaps {
+    control: Array<MapData, ShaperControl>,
+    classes: Array<MapData, ShaperClassConfig>,
+    buckets: Array<MapData, bpf_maps::shaper::BucketState>,
+    counters: PerCpuArray<MapData, EgressCounters>,
+}
+
+impl ShaperMaps {
+    /// Takes the maps out of a loaded object.
+    pub fn from_ebpf(ebpf: &mut Ebpf) -> Result<Self, ShaperMapError> {
+        let mut take =
+            |name: &'static str| ebpf.take_map(name).ok_or(ShaperMapError::Missing { name });
+        let control = take(MAP_EGRESS_CONTROL)?;
+        let classes = take(MAP_EGRESS_CLASSES)?;
+        let buckets = take(MAP_EGRESS_BUCKETS)?;
+        let counters = take(MAP_EGRESS_COUNTERS)?;
+        Self::from_maps(control, classes, buckets, counters)
+    }
+
+    /// Opens the maps pinned in `dir` under their own names.
+    pub fn from_pins(dir: &Path) -> Result<Self, ShaperMapError> {
+        let open = |name: &'static str| {
+            MapData::from_pin(dir.join(name))
+                .and_then(Map::from_map_data)
+                .map_err(err(name))
+        };
+        Self::from_maps(
+            open(MAP_EGRESS_CONTROL)?,
+            open(MAP_EGRESS_CLASSES)?,
+            open(MAP_EGRESS_BUCKETS)?,
+            open(MAP_EGRESS_COUNTERS)?,
+        )
+    }
+
+    fn from_maps(
+        control: Map,
+        classes: Map,
+        buckets: Map,
+        counters: Map,
+    ) -> Result<Self, ShaperMapError> {
+        Ok(Self {
+            control: Array::try_from(control).map_err(err(MAP_EGRESS_CONTROL))?,
+            classes: Array::try_from(classes).map_err(err(MAP_EGRESS_CLASSES))?,
+            buckets: Array::try_from(buckets).map_err(err(MAP_EGRESS_BUCKETS))?,
+            counters: PerCpuArray::try_from(counters).map_err(err(MAP_EGRESS_COUNTERS))?,
+        })
+    }
+
+    fn control(&self) -> Result<ShaperControl, ShaperMapError> {
+        self.control.get(&0, 0).map_err(err(MAP_EGRESS_CONTROL))
+    }
+
+    /// Writes `table` into the inactive set, then makes it live with one
+    /// write of the control entry. Frames see the old or the new table,
+    /// never a mix; buckets keep their state. Returns the new generation.
+    /// On error the live table is unchanged.
+    pub fn apply(&mut self, table: &ShapingTable) -> Result<u64, ShaperMapError> {
+        let control = self.control()?;
+        let next = if control.enabled == 0 {
+            0
+        } else {
+            (control.active_set & 1) ^ 1
+        };
+        for (class, entry) in table.map_entries().iter().enumerate() {
+            self.classes
+                .set(next * MAX_CLASSES + class as u32, entry, 0)
+                .map_err(err(MAP_EGRESS_CLASSES))?;
+        }
+        let generation = control.generation + 1;
+        let live = ShaperControl {
+            active_set: next,
+            enabled: 1,
+            generation,
+        };
+        self.control
+            .set(0, live, 0)
+            .map_err(err(MAP_EGRESS_CONTROL))?;
+        Ok(generation)
+    }
+
+    /// The live entries by class, or `None` while no table was applied.
+    pub fn live_entries(&self) -> Result<Option<Vec<ShaperClassConfig>>, ShaperMapError> {
+        let control = self.control()?;
+        if control.enabled == 0 {
+            return Ok(None);
+        }
+        let base = (control.active_set & 1) * MAX_CLASSES;
+        (0..MAX_CLASSES)
+            .map(|c| {
+                self.classes
+                    .get(&(base + c), 0)
+                    .map_err(err(MAP_EGRESS_CLASSES))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+
+    /// The bucket state (`tat`, ns) of `class`.
+    pub fn bucket_tat(&self, class: u32) -> Result<u64, ShaperMapError> {
+        self.buckets
+            .get(&class, 0)
+            .map(|b| b.tat_ns)
+            .map_err(err(MAP_EGRESS_BUCKETS))
+    }
+
+    /// Sets the bucket state of `class` (tests and benchmarks).
+    pub fn set_bucket_tat(&mut self, class: u32, tat_ns: u64) -> Result<(), ShaperMapError> {
+        let state = bpf_maps::shaper::BucketState { tat_ns };
+        self.buckets
+            .set(class, state, 0)
+            .map_err(err(MAP_EGRESS_BUCKETS))
+    }
+
+    /// Counters of every slot (classes, then `UNCLASSIFIED_SLOT`), summed
+    /// over CPUs.
+    pub fn counters(&self) -> Result<Vec<EgressCounters>, ShaperMapError> {
+        (0..COUNTER_SLOTS)
+            .map(|slot| {
+                let per_cpu = self
+                    .counters
+                    .get(&slot, 0)
+                    .map_err(err(MAP_EGRESS_COUNTERS))?;
+                Ok(per_cpu
+                    .iter()
+                    .fold(EgressCounters::default(), |mut sum, c| {
+                        sum.sent_packets += c.sent_packets;
+                        sum.sent_bytes += c.sent_bytes;
+                        sum.shaped += c.shaped;
+                        sum.dropped += c.dropped;
+                        sum.marked += c.marked;
+                        sum.demoted += c.demoted;
+                        sum
+                    }))
+            })
+            .collect()
+    }
+}
