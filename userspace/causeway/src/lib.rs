@@ -2,5 +2,6 @@
 //! maps, and serves the `causeway` CLI.
 
 pub mod classifier;
+pub mod clock;
 pub mod ebpf_object;
 pub mod shaper;
