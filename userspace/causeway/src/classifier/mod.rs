@@ -1,7 +1,12 @@
 //! The classifier's rule model (what a validated policy becomes) and, beside
-//! it, how rules are compiled into the kernel's maps and a pure reference
-//! classifier that the kernel program is differential-tested against.
+//! it, how rules are compiled into the kernel's maps (`compile`), written to
+//! them atomically (`maps`), and a pure reference classifier (`reference`)
+//! that the kernel program is differential-tested against.
 
+pub mod compile;
+pub mod maps;
+pub mod reference;
 pub mod rule;
 
+pub use maps::{ClassifierMaps, ClassifierMapsError};
 pub use rule::{IpPrefix, PortRange, Rule, RuleSet, RuleSetError, Verdict};

@@ -1,0 +1,197 @@
+//! Compiles a [`RuleSet`] into the exact contents of the classifier maps for
+//! one rule-set index (see `bpf_maps::classifier` for the layout). Pure: no
+//! map is touched here; `maps.rs` writes what this produces.
+//!
+//! Bit `i` of every bitmap stands for rule `i` in priority order. For each
+//! field, the bitmap found for a frame's value has bit `i` set when rule `i`
+//! accepts that value:
+//! * prefixes: one LPM entry per distinct prefix of the field's rules, plus a
+//!   default entry (`/0`); an entry's bitmap holds every rule whose prefix
+//!   contains the entry's prefix, and every rule without a prefix on that
+//!   field. A rule whose other prefix fixes the address family appears only in
+//!   the tries of that family.
+//! * (protocol, DSCP): rules whose protocol and DSCP accept the pair.
+//! * ports: rules whose range holds the port, plus rules without a range on
+//!   that side; the `NO_PORTS` slot holds only rules without any port range.
+
+use std::{collections::BTreeMap, net::IpAddr};
+
+use bpf_maps::classifier::{
+    RuleAction, RuleBitmap, MAX_RULES, NO_PORTS, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS, VERDICT_DROP,
+    VERDICT_PASS,
+};
+
+use super::rule::{IpPrefix, PortRange, Rule, RuleSet, Verdict};
+
+/// LPM entries of one trie for one rule set: (address, prefix length in
+/// bits of the address, without the set byte) → bitmap.
+pub type LpmEntries<const N: usize> = BTreeMap<([u8; N], u8), RuleBitmap>;
+
+/// Everything one rule set puts into the maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompiledRuleSet {
+    /// Rule-set index (`0..RULE_SETS`) the contents are keyed with.
+    pub set: u32,
+    pub rule_count: u32,
+    pub src_v4: LpmEntries<4>,
+    pub dst_v4: LpmEntries<4>,
+    pub src_v6: LpmEntries<16>,
+    pub dst_v6: LpmEntries<16>,
+    /// `PROTO_DSCP_SLOTS` bitmaps, indexed `proto * 64 + dscp`.
+    pub proto_dscp: Vec<RuleBitmap>,
+    /// `PORT_SLOTS` bitmaps, indexed by port or `NO_PORTS`.
+    pub src_ports: Vec<RuleBitmap>,
+    pub dst_ports: Vec<RuleBitmap>,
+    /// `MAX_RULES` actions; slots past `rule_count` are zero.
+    pub actions: Vec<RuleAction>,
+}
+
+/// Sets bit `rule` of `bitmap`.
+pub fn set_bit(bitmap: &mut RuleBitmap, rule: usize) {
+    bitmap.words[rule / 64] |= 1u64 << (rule % 64);
+}
+
+/// Whether bit `rule` of `bitmap` is set.
+pub fn bit(bitmap: &RuleBitmap, rule: usize) -> bool {
+    bitmap.words[rule / 64] & (1u64 << (rule % 64)) != 0
+}
+
+/// Compiles `rules` for rule-set index `set`.
+///
+/// # Panics
+/// When `set >= RULE_SETS` (a caller bug, not an input error).
+pub fn compile(rules: &RuleSet, set: u32) -> CompiledRuleSet {
+    assert!(set < RULE_SETS, "rule-set index {set} out of range");
+    let rules = rules.rules();
+    debug_assert!(rules.len() <= MAX_RULES);
+    CompiledRuleSet {
+        set,
+        rule_count: rules.len() as u32,
+        src_v4: lpm_entries(rules, |r| r.src, Family::V4),
+        dst_v4: lpm_entries(rules, |r| r.dst, Family::V4),
+        src_v6: lpm_entries(rules, |r| r.src, Family::V6),
+        dst_v6: lpm_entries(rules, |r| r.dst, Family::V6),
+        proto_dscp: proto_dscp_bitmaps(rules),
+        src_ports: port_bitmaps(rules, |r| r.src_ports),
+        dst_ports: port_bitmaps(rules, |r| r.dst_ports),
+        actions: actions(rules),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    V4,
+    V6,
+}
+
+/// The address family a rule is confined to by its prefixes, if any.
+fn rule_family(rule: &Rule) -> Option<Family> {
+    rule.src.or(rule.dst).map(|p| if p.is_ipv4() { Family::V4 } else { Family::V6 })
+}
+
+/// Address bytes of `addr` when it is of the trie's width `N`.
+fn addr_bytes<const N: usize>(addr: IpAddr) -> Option<[u8; N]> {
+    match addr {
+        IpAddr::V4(a) => a.octets().as_slice().try_into().ok(),
+        IpAddr::V6(a) => a.octets().as_slice().try_into().ok(),
+    }
+}
+
+fn lpm_entries<const N: usize>(
+    rules: &[Rule],
+    field: impl Fn(&Rule) -> Option<IpPrefix>,
+    family: Family,
+) -> LpmEntries<N> {
+    let in_family = |p: &IpPrefix| p.is_ipv4() == (family == Family::V4);
+    let unspecified: IpAddr = if family == Family::V4 {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let mut prefixes: Vec<IpPrefix> = vec![IpPrefix::new(unspecified, 0).expect("/0 is a valid prefix")];
+    prefixes.extend(rules.iter().filter_map(&field).filter(in_family));
+
+    let mut entries = LpmEntries::new();
+    for prefix in prefixes {
+        let Some(addr) = addr_bytes::<N>(prefix.addr()) else {
+            continue;
+        };
+        let mut bitmap = RuleBitmap::default();
+        for (i, rule) in rules.iter().enumerate() {
+            if rule_family(rule).is_some_and(|f| f != family) {
+                continue;
+            }
+            let accepts = match field(rule) {
+                None => true,
+                Some(r) => r.len() <= prefix.len() && r.contains(prefix.addr()),
+            };
+            if accepts {
+                set_bit(&mut bitmap, i);
+            }
+        }
+        entries.insert((addr, prefix.len()), bitmap);
+    }
+    entries
+}
+
+fn proto_dscp_bitmaps(rules: &[Rule]) -> Vec<RuleBitmap> {
+    let mut out = vec![RuleBitmap::default(); PROTO_DSCP_SLOTS as usize];
+    for (i, rule) in rules.iter().enumerate() {
+        let protos = rule.proto.map_or(0..=255u8, |p| p..=p);
+        for proto in protos {
+            let dscps = rule.dscp.map_or(0..=63u8, |d| d..=d);
+            for dscp in dscps {
+                set_bit(&mut out[usize::from(proto) * 64 + usize::from(dscp)], i);
+            }
+        }
+    }
+    out
+}
+
+fn port_bitmaps(rules: &[Rule], field: impl Fn(&Rule) -> Option<PortRange>) -> Vec<RuleBitmap> {
+    // Rules without a range on this side hold every port; ranged rules are
+    // toggled on at `lo` and off at `hi + 1`, then one sweep accumulates.
+    let mut always = RuleBitmap::default();
+    let mut toggles = vec![RuleBitmap::default(); PORT_SLOTS as usize];
+    let mut out = vec![RuleBitmap::default(); PORT_SLOTS as usize];
+    for (i, rule) in rules.iter().enumerate() {
+        match field(rule) {
+            None => set_bit(&mut always, i),
+            Some(range) => {
+                set_bit(&mut toggles[usize::from(range.lo())], i);
+                if let Some(end) = range.hi().checked_add(1) {
+                    set_bit(&mut toggles[usize::from(end)], i);
+                }
+            }
+        }
+        if rule.src_ports.is_none() && rule.dst_ports.is_none() {
+            set_bit(&mut out[NO_PORTS as usize], i);
+        }
+    }
+    let mut ranged = RuleBitmap::default();
+    for port in 0..=usize::from(u16::MAX) {
+        for w in 0..ranged.words.len() {
+            ranged.words[w] ^= toggles[port].words[w];
+            out[port].words[w] = ranged.words[w] | always.words[w];
+        }
+    }
+    out
+}
+
+fn actions(rules: &[Rule]) -> Vec<RuleAction> {
+    let mut out = vec![RuleAction::default(); MAX_RULES];
+    for (slot, rule) in out.iter_mut().zip(rules) {
+        *slot = RuleAction {
+            class: u32::from(rule.class),
+            verdict: match rule.verdict {
+                Verdict::Pass => VERDICT_PASS,
+                Verdict::Drop => VERDICT_DROP,
+            },
+        };
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "compile_tests.rs"]
+mod tests;

@@ -1,0 +1,348 @@
+//! [`ClassifierMaps`]: the handle through which a rule set reaches the
+//! kernel's classifier maps.
+//!
+//! # Atomic replacement and why it is race-free
+//! Every map holds two rule sets. [`ClassifierMaps::apply`] compiles the new
+//! rules for the set that is *not* active, writes that set completely, and
+//! only then flips `active_set` in `CW_CLS_CONFIG` with one map update. A
+//! frame reads `active_set` once, at the start of its classification, so it
+//! sees the old set or the new one, never a mix:
+//! * the flip itself cannot tear: the old and new config values differ in
+//!   `active_set`'s low byte (0 ↔ 1) and in fields the kernel never reads;
+//! * a program that read the old `active_set` just before the flip keeps
+//!   using the old set until it returns. XDP/TC programs run to completion
+//!   with bottom halves disabled, within microseconds (the verifier bounds
+//!   them). The old set is rewritten only by the *next* apply, which first
+//!   waits until [`MIN_FLIP_INTERVAL`] (50 ms, four orders of magnitude more
+//!   than any program run) has passed since the last flip. The flip time is
+//!   stored in the config (`flipped_at_ns`, `CLOCK_BOOTTIME`) so that the
+//!   wait also holds between different processes.
+//!
+//! # Few syscalls
+//! The handle remembers what each set's array slots hold (after writing or
+//! reading them back once), and writes only slots that differ. LPM entries of
+//! the inactive set are read back every time (at most a few hundred) and
+//! stale ones are removed. If another process applied in between (the config
+//! generation is not the one this handle wrote), what it remembered is
+//! dropped and read back again.
+
+use std::{path::Path, thread, time::Duration};
+
+use aya::{
+    maps::{lpm_trie::Key, Array, LpmTrie, Map, MapData, MapError},
+    Ebpf, Pod,
+};
+use bpf_maps::classifier::{
+    ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT,
+    MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP, MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAX_RULES,
+    PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+};
+
+use super::{
+    compile::{compile, CompiledRuleSet, LpmEntries},
+    rule::RuleSet,
+};
+
+/// Minimum time between a flip and the next rewrite of the set it retired.
+pub const MIN_FLIP_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Why the classifier maps could not be opened or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ClassifierMapsError {
+    #[error("map {name} is not in the eBPF object")]
+    MissingMap { name: &'static str },
+    #[error("map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: MapError,
+    },
+    #[error("opening pinned map {path}: {source}")]
+    Pin {
+        path: std::path::PathBuf,
+        #[source]
+        source: MapError,
+    },
+    #[error("{MAP_CLASSIFIER_CONFIG} holds active_set {0}, expected 0 or 1")]
+    BadActiveSet(u32),
+    #[error("reading CLOCK_BOOTTIME: {0}")]
+    Clock(#[source] nix::Error),
+}
+
+type Result<T> = std::result::Result<T, ClassifierMapsError>;
+
+/// Map updates and removals made by the last [`ClassifierMaps::apply`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ApplyStats {
+    pub array_writes: usize,
+    pub array_reads: usize,
+    pub lpm_writes: usize,
+    pub lpm_removals: usize,
+}
+
+/// Array slots of one rule set as this handle last wrote or read them.
+#[derive(Clone)]
+struct KnownSlots {
+    proto_dscp: Vec<RuleBitmap>,
+    src_ports: Vec<RuleBitmap>,
+    dst_ports: Vec<RuleBitmap>,
+    actions: Vec<RuleAction>,
+}
+
+/// Open handles on every classifier map, plus what this handle knows of
+/// their contents.
+pub struct ClassifierMaps {
+    config: Array<MapData, ClassifierConfig>,
+    src_v4: LpmTrie<MapData, Ipv4LpmData, RuleBitmap>,
+    dst_v4: LpmTrie<MapData, Ipv4LpmData, RuleBitmap>,
+    src_v6: LpmTrie<MapData, Ipv6LpmData, RuleBitmap>,
+    dst_v6: LpmTrie<MapData, Ipv6LpmData, RuleBitmap>,
+    proto_dscp: Array<MapData, RuleBitmap>,
+    src_ports: Array<MapData, RuleBitmap>,
+    dst_ports: Array<MapData, RuleBitmap>,
+    actions: Array<MapData, RuleAction>,
+    known: [Option<KnownSlots>; RULE_SETS as usize],
+    generation_seen: Option<u64>,
+    last_stats: ApplyStats,
+}
+
+fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ClassifierMapsError {
+    move |source| ClassifierMapsError::Map { name, source }
+}
+
+/// Opens a second handle on the map `name` of a loaded object, leaving the
+/// object's own handle in place (so that it can still be pinned or used).
+fn reopen(ebpf: &Ebpf, name: &'static str) -> Result<Map> {
+    let map = ebpf.map(name).ok_or(ClassifierMapsError::MissingMap { name })?;
+    let data = match map {
+        Map::Array(data) | Map::LpmTrie(data) => data,
+        _ => return Err(ClassifierMapsError::Map { name, source: MapError::InvalidMapType { map_type: 0 } }),
+    };
+    let id = data.info().map_err(map_err(name))?.id();
+    let data = MapData::from_id(id).map_err(map_err(name))?;
+    Map::from_map_data(data).map_err(map_err(name))
+}
+
+/// Opens the map `name` through `get` as the typed map `T`.
+fn typed<T: TryFrom<Map, Error = MapError>>(
+    get: &mut impl FnMut(&'static str) -> Result<Map>,
+    name: &'static str,
+) -> Result<T> {
+    T::try_from(get(name)?).map_err(map_err(name))
+}
+
+impl ClassifierMaps {
+    /// Handles on the classifier maps of a loaded Causeway object.
+    pub fn from_ebpf(ebpf: &Ebpf) -> Result<Self> {
+        Self::open(|name| reopen(ebpf, name))
+    }
+
+    /// Handles on classifier maps pinned as `<dir>/<MAP_NAME>`.
+    pub fn from_pin_dir(dir: &Path) -> Result<Self> {
+        Self::open(|name| {
+            let path = dir.join(name);
+            let data = MapData::from_pin(&path).map_err(|source| ClassifierMapsError::Pin { path, source })?;
+            Map::from_map_data(data).map_err(map_err(name))
+        })
+    }
+
+    fn open(mut get: impl FnMut(&'static str) -> Result<Map>) -> Result<Self> {
+        Ok(Self {
+            config: typed(&mut get, MAP_CLASSIFIER_CONFIG)?,
+            src_v4: typed(&mut get, MAP_SRC_V4)?,
+            dst_v4: typed(&mut get, MAP_DST_V4)?,
+            src_v6: typed(&mut get, MAP_SRC_V6)?,
+            dst_v6: typed(&mut get, MAP_DST_V6)?,
+            proto_dscp: typed(&mut get, MAP_PROTO_DSCP)?,
+            src_ports: typed(&mut get, MAP_SRC_PORT)?,
+            dst_ports: typed(&mut get, MAP_DST_PORT)?,
+            actions: typed(&mut get, MAP_RULE_ACTIONS)?,
+            known: [None, None],
+            generation_seen: None,
+            last_stats: ApplyStats::default(),
+        })
+    }
+
+    /// The live configuration (active set, rule count, generation).
+    pub fn config(&self) -> Result<ClassifierConfig> {
+        self.config.get(&0, 0).map_err(map_err(MAP_CLASSIFIER_CONFIG))
+    }
+
+    /// What the last [`apply`](Self::apply) wrote and read.
+    pub fn last_apply_stats(&self) -> ApplyStats {
+        self.last_stats
+    }
+
+    /// Replaces the live rule set with `rules`, atomically for the frames
+    /// being classified, and returns the new generation. On error the live
+    /// set is unchanged (only the inactive set may be partly written).
+    pub fn apply(&mut self, rules: &RuleSet) -> Result<u64> {
+        let current = self.config()?;
+        if current.active_set >= RULE_SETS {
+            return Err(ClassifierMapsError::BadActiveSet(current.active_set));
+        }
+        if self.generation_seen != Some(current.generation) {
+            self.known = [None, None];
+        }
+        let target = 1 - current.active_set;
+        wait_out_grace_period(current.flipped_at_ns)?;
+
+        let compiled = compile(rules, target);
+        let mut stats = ApplyStats::default();
+        let known = self.known[target as usize].take();
+        write_lpm(&mut self.src_v4, MAP_SRC_V4, target, &compiled.src_v4, Ipv4LpmData::new, &mut stats)?;
+        write_lpm(&mut self.dst_v4, MAP_DST_V4, target, &compiled.dst_v4, Ipv4LpmData::new, &mut stats)?;
+        write_lpm(&mut self.src_v6, MAP_SRC_V6, target, &compiled.src_v6, Ipv6LpmData::new, &mut stats)?;
+        write_lpm(&mut self.dst_v6, MAP_DST_V6, target, &compiled.dst_v6, Ipv6LpmData::new, &mut stats)?;
+        let slots = self.write_slots(&compiled, known, &mut stats)?;
+
+        let next = ClassifierConfig {
+            active_set: target,
+            rule_count: compiled.rule_count,
+            generation: current.generation + 1,
+            flipped_at_ns: boottime_ns()?,
+        };
+        self.config.set(0, next, 0).map_err(map_err(MAP_CLASSIFIER_CONFIG))?;
+        self.known[target as usize] = Some(slots);
+        self.generation_seen = Some(next.generation);
+        self.last_stats = stats;
+        Ok(next.generation)
+    }
+
+    fn write_slots(
+        &mut self,
+        c: &CompiledRuleSet,
+        known: Option<KnownSlots>,
+        stats: &mut ApplyStats,
+    ) -> Result<KnownSlots> {
+        let set = c.set;
+        let (pd, sp, dp, act) = match known {
+            Some(k) => (Some(k.proto_dscp), Some(k.src_ports), Some(k.dst_ports), Some(k.actions)),
+            None => (None, None, None, None),
+        };
+        write_array(&mut self.proto_dscp, MAP_PROTO_DSCP, set * PROTO_DSCP_SLOTS, &c.proto_dscp, pd, stats)?;
+        write_array(&mut self.src_ports, MAP_SRC_PORT, set * PORT_SLOTS, &c.src_ports, sp, stats)?;
+        write_array(&mut self.dst_ports, MAP_DST_PORT, set * PORT_SLOTS, &c.dst_ports, dp, stats)?;
+        write_array(&mut self.actions, MAP_RULE_ACTIONS, set * MAX_RULES as u32, &c.actions, act, stats)?;
+        Ok(KnownSlots {
+            proto_dscp: c.proto_dscp.clone(),
+            src_ports: c.src_ports.clone(),
+            dst_ports: c.dst_ports.clone(),
+            actions: c.actions.clone(),
+        })
+    }
+}
+
+/// Writes `wanted` at `base..` wherever it differs from what the slots hold:
+/// `known` when this handle knows it, otherwise read back slot by slot.
+fn write_array<V: Pod + PartialEq>(
+    map: &mut Array<MapData, V>,
+    name: &'static str,
+    base: u32,
+    wanted: &[V],
+    known: Option<Vec<V>>,
+    stats: &mut ApplyStats,
+) -> Result<()> {
+    for (i, value) in wanted.iter().enumerate() {
+        let index = base + i as u32;
+        let held = match &known {
+            Some(k) => k[i],
+            None => {
+                stats.array_reads += 1;
+                map.get(&index, 0).map_err(map_err(name))?
+            }
+        };
+        if held != *value {
+            map.set(index, value, 0).map_err(map_err(name))?;
+            stats.array_writes += 1;
+        }
+    }
+    Ok(())
+}
+
+/// LPM key data constructors, so that one writer serves both families.
+trait LpmData<const N: usize>: Pod + PartialEq {
+    fn new(set: u8, addr: [u8; N]) -> Self;
+    fn set(&self) -> u8;
+}
+
+impl LpmData<4> for Ipv4LpmData {
+    fn new(set: u8, addr: [u8; 4]) -> Self {
+        Self { set, addr }
+    }
+    fn set(&self) -> u8 {
+        self.set
+    }
+}
+
+impl LpmData<16> for Ipv6LpmData {
+    fn new(set: u8, addr: [u8; 16]) -> Self {
+        Self { set, addr }
+    }
+    fn set(&self) -> u8 {
+        self.set
+    }
+}
+
+/// Makes the trie's entries for `set` exactly `wanted`: stale entries are
+/// removed, new or changed ones written, equal ones left alone.
+fn write_lpm<K: LpmData<N>, const N: usize>(
+    trie: &mut LpmTrie<MapData, K, RuleBitmap>,
+    name: &'static str,
+    set: u32,
+    wanted: &LpmEntries<N>,
+    make: fn(u8, [u8; N]) -> K,
+    stats: &mut ApplyStats,
+) -> Result<()> {
+    let set = set as u8;
+    let key_of = |addr: [u8; N], len: u8| Key::new(8 + u32::from(len), make(set, addr));
+    let mut held = Vec::new();
+    for key in trie.keys() {
+        let key = key.map_err(map_err(name))?;
+        if key.data().set() == set {
+            held.push(key);
+        }
+    }
+    let wanted_keys: Vec<(u32, K)> = wanted
+        .keys()
+        .map(|(addr, len)| {
+            let k = key_of(*addr, *len);
+            (k.prefix_len(), k.data())
+        })
+        .collect();
+    for key in &held {
+        let id = (key.prefix_len(), key.data());
+        if !wanted_keys.contains(&id) {
+            trie.remove(key).map_err(map_err(name))?;
+            stats.lpm_removals += 1;
+        }
+    }
+    for ((addr, len), bitmap) in wanted {
+        let key = key_of(*addr, *len);
+        match trie.get(&key, 0) {
+            Ok(current) if current == *bitmap => {}
+            Ok(_) | Err(MapError::KeyNotFound) => {
+                trie.insert(&key, bitmap, 0).map_err(map_err(name))?;
+                stats.lpm_writes += 1;
+            }
+            Err(e) => return Err(map_err(name)(e)),
+        }
+    }
+    Ok(())
+}
+
+/// Sleeps until [`MIN_FLIP_INTERVAL`] has passed since `flipped_at_ns`.
+fn wait_out_grace_period(flipped_at_ns: u64) -> Result<()> {
+    let now = boottime_ns()?;
+    let ready_at = flipped_at_ns.saturating_add(MIN_FLIP_INTERVAL.as_nanos() as u64);
+    if now < ready_at {
+        let wait = Duration::from_nanos(ready_at - now).min(MIN_FLIP_INTERVAL);
+        thread::sleep(wait);
+    }
+    Ok(())
+}
+
+fn boottime_ns() -> Result<u64> {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).map_err(ClassifierMapsError::Clock)?;
+    Ok(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
+}
