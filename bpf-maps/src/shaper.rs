@@ -93,6 +93,10 @@ pub struct ShaperControl {
     pub enabled: u32,
     /// Incremented by userspace on every change.
     pub generation: u64,
+    /// `CLOCK_MONOTONIC` ns of the last flip: userspace does not rewrite
+    /// the now-inactive set until frames that read the old `active_set`
+    /// are done (a grace period).
+    pub flipped_at_ns: u64,
 }
 
 /// What the TC egress program counted for one class on one CPU. Indexed
@@ -127,7 +131,7 @@ crate::assert_no_padding!(
     u32
 );
 crate::assert_no_padding!(BucketState, u64);
-crate::assert_no_padding!(ShaperControl, u32, u32, u64);
+crate::assert_no_padding!(ShaperControl, u32, u32, u64, u64);
 crate::assert_no_padding!(EgressCounters, u64, u64, u64, u64, u64, u64);
 crate::impl_pod!(
     ShaperClassConfig,

@@ -7,11 +7,15 @@ use aya::{
     Ebpf,
 };
 use bpf_maps::{counters::UNCLASSIFIED_SLOT, shaper::EgressCounters};
-use causeway::shaper::{
-    bucket::frame_cost,
-    config::{ClassShaping, OverAction, ShapingTable},
-    maps::ShaperMaps,
-    BucketParams,
+use causeway::{
+    classifier::{maps::ClassifierMaps, PortRange, Rule, RuleSet, Verdict},
+    shaper::{
+        bucket::frame_cost,
+        config::{ClassShaping, OverAction, ShapingTable},
+        htb::leaf_classid,
+        maps::ShaperMaps,
+        BucketParams,
+    },
 };
 
 const TC_ACT_SHOT: u32 = 2;
@@ -40,7 +44,7 @@ impl Harness {
             .try_into()
             .expect("a classifier");
         prog.load().expect("verifier accepts causeway_tc_egress");
-        let maps = ShaperMaps::from_ebpf(&mut ebpf).expect("shaper maps");
+        let maps = ShaperMaps::from_ebpf(&ebpf).expect("shaper maps");
         Self { ebpf, maps }
     }
 
@@ -318,4 +322,49 @@ fn kernel_bucket_charges_exactly_what_the_model_computes() {
 fn monotonic_ns() -> u64 {
     let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock");
     t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
+}
+
+#[test]
+fn frames_are_classified_by_the_shared_rules() {
+    need_root!();
+    let mut h = Harness::new();
+    let rule = |priority, dst_port: u16, class| Rule {
+        priority,
+        src: None,
+        dst: None,
+        proto: Some(17),
+        src_ports: None,
+        dst_ports: Some(PortRange::new(dst_port, dst_port).expect("port")),
+        dscp: None,
+        class,
+        verdict: Verdict::Pass,
+    };
+    // ipv4_udp/ipv6_udp send to port 7000.
+    let rules = RuleSet::new(vec![rule(10, 7000, 3), rule(20, 5201, 5)]).expect("rules");
+    let mut classifier = ClassifierMaps::from_ebpf(&h.ebpf).expect("classifier maps");
+    classifier.apply(&rules).expect("apply rules");
+    let class = |dscp, class| ClassShaping {
+        bucket: None,
+        over: OverAction::Drop,
+        dscp: Some(dscp),
+        priority: Some(leaf_classid(class)),
+    };
+    let table =
+        ShapingTable::new([(0, class(0, 0)), (3, class(46, 3)), (5, class(8, 5))]).expect("table");
+    h.maps.apply(&table).expect("apply shaping");
+
+    let (verdict, out, prio) = h.run(&ipv4_udp(0, 64), 0);
+    assert_eq!((verdict, out[15] >> 2, prio), (PASS, 46, leaf_classid(3)));
+    let (_, out, prio) = h.run(&ipv6_udp(0, 0, 64), 0);
+    assert_eq!(
+        ((out[14] & 0x0f) << 2 | out[15] >> 6, prio),
+        (46, leaf_classid(3))
+    );
+    // Another port: no rule matches, class 0.
+    let mut other = ipv4_udp(0x28 << 2, 64);
+    other[36..38].copy_from_slice(&9999u16.to_be_bytes());
+    let (_, out, prio) = h.run(&other, 0);
+    assert_eq!((out[15] >> 2, prio), (0, leaf_classid(0)));
+    assert_eq!(h.counters(3).sent_packets, 2);
+    assert_eq!(h.counters(0).sent_packets, 1);
 }

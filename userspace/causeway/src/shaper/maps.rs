@@ -35,6 +35,16 @@ fn err(name: &'static str) -> impl FnOnce(MapError) -> ShaperMapError {
     move |source| ShaperMapError::Map { name, source }
 }
 
+/// How long a configuration set stays untouched after it was replaced.
+const GRACE_NS: u64 = 2_000_000;
+
+/// `CLOCK_MONOTONIC`, the clock of `bpf_ktime_get_ns`, in ns.
+pub fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
+}
+
 /// Handles on the four shaper maps.
 pub struct ShaperMaps {
     control: Array<MapData, ShaperControl>,
@@ -44,15 +54,28 @@ pub struct ShaperMaps {
 }
 
 impl ShaperMaps {
-    /// Takes the maps out of a loaded object.
-    pub fn from_ebpf(ebpf: &mut Ebpf) -> Result<Self, ShaperMapError> {
-        let mut take =
-            |name: &'static str| ebpf.take_map(name).ok_or(ShaperMapError::Missing { name });
-        let control = take(MAP_EGRESS_CONTROL)?;
-        let classes = take(MAP_EGRESS_CLASSES)?;
-        let buckets = take(MAP_EGRESS_BUCKETS)?;
-        let counters = take(MAP_EGRESS_COUNTERS)?;
-        Self::from_maps(control, classes, buckets, counters)
+    /// Opens second handles on the maps of a loaded object (the object
+    /// keeps its own, so that it can still pin them).
+    pub fn from_ebpf(ebpf: &Ebpf) -> Result<Self, ShaperMapError> {
+        let reopen = |name: &'static str| {
+            let map = ebpf.map(name).ok_or(ShaperMapError::Missing { name })?;
+            let (Map::Array(data) | Map::PerCpuArray(data)) = map else {
+                return Err(ShaperMapError::Map {
+                    name,
+                    source: MapError::InvalidMapType { map_type: 0 },
+                });
+            };
+            let id = data.info().map_err(err(name))?.id();
+            MapData::from_id(id)
+                .and_then(Map::from_map_data)
+                .map_err(err(name))
+        };
+        Self::from_maps(
+            reopen(MAP_EGRESS_CONTROL)?,
+            reopen(MAP_EGRESS_CLASSES)?,
+            reopen(MAP_EGRESS_BUCKETS)?,
+            reopen(MAP_EGRESS_COUNTERS)?,
+        )
     }
 
     /// Opens the maps pinned in `dir` under their own names.
@@ -94,6 +117,13 @@ impl ShaperMaps {
     /// On error the live table is unchanged.
     pub fn apply(&mut self, table: &ShapingTable) -> Result<u64, ShaperMapError> {
         let control = self.control()?;
+        // A frame that read the old `active_set` just before the last flip
+        // may still be reading the set about to be rewritten: wait until it
+        // must be done (TC programs run to completion in microseconds).
+        let since_flip = monotonic_ns().saturating_sub(control.flipped_at_ns);
+        if since_flip < GRACE_NS {
+            std::thread::sleep(std::time::Duration::from_nanos(GRACE_NS - since_flip));
+        }
         let next = if control.enabled == 0 {
             0
         } else {
@@ -109,6 +139,7 @@ impl ShaperMaps {
             active_set: next,
             enabled: 1,
             generation,
+            flipped_at_ns: monotonic_ns(),
         };
         self.control
             .set(0, live, 0)

@@ -4,6 +4,7 @@
 
 pub mod bucket;
 pub mod config;
+pub mod htb;
 pub mod maps;
 
 pub use bucket::{BucketError, BucketParams, Decision, SharedBucket};
