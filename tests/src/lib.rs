@@ -1,1 +1,4 @@
 //! Helpers shared by the integration tests.
+
+pub mod causeway_cli;
+pub mod netns;

@@ -2,6 +2,9 @@
 //! maps, and serves the `causeway` CLI.
 
 pub mod classifier;
+pub mod datapath;
 pub mod clock;
 pub mod ebpf_object;
+pub mod policy;
 pub mod shaper;
+pub mod stats;

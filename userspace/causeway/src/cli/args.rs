@@ -1,0 +1,180 @@
+//! The command line: every command says what is required, what is optional,
+//! and shows an example.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use causeway::datapath::{layout, AttachMode};
+
+/// Causeway: classify, count and police AI-training traffic with XDP.
+#[derive(Debug, Parser)]
+#[command(name = "causeway", version, propagate_version = true)]
+#[command(after_help = "Examples:
+  causeway --netns dc1 attach --iface veth0 --policy policy.toml
+  causeway policy check policy.toml
+  causeway --netns dc1 stats --watch
+  causeway status")]
+pub struct Cli {
+    /// Work inside network namespace NAME (/run/netns/NAME, as made by
+    /// `ip netns add`). Only the network namespace is entered, so the pins
+    /// on the host's bpffs stay visible. Optional; default: the current one.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub netns: Option<String>,
+
+    /// bpffs directory for Causeway's pins; mounted when missing. Optional.
+    #[arg(long, global = true, value_name = "DIR",
+          default_value = layout::DEFAULT_PIN_ROOT)]
+    pub pin_root: PathBuf,
+
+    /// Directory for records kept beside the pins (applied policy, attach
+    /// mode). Optional.
+    #[arg(long, global = true, value_name = "DIR",
+          default_value = layout::DEFAULT_STATE_ROOT)]
+    pub state_dir: PathBuf,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load the XDP classifier, attach it to an interface and pin it.
+    ///
+    /// Attaching an interface that is already attached keeps the live
+    /// attachment (and applies --policy to it): it never attaches twice.
+    /// Pins of an attachment whose interface is gone are replaced.
+    #[command(
+        after_help = "Example:\n  causeway --netns dc1 attach --iface veth0 --mode driver --policy policy.toml"
+    )]
+    Attach(AttachArgs),
+
+    /// Detach the classifier from an interface and remove every pin and
+    /// record of it. Works when the interface no longer exists.
+    #[command(after_help = "Example:\n  causeway --netns dc1 detach --iface veth0")]
+    Detach(IfaceArg),
+
+    /// Show the attached interfaces (all namespaces, or only --netns):
+    /// health, XDP mode, program and link ids, policy generation, rules.
+    #[command(after_help = "Examples:\n  causeway status\n  causeway --netns dc1 status --json")]
+    Status(JsonArg),
+
+    /// Check, apply and show policy files.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+
+    /// Per-class ingress counters (packets, bytes, drops; summed over CPUs)
+    /// and frames left unclassified, named after the applied policy.
+    #[command(
+        after_help = "Examples:\n  causeway --netns dc1 stats --iface veth0\n  causeway stats --json\n  causeway stats --watch --interval 2"
+    )]
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// Interface to attach to (required).
+    #[arg(long, value_name = "IF")]
+    pub iface: String,
+    /// XDP mode: auto (the kernel picks native when the driver has it),
+    /// skb (generic) or driver (native). Optional; default: auto.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub mode: AttachMode,
+    /// Policy file to apply before the first frame is classified. Optional;
+    /// without it every frame counts as class `default`.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct IfaceArg {
+    /// Interface (required).
+    #[arg(long, value_name = "IF")]
+    pub iface: String,
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Print JSON instead of a table. Optional.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Validate a policy file without touching the kernel; prints the
+    /// classes and the rules in priority order.
+    #[command(after_help = "Example:\n  causeway policy check policy.toml")]
+    Check {
+        /// Policy file (required).
+        file: PathBuf,
+    },
+    /// Validate a policy file, then replace the rules of one attached
+    /// interface, or of every attached interface in the namespace when
+    /// --iface is omitted. An invalid file changes nothing.
+    #[command(
+        after_help = "Examples:\n  causeway --netns dc1 policy apply --iface veth0 policy.toml\n  causeway policy apply policy.toml"
+    )]
+    Apply {
+        /// Interface. Optional; default: every attached interface.
+        #[arg(long, value_name = "IF")]
+        iface: Option<String>,
+        /// Policy file (required).
+        file: PathBuf,
+    },
+    /// Show the policy applied to one interface, or to every attached
+    /// interface in the namespace.
+    #[command(after_help = "Example:\n  causeway --netns dc1 policy show --iface veth0")]
+    Show {
+        /// Interface. Optional; default: every attached interface.
+        #[arg(long, value_name = "IF")]
+        iface: Option<String>,
+    },
+    /// Print a complete, commented example policy.
+    #[command(after_help = "Example:\n  causeway policy example > policy.toml")]
+    Example,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Interface. Optional; default: every attached interface in the namespace.
+    #[arg(long, value_name = "IF")]
+    pub iface: Option<String>,
+    /// Print again every --interval seconds, with rates, until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    /// Seconds between samples with --watch. Optional; default: 1.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub interval: f64,
+    /// Print JSON (one document per sample with --watch). Optional.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_global_netns_after_the_command() {
+        let cli = Cli::parse_from([
+            "causeway", "attach", "--iface", "v0", "--netns", "A", "--mode", "skb",
+        ]);
+        assert_eq!(cli.netns.as_deref(), Some("A"));
+        match cli.command {
+            Command::Attach(a) => assert_eq!((a.iface.as_str(), a.mode), ("v0", AttachMode::Skb)),
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["causeway", "attach"]).is_err());
+        assert!(
+            Cli::try_parse_from(["causeway", "attach", "--iface", "v0", "--mode", "hw"]).is_err()
+        );
+    }
+}

@@ -1,0 +1,50 @@
+//! The `causeway` command: parses the command line, enters the requested
+//! network namespace, and runs one command.
+
+mod args;
+mod interfaces;
+mod policy_cmd;
+mod stats_cmd;
+mod table;
+
+use anyhow::{Context as _, Result};
+use clap::Parser as _;
+
+use causeway::datapath::{netns, Layout, NetnsScope};
+
+pub use args::Cli;
+use args::Command;
+
+/// What every command works on: the layout and the namespace scope.
+pub struct Context {
+    pub layout: Layout,
+    pub scope: NetnsScope,
+}
+
+/// Runs the command line of this process.
+pub fn main() -> Result<()> {
+    run(Cli::parse())
+}
+
+/// Enters `--netns` (before anything else, while the process has one
+/// thread) and runs the command.
+pub fn run(cli: Cli) -> Result<()> {
+    if let Some(name) = &cli.netns {
+        netns::enter(name)?;
+    }
+    let ctx = Context {
+        layout: Layout {
+            pin_root: cli.pin_root,
+            state_root: cli.state_dir,
+        },
+        scope: NetnsScope::current(cli.netns.as_deref())
+            .context("cannot tell which network namespace this is")?,
+    };
+    match cli.command {
+        Command::Attach(a) => interfaces::attach(&ctx, &a),
+        Command::Detach(a) => interfaces::detach(&ctx, &a.iface),
+        Command::Status(a) => interfaces::status(&ctx, a.json, cli.netns.is_some()),
+        Command::Policy(p) => policy_cmd::run(&ctx, p),
+        Command::Stats(s) => stats_cmd::run(&ctx, &s),
+    }
+}

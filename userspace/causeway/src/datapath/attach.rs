@@ -1,0 +1,383 @@
+//! Attaching the XDP classifier to an interface, re-adopting an existing
+//! attachment through its pins, and detaching it with every pin it made.
+
+use std::{path::Path, str::FromStr};
+
+use aya::{
+    programs::{links::FdLink, ProgramInfo, Xdp, XdpMode},
+    EbpfLoader,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    bpffs,
+    layout::{IfacePaths, Layout},
+    link::{self, LinkState},
+    netns::NetnsScope,
+    rules,
+    state::{self, AttachRecord},
+    DatapathError,
+};
+use crate::{
+    classifier::RuleSet,
+    ebpf_object::{EBPF_OBJECT, XDP_PROGRAM},
+};
+
+/// How the XDP program is attached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttachMode {
+    /// Native if the driver supports it, else generic (the kernel decides).
+    #[default]
+    Auto,
+    /// Generic XDP, in the kernel stack after the skb is built.
+    Skb,
+    /// Native XDP, in the driver.
+    Driver,
+}
+
+impl AttachMode {
+    fn xdp_mode(self) -> XdpMode {
+        match self {
+            Self::Auto => XdpMode::Default,
+            Self::Skb => XdpMode::Skb,
+            Self::Driver => XdpMode::Driver,
+        }
+    }
+}
+
+impl FromStr for AttachMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "skb" | "generic" => Ok(Self::Skb),
+            "driver" | "native" | "drv" => Ok(Self::Driver),
+            _ => Err(format!("unknown XDP mode '{s}': use auto, skb or driver")),
+        }
+    }
+}
+
+impl std::fmt::Display for AttachMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Skb => "skb",
+            Self::Driver => "driver",
+        })
+    }
+}
+
+/// The result of [`attach`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Attached {
+    pub iface: String,
+    pub ifindex: u32,
+    pub mode: AttachMode,
+    pub prog_id: u32,
+    pub link_id: u32,
+    /// An existing, live attachment was found and kept.
+    pub adopted: bool,
+    /// Pins of a dead attachment (interface gone or half-made) were removed first.
+    pub replaced_stale: Option<String>,
+    /// Classifier generation after applying the rules, if rules were given.
+    pub generation: Option<u64>,
+}
+
+/// What the pins of an interface say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PinState {
+    Absent,
+    /// Attached to `ifindex` with these ids; program and maps are pinned.
+    Live(LinkState),
+    /// Pins exist but do not form a working attachment.
+    Stale(String),
+}
+
+/// Reads the pins of `paths`; `ifindex` is the interface the link should
+/// be attached to, when known.
+pub fn inspect(paths: &IfacePaths, ifindex: Option<u32>) -> PinState {
+    if !paths.pin_dir.exists() {
+        return PinState::Absent;
+    }
+    let link = match link::read_pinned(&paths.xdp_link()) {
+        Ok(link) => link,
+        Err(e) => return PinState::Stale(format!("no usable link pin: {e}")),
+    };
+    if link.ifindex == 0 {
+        return PinState::Stale(format!(
+            "link {} is defunct: its interface was deleted",
+            link.link_id
+        ));
+    }
+    if let Some(expected) = ifindex.filter(|i| *i != link.ifindex) {
+        return PinState::Stale(format!(
+            "link {} is attached to ifindex {}, the interface now has ifindex {expected}",
+            link.link_id, link.ifindex
+        ));
+    }
+    match ProgramInfo::from_pin(paths.xdp_prog()) {
+        Ok(info) if info.id() == link.prog_id => {}
+        Ok(info) => {
+            return PinState::Stale(format!(
+                "pinned program {} is not the linked program {}",
+                info.id(),
+                link.prog_id
+            ))
+        }
+        Err(e) => return PinState::Stale(format!("no usable program pin: {e}")),
+    }
+    if let Err(e) = rules::config(&paths.maps_dir) {
+        return PinState::Stale(format!("classifier maps are not pinned: {e}"));
+    }
+    PinState::Live(link)
+}
+
+/// Attaches the classifier to `iface` (in the current network namespace)
+/// and pins it, or adopts the live attachment already pinned there. With
+/// `rules`, the rules are in the maps before the first frame is seen (or,
+/// when adopting, replace the current ones atomically).
+pub fn attach(
+    layout: &Layout,
+    scope: &NetnsScope,
+    iface: &str,
+    mode: AttachMode,
+    rules: Option<&RuleSet>,
+) -> Result<Attached, DatapathError> {
+    let paths = layout.iface(scope, iface)?;
+    let ifindex =
+        nix::net::if_::if_nametoindex(iface).map_err(|_| DatapathError::UnknownInterface {
+            name: iface.to_string(),
+            scope: scope.to_string(),
+        })?;
+    let mut replaced_stale = None;
+    match inspect(&paths, Some(ifindex)) {
+        PinState::Live(link) => return adopt(&paths, iface, ifindex, mode, link, rules),
+        PinState::Stale(reason) => {
+            remove_pins(&paths)?;
+            replaced_stale = Some(reason);
+        }
+        PinState::Absent => {}
+    }
+    bpffs::ensure(&layout.pin_root)?;
+    let result = attach_fresh(&paths, ifindex, mode, rules);
+    let (link, generation) = match result {
+        Ok(done) => done,
+        Err(e) => {
+            // Leave nothing half-made behind; the load error is the one to report.
+            let _ = remove_pins(&paths);
+            return Err(e);
+        }
+    };
+    let record = AttachRecord {
+        iface: iface.to_string(),
+        ifindex,
+        mode,
+        prog_id: link.prog_id,
+        link_id: link.link_id,
+        attached_at_unix: state::now_unix(),
+    };
+    state::write_json(&paths.attach_record(), &record)?;
+    Ok(Attached {
+        iface: iface.to_string(),
+        ifindex,
+        mode,
+        prog_id: link.prog_id,
+        link_id: link.link_id,
+        adopted: false,
+        replaced_stale,
+        generation,
+    })
+}
+
+fn adopt(
+    paths: &IfacePaths,
+    iface: &str,
+    ifindex: u32,
+    mode: AttachMode,
+    link: LinkState,
+    rules: Option<&RuleSet>,
+) -> Result<Attached, DatapathError> {
+    let record: Option<AttachRecord> = state::read_json(&paths.attach_record())?;
+    let attached_mode = record.map_or(AttachMode::Auto, |r| r.mode);
+    if mode != AttachMode::Auto && mode != attached_mode {
+        return Err(DatapathError::ModeMismatch {
+            iface: iface.to_string(),
+            attached: attached_mode,
+            requested: mode,
+        });
+    }
+    let generation = rules
+        .map(|r| rules::apply(&paths.maps_dir, r))
+        .transpose()?;
+    Ok(Attached {
+        iface: iface.to_string(),
+        ifindex,
+        mode: attached_mode,
+        prog_id: link.prog_id,
+        link_id: link.link_id,
+        adopted: true,
+        replaced_stale: None,
+        generation,
+    })
+}
+
+/// Loads the object, pins its maps, fills the rules, loads, pins, attaches
+/// the program and pins the link — the link last, so that a complete set of
+/// pins always means a complete attachment.
+fn attach_fresh(
+    paths: &IfacePaths,
+    ifindex: u32,
+    mode: AttachMode,
+    rules: Option<&RuleSet>,
+) -> Result<(LinkState, Option<u64>), DatapathError> {
+    for dir in [&paths.maps_dir, &paths.prog_dir, &paths.link_dir] {
+        std::fs::create_dir_all(dir)
+            .map_err(|source| DatapathError::io("create the pin directory", dir, source))?;
+    }
+    let mut ebpf = EbpfLoader::new().load(EBPF_OBJECT)?;
+    for (name, map) in ebpf.maps() {
+        let path = paths.maps_dir.join(name);
+        map.pin(&path)
+            .map_err(|source| DatapathError::Pin { path, source })?;
+    }
+    let generation = rules
+        .map(|r| rules::apply(&paths.maps_dir, r))
+        .transpose()?;
+    let program: &mut Xdp = ebpf
+        .program_mut(XDP_PROGRAM)
+        .ok_or(DatapathError::MissingProgram(XDP_PROGRAM))?
+        .try_into()
+        .map_err(|source| DatapathError::program("the XDP program has the wrong type", source))?;
+    program
+        .load()
+        .map_err(|source| DatapathError::program("loading the XDP program", source))?;
+    let prog_path = paths.xdp_prog();
+    program
+        .pin(&prog_path)
+        .map_err(|source| DatapathError::Pin {
+            path: prog_path,
+            source,
+        })?;
+    let link_id = program
+        .attach_to_if_index(ifindex, mode.xdp_mode())
+        .map_err(|source| {
+            DatapathError::program(
+                format!("attaching XDP in mode {mode} to ifindex {ifindex}"),
+                source,
+            )
+        })?;
+    let link = program
+        .take_link(link_id)
+        .map_err(|source| DatapathError::program("taking the XDP link", source))?;
+    let link = FdLink::try_from(link).map_err(|_| DatapathError::NoLinkSupport)?;
+    let link_path = paths.xdp_link();
+    let state = link::read(&link, &link_path)?;
+    link.pin(&link_path).map_err(|source| DatapathError::Pin {
+        path: link_path,
+        source,
+    })?;
+    Ok((state, generation))
+}
+
+/// What [`detach`] removed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Detached {
+    pub iface: String,
+    /// The link that was detached, if it was still there.
+    pub link: Option<LinkState>,
+}
+
+/// Detaches `iface`'s program and removes every pin and record of it. Works
+/// when the interface is already gone.
+pub fn detach(layout: &Layout, scope: &NetnsScope, iface: &str) -> Result<Detached, DatapathError> {
+    let paths = layout.iface(scope, iface)?;
+    if !paths.pin_dir.exists() {
+        return Err(DatapathError::NotAttached {
+            iface: iface.to_string(),
+            scope: scope.to_string(),
+            dir: paths.pin_dir,
+        });
+    }
+    let link = link::read_pinned(&paths.xdp_link()).ok();
+    remove_pins(&paths)?;
+    Ok(Detached {
+        iface: iface.to_string(),
+        link,
+    })
+}
+
+/// Unpins the link (the kernel detaches it when the last reference goes),
+/// the program and the maps, removes the records and the directories that
+/// become empty.
+pub fn remove_pins(paths: &IfacePaths) -> Result<(), DatapathError> {
+    for dir in [&paths.link_dir, &paths.prog_dir, &paths.maps_dir] {
+        remove_files(dir)?;
+        remove_dir(dir)?;
+    }
+    remove_dir(&paths.pin_dir)?;
+    remove_dir_if_empty(&paths.scope_dir);
+    remove_files(&paths.state_dir)?;
+    remove_dir(&paths.state_dir)?;
+    remove_dir_if_empty(&paths.state_scope_dir);
+    Ok(())
+}
+
+fn remove_files(dir: &Path) -> Result<(), DatapathError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(DatapathError::io("list", dir, source)),
+    };
+    for entry in entries {
+        let path = entry
+            .map_err(|source| DatapathError::io("list", dir, source))?
+            .path();
+        std::fs::remove_file(&path).map_err(|source| DatapathError::io("remove", &path, source))?;
+    }
+    Ok(())
+}
+
+fn remove_dir(dir: &Path) -> Result<(), DatapathError> {
+    match std::fs::remove_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(DatapathError::io("remove the directory", dir, e))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Removes `dir` if nothing else is in it (another interface may be).
+fn remove_dir_if_empty(dir: &Path) {
+    let _ = std::fs::remove_dir(dir);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_print() {
+        for mode in [AttachMode::Auto, AttachMode::Skb, AttachMode::Driver] {
+            assert_eq!(mode.to_string().parse::<AttachMode>().unwrap(), mode);
+        }
+        assert_eq!("native".parse::<AttachMode>().unwrap(), AttachMode::Driver);
+        assert!("hw".parse::<AttachMode>().is_err());
+        assert_eq!(AttachMode::Skb.xdp_mode(), XdpMode::Skb);
+    }
+
+    #[test]
+    fn missing_pins_are_absent_and_detach_says_not_attached() {
+        let layout = Layout {
+            pin_root: "/nonexistent/causeway-pins".into(),
+            state_root: "/nonexistent/causeway-state".into(),
+        };
+        let paths = layout.iface(&NetnsScope::Root, "eth0").unwrap();
+        assert_eq!(inspect(&paths, None), PinState::Absent);
+        assert!(matches!(
+            detach(&layout, &NetnsScope::Root, "eth0"),
+            Err(DatapathError::NotAttached { .. })
+        ));
+    }
+}

@@ -1,0 +1,126 @@
+//! Records kept beside the pins (attach mode, applied policy) and the lock
+//! that serialises commands changing an attachment.
+
+use std::{
+    fs::{File, OpenOptions},
+    path::Path,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use super::{attach::AttachMode, DatapathError};
+
+/// How an interface was attached (`attach.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachRecord {
+    pub iface: String,
+    pub ifindex: u32,
+    pub mode: AttachMode,
+    pub prog_id: u32,
+    pub link_id: u32,
+    pub attached_at_unix: u64,
+}
+
+/// The policy last applied to an interface (`policy.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyRecord {
+    /// The file it came from, as given on the command line.
+    pub source: String,
+    /// The policy text, verbatim; parsed again to name classes.
+    pub text: String,
+    /// The classifier generation `apply` returned.
+    pub generation: u64,
+    pub applied_at_unix: u64,
+}
+
+/// Seconds since the epoch.
+pub fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Writes `value` as JSON to `path` atomically (temporary file + rename),
+/// creating the directory.
+pub fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), DatapathError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|source| DatapathError::io("create the state directory", dir, source))?;
+    }
+    let text = serde_json::to_string_pretty(value).map_err(|source| DatapathError::State {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text).map_err(|source| DatapathError::io("write", &tmp, source))?;
+    std::fs::rename(&tmp, path).map_err(|source| DatapathError::io("rename into", path, source))
+}
+
+/// Reads a JSON record; `None` when the file does not exist.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, DatapathError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(DatapathError::io("read", path, source)),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|source| DatapathError::State {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// An exclusive lock on the state root, held until dropped.
+pub struct StateLock {
+    _lock: Flock<File>,
+}
+
+impl StateLock {
+    /// Blocks until no other Causeway command is changing attachments.
+    pub fn acquire(lock_file: &Path) -> Result<Self, DatapathError> {
+        if let Some(dir) = lock_file.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|source| DatapathError::io("create the state directory", dir, source))?;
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(lock_file)
+            .map_err(|source| DatapathError::io("open the lock file", lock_file, source))?;
+        let lock = Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, errno)| {
+            DatapathError::io("lock", lock_file, std::io::Error::from(errno))
+        })?;
+        Ok(Self { _lock: lock })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_json_files() {
+        let dir = std::env::temp_dir().join(format!("causeway-state-test-{}", std::process::id()));
+        let path = dir.join("scope/eth0/policy.json");
+        assert_eq!(read_json::<PolicyRecord>(&path).unwrap(), None);
+        let record = PolicyRecord {
+            source: "p.toml".into(),
+            text: "[[class]]\nid = 1\nname = \"x\"\n".into(),
+            generation: 7,
+            applied_at_unix: now_unix(),
+        };
+        write_json(&path, &record).unwrap();
+        assert_eq!(read_json::<PolicyRecord>(&path).unwrap(), Some(record));
+        std::fs::write(&path, "{").unwrap();
+        assert!(matches!(
+            read_json::<PolicyRecord>(&path),
+            Err(DatapathError::State { .. })
+        ));
+        let _lock = StateLock::acquire(&dir.join("lock")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,47 @@
+//! The policy file as TOML: serde structures that keep the position of every
+//! value, so that checks made after parsing can name the line.
+//!
+//! Unknown fields are refused (`deny_unknown_fields`); wrong value types are
+//! refused by toml itself, with the span of the offending value.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The whole file: `[[class]]` and `[[rule]]` tables.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPolicy {
+    #[serde(default, rename = "class")]
+    pub classes: Vec<Spanned<RawClass>>,
+    #[serde(default, rename = "rule")]
+    pub rules: Vec<Spanned<RawRule>>,
+}
+
+/// One `[[class]]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawClass {
+    pub id: Spanned<i64>,
+    pub name: Spanned<String>,
+}
+
+/// One `[[rule]]` table. Absent match fields match anything.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRule {
+    /// Lower wins; unique in the file.
+    pub priority: Spanned<u32>,
+    /// Name of a `[[class]]`.
+    pub class: Spanned<String>,
+    pub src: Option<Spanned<String>>,
+    pub dst: Option<Spanned<String>>,
+    /// Name (`"udp"`) or number.
+    pub protocol: Option<Spanned<toml::Value>>,
+    /// Port number or `"lo-hi"` range.
+    pub src_port: Option<Spanned<toml::Value>>,
+    pub dst_port: Option<Spanned<toml::Value>>,
+    /// Number (0..=63) or name (`"ef"`, `"af41"`, `"cs6"`).
+    pub dscp: Option<Spanned<toml::Value>>,
+    /// `"pass"` (the default) or `"drop"`.
+    pub action: Option<Spanned<String>>,
+}
