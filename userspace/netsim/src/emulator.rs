@@ -45,6 +45,9 @@ pub struct EmulatorConfig {
     pub spin_ns: u64,
     /// Turn off GRO/GSO/TSO/checksum offloads on both interfaces at start.
     pub disable_offloads: bool,
+    /// Run the direction threads under SCHED_FIFO at this priority (None: normal
+    /// scheduling). Without it, a busy machine delays departures by milliseconds.
+    pub realtime_priority: Option<i32>,
 }
 
 impl EmulatorConfig {
@@ -58,6 +61,7 @@ impl EmulatorConfig {
             seed: 1,
             spin_ns: 50_000,
             disable_offloads: true,
+            realtime_priority: Some(10),
         }
     }
 }
@@ -240,5 +244,9 @@ pub(crate) fn prepare_thread(cfg: &EmulatorConfig) -> Result<(), EmulatorError> 
     if let Some(ns) = &cfg.netns {
         sys::netns::enter(ns).map_err(|source| EmulatorError::Setup { what: format!("netns {ns}"), source })?;
     }
-    sys::set_timer_slack_ns(1).map_err(|source| EmulatorError::Setup { what: "timer slack".into(), source })
+    sys::set_timer_slack_ns(1).map_err(|source| EmulatorError::Setup { what: "timer slack".into(), source })?;
+    if let Some(prio) = cfg.realtime_priority {
+        sys::set_realtime(prio).map_err(|source| EmulatorError::Setup { what: format!("SCHED_FIFO priority {prio}"), source })?;
+    }
+    Ok(())
 }

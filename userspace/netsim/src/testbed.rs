@@ -37,6 +37,8 @@ pub struct TestbedBuilder {
     profile: Profile,
     tag: Option<String>,
     seed: u64,
+    spin_ns: u64,
+    realtime_priority: Option<i32>,
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -70,6 +72,17 @@ impl TestbedBuilder {
         self
     }
 
+    /// Busy-wait this long before each departure (default 50 µs; 0 = always sleep).
+    pub fn spin_us(mut self, us: u64) -> Self {
+        self.spin_ns = us * 1000;
+        self
+    }
+    /// SCHED_FIFO priority of the emulator threads (default 10; None = normal).
+    pub fn realtime_priority(mut self, prio: Option<i32>) -> Self {
+        self.realtime_priority = prio;
+        self
+    }
+
     /// Create the namespaces, links, addresses and routes, and start one emulator
     /// per WAN path. On any error everything made so far is removed again.
     pub fn build(self) -> Result<Testbed, TestbedError> {
@@ -89,6 +102,8 @@ impl TestbedBuilder {
             let mut cfg = EmulatorConfig::new("ea", "eb", p.params);
             cfg.netns = Some(p.emulator_netns.clone());
             cfg.seed = self.seed.wrapping_add(p.index as u64);
+            cfg.spin_ns = self.spin_ns;
+            cfg.realtime_priority = self.realtime_priority;
             let em = Emulator::start(cfg).map_err(|source| TestbedError::Emulator { path: p.index, source })?;
             tb.emulators.push(em);
         }
@@ -144,7 +159,15 @@ impl Drop for NsChild {
 
 impl Testbed {
     pub fn builder() -> TestbedBuilder {
-        TestbedBuilder { domains: 2, hosts: 2, profile: Profile::Wan40, tag: None, seed: 1 }
+        TestbedBuilder {
+            domains: 2,
+            hosts: 2,
+            profile: Profile::Wan40,
+            tag: None,
+            seed: 1,
+            spin_ns: 50_000,
+            realtime_priority: Some(10),
+        }
     }
 
     pub fn tag(&self) -> &str {

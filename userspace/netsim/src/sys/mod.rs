@@ -86,3 +86,13 @@ pub fn stop_on_signals() -> io::Result<&'static std::sync::atomic::AtomicBool> {
     }
     Ok(&STOP_REQUESTED)
 }
+
+/// Run the calling thread under SCHED_FIFO at `priority` (1-99), so ordinary
+/// processes cannot delay it; the kernel's RT throttling still leaves 5 % of each
+/// CPU to everyone else.
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: pid 0 = the calling thread; param is a valid sched_param.
+    check(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) })?;
+    Ok(())
+}

@@ -31,6 +31,9 @@ pub struct WanemArgs {
     /// Busy-wait this many µs before each departure instead of sleeping.
     #[arg(long, default_value_t = 50)]
     pub spin_us: u64,
+    /// SCHED_FIFO priority of the forwarding threads; 0 = normal scheduling.
+    #[arg(long, default_value_t = 10)]
+    pub rt_prio: i32,
     /// Leave the interfaces' GRO/GSO/TSO/checksum offloads as they are.
     #[arg(long)]
     pub keep_offloads: bool,
@@ -54,6 +57,7 @@ pub fn run(args: WanemArgs) -> Result<()> {
     cfg.netns = args.netns.clone();
     cfg.seed = args.seed;
     cfg.spin_ns = args.spin_us * 1000;
+    cfg.realtime_priority = (args.rt_prio > 0).then_some(args.rt_prio);
     cfg.disable_offloads = !args.keep_offloads;
     let emulator = Emulator::start(cfg)
         .with_context(|| format!("starting the emulator between {} and {}", args.iface_a, args.iface_b))?;

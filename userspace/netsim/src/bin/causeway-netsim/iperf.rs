@@ -1,0 +1,71 @@
+//! Driving iperf3 between two hosts of a testbed, with the emulator's own byte
+//! counters sampled over the same window.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use causeway_netsim::{DirStats, Host, Testbed};
+use serde_json::Value;
+
+/// One iperf3 run from `client` to `server` over path 0.
+pub struct Run {
+    /// Receiver goodput reported by iperf3, bit/s.
+    pub recv_bps: f64,
+    /// UDP only: datagrams sent and lost as iperf3 counts them.
+    pub packets: u64,
+    pub lost: u64,
+    /// Frame-level rate out of the emulator (direction client → server), measured
+    /// from its counters between 1 s after the start and 0.5 s before the end.
+    pub emulator_bps: f64,
+    /// The emulator's counters of that direction at the end.
+    pub dir: DirStats,
+}
+
+pub enum Mode {
+    /// UDP at this offered rate (bit/s of payload; 0 = as fast as iperf3 can), datagram size.
+    Udp { offered_bps: u64, len: usize },
+    /// TCP, omitting the first second (slow start) from iperf3's average.
+    Tcp,
+}
+
+fn dir_of(tb: &Testbed, client: &Host) -> Result<DirStats> {
+    let s = tb.path_stats(0)?;
+    Ok(if client.domain == tb.paths()[0].domain_a { s.a_to_b } else { s.b_to_a })
+}
+
+pub fn run(tb: &Testbed, client: &Host, server: &Host, mode: Mode, secs: u64) -> Result<Run> {
+    anyhow::ensure!(secs >= 2, "iperf runs need at least 2 s");
+    let mut srv = tb.spawn(server, "iperf3", &["-s", "-1", "-p", "5201"]).context("starting iperf3 -s")?;
+    std::thread::sleep(Duration::from_millis(300));
+    let dst = server.ip.to_string();
+    let t = secs.to_string();
+    let mut args: Vec<String> = vec!["-c".into(), dst, "-p".into(), "5201".into(), "-t".into(), t, "-J".into()];
+    match mode {
+        Mode::Udp { offered_bps, len } => {
+            args.extend(["-u".into(), "-b".into(), offered_bps.to_string(), "-l".into(), len.to_string()]);
+        }
+        Mode::Tcp => args.extend(["-O".into(), "1".into()]),
+    }
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let cli = tb.spawn(client, "iperf3", &argv).context("starting iperf3 -c")?;
+    std::thread::sleep(Duration::from_millis(1000));
+    let (b0, t0) = (dir_of(tb, client)?.counters.forwarded_bytes, Instant::now());
+    std::thread::sleep(Duration::from_millis(secs * 1000 - 1500));
+    let (b1, t1) = (dir_of(tb, client)?.counters.forwarded_bytes, Instant::now());
+    let out = cli.wait_output().context("waiting for iperf3 -c")?;
+    let _ = srv.child().wait();
+    let json: Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("iperf3 output: {}", String::from_utf8_lossy(&out.stderr)))?;
+    if let Some(err) = json.get("error").and_then(Value::as_str) {
+        bail!("iperf3: {err}");
+    }
+    let recv = &json["end"]["sum_received"];
+    let sum = &json["end"]["sum"];
+    Ok(Run {
+        recv_bps: recv["bits_per_second"].as_f64().context("iperf3 JSON has no end.sum_received.bits_per_second")?,
+        packets: sum["packets"].as_u64().unwrap_or(0),
+        lost: sum["lost_packets"].as_u64().unwrap_or(0),
+        emulator_bps: (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64(),
+        dir: dir_of(tb, client)?,
+    })
+}
