@@ -11,7 +11,7 @@
 //! | 8..16 | op | operation sequence number on this communicator |
 //! | 16..20 | lane | pipeline lane inside the operation |
 //! | 20..24 | step | schedule step inside the lane |
-//! | 24..32 | offset | byte offset of the payload inside the operation's buffer |
+//! | 24..32 | offset | byte offset of the payload inside the transfer (one schedule action) |
 //! | 32..36 | len | payload length |
 //! | 36..40 | check | FNV-1a of bytes 0..36 |
 //!

@@ -4,9 +4,6 @@ use super::{Action, Algorithm, Lane, OpKind, Plan, Span, Step};
 use crate::error::Rank;
 use crate::topology::Topology;
 
-/// Elements in the barrier's scratch buffer (one to send, one to receive into).
-pub const BARRIER_ELEMS: usize = 2;
-
 /// Builds rank `me`'s plan. `count` is the working buffer's length in elements and
 /// `chunk` the largest piece one transfer carries (≥ 1). Returns `None` when
 /// `algo` cannot compute `kind` on this topology.

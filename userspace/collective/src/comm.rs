@@ -1,0 +1,325 @@
+//! The public face: [`Communicator`], its builder, and asynchronous [`Handle`]s.
+
+use std::any::Any;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::config::{default_host_id, Identity, Options};
+use crate::cost::CostModel;
+use crate::dtype::{DType, Element, ReduceOp};
+use crate::engine::{Engine, Job, JobKind, Progress, WorkBuf};
+use crate::error::{CollectiveError, Rank, Result};
+use crate::links;
+use crate::pool::BufferPool;
+use crate::schedule::{OpKind, Plan, Span};
+use crate::store::{StoreClient, StoreServer};
+use crate::topology::Topology;
+
+/// A group of ranks that run collectives together. Operations are executed by a
+/// worker thread in submission order; `*_async` methods return at once with a
+/// [`Handle`], the others block until done.
+pub struct Communicator {
+    rank: Rank,
+    world: usize,
+    topo: Topology,
+    domains: Vec<String>,
+    jobs: Option<Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+    pub(crate) store: Mutex<StoreClient>,
+    model: CostModel,
+    _server: Option<StoreServer>,
+}
+
+/// Builds a communicator from explicit values (tests, embedding); see also
+/// [`Communicator::from_env`].
+#[derive(Debug, Clone)]
+pub struct CommunicatorBuilder {
+    id: Identity,
+    opts: Options,
+    host_store: bool,
+}
+
+impl CommunicatorBuilder {
+    pub fn new(rank: Rank, world: usize) -> Self {
+        CommunicatorBuilder {
+            id: Identity {
+                rank,
+                world,
+                local_rank: None,
+                master_addr: "127.0.0.1".into(),
+                master_port: 29500,
+                domain: "default".into(),
+                host_id: default_host_id(),
+                listen_ip: None,
+            },
+            opts: Options::default(),
+            host_store: true,
+        }
+    }
+
+    /// Where rank 0's key-value store listens.
+    pub fn master(mut self, addr: SocketAddr) -> Self {
+        self.id.master_addr = addr.ip().to_string();
+        self.id.master_port = addr.port();
+        self
+    }
+    pub fn domain(mut self, d: impl Into<String>) -> Self {
+        self.id.domain = d.into();
+        self
+    }
+    pub fn host_id(mut self, h: impl Into<String>) -> Self {
+        self.id.host_id = h.into();
+        self
+    }
+    pub fn listen_ip(mut self, ip: IpAddr) -> Self {
+        self.id.listen_ip = Some(ip);
+        self
+    }
+    pub fn options(mut self, o: Options) -> Self {
+        self.opts = o;
+        self
+    }
+    /// `false`: rank 0 does not start a store (one is already running at `master`).
+    pub fn host_store(mut self, yes: bool) -> Self {
+        self.host_store = yes;
+        self
+    }
+    pub fn build(self) -> Result<Communicator> {
+        Communicator::start(self.id, self.opts, self.host_store)
+    }
+}
+
+impl Communicator {
+    /// From torchrun's environment (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`,
+    /// `LOCAL_RANK`) plus `CAUSEWAY_DOMAIN`/`CAUSEWAY_TOPOLOGY` and the `CAUSEWAY_*` options.
+    pub fn from_env() -> Result<Self> {
+        Self::start(Identity::from_env()?, Options::from_env()?, true)
+    }
+
+    pub fn builder(rank: Rank, world: usize) -> CommunicatorBuilder {
+        CommunicatorBuilder::new(rank, world)
+    }
+
+    fn start(id: Identity, opts: Options, host_store: bool) -> Result<Self> {
+        opts.validate()?;
+        if id.world == 0 {
+            return Err(crate::error::ConfigError::EmptyWorld.into());
+        }
+        if id.rank >= id.world {
+            return Err(crate::error::ConfigError::RankOutOfRange { rank: id.rank, world: id.world }.into());
+        }
+        let joined = crate::rendezvous::join(&id, &opts, host_store)?;
+        let conns = crate::mesh::connect_all(&joined, &opts, id.rank)?;
+        let pool = BufferPool::new(64 + 4 * id.world * opts.window);
+        let (ev_tx, ev_rx) = channel();
+        // Data frames carry at most one chunk; control frames (aborts) up to a few KiB.
+        let max_frame = opts.chunk_bytes.max(64 << 10) as u32;
+        let mut peers = Vec::with_capacity(id.world);
+        for (q, c) in conns.into_iter().enumerate() {
+            peers.push(if q == id.rank { None } else { Some(links::start(q, c, &ev_tx, &pool, max_frame)?) });
+        }
+        drop(ev_tx);
+        let engine = Engine::new(id.rank, joined.topology.clone(), opts.clone(), peers, ev_rx, pool);
+        let (jobs, job_rx) = channel();
+        let worker = std::thread::Builder::new()
+            .name(format!("cw-engine-{}", id.rank))
+            .spawn(move || engine.run(job_rx))
+            .map_err(|e| CollectiveError::io("spawn engine", e))?;
+        let mut comm = Communicator {
+            rank: id.rank,
+            world: id.world,
+            topo: joined.topology,
+            domains: joined.domains,
+            jobs: Some(jobs),
+            worker: Some(worker),
+            store: Mutex::new(joined.store),
+            model: opts.cost,
+            _server: joined.server,
+        };
+        if opts.probe && id.world > 1 {
+            comm.model = crate::probe::measure(&comm, &opts)?;
+            if let Some(spec) = &opts.cost_overrides {
+                comm.model.apply_overrides(spec)?;
+            }
+        }
+        let model = comm.model;
+        comm.submit::<u8, ()>(JobKind::SetCost(model), ReduceOp::Sum, Vec::new(), |_| ()).wait()?;
+        Ok(comm)
+    }
+
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+    pub fn world_size(&self) -> usize {
+        self.world
+    }
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+    /// Domain label of `rank`, as it registered.
+    pub fn domain_of(&self, rank: Rank) -> Option<&str> {
+        self.domains.get(rank).map(String::as_str)
+    }
+    /// The link costs the algorithm choice uses (probed or configured).
+    pub fn cost_model(&self) -> CostModel {
+        self.model
+    }
+    /// The elements of a `len`-element buffer that `rank` owns after a reduce-scatter.
+    pub fn shard(&self, len: usize, rank: Rank) -> Range<usize> {
+        let s = Span::new(0, len).piece(self.world, rank);
+        s.start..s.end()
+    }
+
+    fn submit<T: Element, R: 'static>(
+        &self,
+        kind: JobKind,
+        op: ReduceOp,
+        buf: Vec<T>,
+        map: impl FnOnce(Vec<T>) -> R + Send + 'static,
+    ) -> Handle<R> {
+        let (reply, rx) = channel();
+        let progress = Arc::new(Progress::default());
+        let job = Job { kind, dtype: T::DTYPE, op, buf: Box::new(buf), progress: progress.clone(), reply: reply.clone() };
+        if self.jobs.as_ref().map(|j| j.send(job)).is_none_or(|r| r.is_err()) {
+            let _ = reply.send(Err(CollectiveError::Closed));
+        }
+        let map = Box::new(move |b: Box<dyn Any + Send>| -> Result<R> {
+            b.downcast::<Vec<T>>().map(|v| map(*v)).map_err(|_| CollectiveError::Closed)
+        });
+        Handle { rx, map, progress }
+    }
+
+    pub(crate) fn run_plan(&self, plan: Plan, len: usize) -> Result<()> {
+        self.submit::<u8, ()>(JobKind::Plan(plan), ReduceOp::Sum, vec![0u8; len], |_| ()).wait()
+    }
+
+    /// In-place allreduce: every rank ends with the same, bit-identical result.
+    pub fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        let v = self.allreduce_async(buf.to_vec(), op).wait()?;
+        buf.copy_from_slice(&v);
+        Ok(())
+    }
+    /// Out-of-place allreduce; `recv.len()` must equal `send.len()`.
+    pub fn allreduce_into<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+        same_len(send.len(), recv.len(), "allreduce: recv")?;
+        recv.copy_from_slice(send);
+        self.allreduce(recv, op)
+    }
+    pub fn allreduce_async<T: Element>(&self, buf: Vec<T>, op: ReduceOp) -> Handle<Vec<T>> {
+        self.submit(JobKind::Op(OpKind::Allreduce), op, buf, |v| v)
+    }
+
+    /// Copies `root`'s buffer to every rank.
+    pub fn broadcast<T: Element>(&self, buf: &mut [T], root: Rank) -> Result<()> {
+        let v = self.broadcast_async(buf.to_vec(), root)?.wait()?;
+        buf.copy_from_slice(&v);
+        Ok(())
+    }
+    pub fn broadcast_async<T: Element>(&self, buf: Vec<T>, root: Rank) -> Result<Handle<Vec<T>>> {
+        if root >= self.world {
+            return Err(CollectiveError::InvalidArgument(format!("root {root} ≥ world size {}", self.world)));
+        }
+        Ok(self.submit(JobKind::Op(OpKind::Broadcast { root }), ReduceOp::Sum, buf, |v| v))
+    }
+
+    /// Gathers every rank's `send` into `recv` (rank r's part at `r * send.len()`).
+    pub fn allgather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        same_len(recv.len(), send.len() * self.world, "allgather: recv (world × send)")?;
+        let v = self.allgather_async(send.to_vec()).wait()?;
+        recv.copy_from_slice(&v);
+        Ok(())
+    }
+    /// In-place allgather: `buf` holds `world` blocks, this rank's block is filled in.
+    pub fn allgather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
+        if buf.len() % self.world != 0 {
+            return Err(CollectiveError::InvalidArgument(format!("allgather: {} elements is not a multiple of the world size", buf.len())));
+        }
+        let v = self.submit(JobKind::Op(OpKind::Allgather), ReduceOp::Sum, buf.to_vec(), |v| v).wait()?;
+        buf.copy_from_slice(&v);
+        Ok(())
+    }
+    pub fn allgather_async<T: Element>(&self, send: Vec<T>) -> Handle<Vec<T>> {
+        let n = send.len();
+        let mut all = vec![T::zeroed(); n * self.world];
+        all[self.rank * n..(self.rank + 1) * n].copy_from_slice(&send);
+        self.submit(JobKind::Op(OpKind::Allgather), ReduceOp::Sum, all, |v| v)
+    }
+
+    /// Reduces `send` across ranks and leaves this rank's shard
+    /// ([`Communicator::shard`]) in `recv`.
+    pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+        let mine = self.shard(send.len(), self.rank);
+        same_len(recv.len(), mine.len(), "reduce_scatter: recv (this rank's shard)")?;
+        let v = self.reduce_scatter_async(send.to_vec(), op).wait()?;
+        recv.copy_from_slice(&v);
+        Ok(())
+    }
+    /// In-place reduce-scatter: afterwards only `buf[shard(len, rank)]` is meaningful.
+    pub fn reduce_scatter_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        let v = self.submit(JobKind::Op(OpKind::ReduceScatter), op, buf.to_vec(), |v| v).wait()?;
+        buf.copy_from_slice(&v);
+        Ok(())
+    }
+    pub fn reduce_scatter_async<T: Element>(&self, send: Vec<T>, op: ReduceOp) -> Handle<Vec<T>> {
+        let mine = self.shard(send.len(), self.rank);
+        self.submit(JobKind::Op(OpKind::ReduceScatter), op, send, move |v| v[mine].to_vec())
+    }
+
+    /// Returns once every rank has entered the barrier.
+    pub fn barrier(&self) -> Result<()> {
+        self.barrier_async().wait()
+    }
+    pub fn barrier_async(&self) -> Handle<()> {
+        self.submit(JobKind::Op(OpKind::Barrier), ReduceOp::Sum, vec![0u8; 2], |_| ())
+    }
+}
+
+fn same_len(got: usize, want: usize, what: &str) -> Result<()> {
+    if got != want {
+        return Err(CollectiveError::InvalidArgument(format!("{what} has {got} elements, expected {want}")));
+    }
+    Ok(())
+}
+
+impl Drop for Communicator {
+    /// Finishes the queued operations, says goodbye to every peer, stops the worker.
+    fn drop(&mut self) {
+        self.jobs.take();
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// An operation in flight. `wait` blocks until it is done; `progress` may be polled meanwhile.
+#[must_use = "an operation's result is only seen through its handle"]
+pub struct Handle<R> {
+    rx: Receiver<Result<Box<dyn WorkBuf>>>,
+    map: Box<dyn FnOnce(Box<dyn Any + Send>) -> Result<R>>,
+    progress: Arc<Progress>,
+}
+
+impl<R> Handle<R> {
+    pub fn wait(self) -> Result<R> {
+        match self.rx.recv() {
+            Ok(Ok(buf)) => (self.map)(buf.into_any()),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(CollectiveError::Closed),
+        }
+    }
+
+    /// (bytes received so far, bytes this rank receives in total) for this
+    /// operation; both 0 while it is still queued.
+    pub fn progress(&self) -> (u64, u64) {
+        (self.progress.done.load(Ordering::Relaxed), self.progress.total.load(Ordering::Relaxed))
+    }
+}
+
+/// The element type of a buffer, for callers that dispatch on it.
+pub fn dtype_of<T: Element>() -> DType {
+    T::DTYPE
+}

@@ -1,0 +1,263 @@
+//! Who this rank is (torchrun's variables + a domain label) and how the
+//! communicator behaves (timeouts, streams, chunking), from the environment or a builder.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::cost::CostModel;
+use crate::error::{ConfigError, Rank};
+use crate::schedule::Algorithm;
+
+/// Identity of this rank in the world.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub rank: Rank,
+    pub world: usize,
+    pub local_rank: Option<usize>,
+    /// Host name or IP of rank 0's key-value store.
+    pub master_addr: String,
+    pub master_port: u16,
+    /// Network domain (data centre, cluster) of this rank.
+    pub domain: String,
+    /// Ranks with equal host ids talk through shared memory.
+    pub host_id: String,
+    /// Address to accept peer connections on (default: the one that reaches the master).
+    pub listen_ip: Option<IpAddr>,
+}
+
+/// Tunables; every field has an environment variable (see [`Options::from_env`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// An operation fails when no peer it waits for made progress for this long.
+    pub timeout: Duration,
+    pub rendezvous_timeout: Duration,
+    /// Parallel TCP connections to a peer in another domain / in the same domain.
+    pub streams_wan: usize,
+    pub streams_lan: usize,
+    /// Use shared memory between ranks with the same host id.
+    pub shm: bool,
+    pub shm_ring_bytes: usize,
+    /// Largest piece of a block one transfer carries; pipelining granularity.
+    pub chunk_bytes: usize,
+    /// Lanes in flight at once.
+    pub window: usize,
+    /// Force an algorithm (when it applies to the operation).
+    pub algorithm: Option<Algorithm>,
+    /// Measure α-β per link class at start-up.
+    pub probe: bool,
+    pub probe_bytes: usize,
+    /// Link costs used when not probed; `CAUSEWAY_COST` overrides apply after probing too.
+    pub cost: CostModel,
+    pub cost_overrides: Option<String>,
+    /// SO_SNDBUF/SO_RCVBUF for connections to other domains (`None`: autotuning).
+    pub wan_socket_buffer: Option<usize>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            timeout: Duration::from_secs(60),
+            rendezvous_timeout: Duration::from_secs(120),
+            streams_wan: 4,
+            streams_lan: 2,
+            shm: true,
+            shm_ring_bytes: 4 << 20,
+            chunk_bytes: 1 << 20,
+            window: 4,
+            algorithm: None,
+            probe: true,
+            probe_bytes: 1 << 20,
+            cost: CostModel::default(),
+            cost_overrides: None,
+            wan_socket_buffer: Some(8 << 20),
+        }
+    }
+}
+
+fn var(name: &'static str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, ConfigError> {
+    value.trim().parse().map_err(|_| ConfigError::InvalidVar {
+        name: name.into(),
+        value: value.into(),
+        reason: format!("expected {}", std::any::type_name::<T>()),
+    })
+}
+
+fn parse_var<T: std::str::FromStr>(name: &'static str) -> Result<Option<T>, ConfigError> {
+    var(name).map(|v| parse(name, &v)).transpose()
+}
+
+impl Options {
+    /// Defaults overridden by `CAUSEWAY_TIMEOUT_MS`, `CAUSEWAY_RENDEZVOUS_TIMEOUT_MS`,
+    /// `CAUSEWAY_STREAMS_WAN`, `CAUSEWAY_STREAMS_LAN`, `CAUSEWAY_SHM` (0/1),
+    /// `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW`, `CAUSEWAY_ALGO` (ring|tree|hier),
+    /// `CAUSEWAY_PROBE` (0/1), `CAUSEWAY_PROBE_BYTES`, `CAUSEWAY_COST`
+    /// (`wan=LAT_US:GBITPS,domain=…,host=…`), `CAUSEWAY_SOCKET_BUFFER` (bytes, 0 = autotune).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let mut o = Options::default();
+        if let Some(ms) = parse_var::<u64>("CAUSEWAY_TIMEOUT_MS")? {
+            o.timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = parse_var::<u64>("CAUSEWAY_RENDEZVOUS_TIMEOUT_MS")? {
+            o.rendezvous_timeout = Duration::from_millis(ms);
+        }
+        o.streams_wan = parse_var("CAUSEWAY_STREAMS_WAN")?.unwrap_or(o.streams_wan);
+        o.streams_lan = parse_var("CAUSEWAY_STREAMS_LAN")?.unwrap_or(o.streams_lan);
+        o.shm = parse_var::<u8>("CAUSEWAY_SHM")?.map(|v| v != 0).unwrap_or(o.shm);
+        o.chunk_bytes = parse_var("CAUSEWAY_CHUNK_BYTES")?.unwrap_or(o.chunk_bytes);
+        o.window = parse_var("CAUSEWAY_WINDOW")?.unwrap_or(o.window);
+        o.probe = parse_var::<u8>("CAUSEWAY_PROBE")?.map(|v| v != 0).unwrap_or(o.probe);
+        o.probe_bytes = parse_var("CAUSEWAY_PROBE_BYTES")?.unwrap_or(o.probe_bytes);
+        if let Some(a) = var("CAUSEWAY_ALGO") {
+            o.algorithm = Some(Algorithm::parse(&a).ok_or_else(|| ConfigError::InvalidVar {
+                name: "CAUSEWAY_ALGO".into(),
+                value: a.clone(),
+                reason: "expected ring, tree or hier".into(),
+            })?);
+        }
+        if let Some(spec) = var("CAUSEWAY_COST") {
+            o.cost.apply_overrides(&spec)?;
+            o.cost_overrides = Some(spec);
+        }
+        if let Some(n) = parse_var::<usize>("CAUSEWAY_SOCKET_BUFFER")? {
+            o.wan_socket_buffer = (n > 0).then_some(n);
+        }
+        o.validate()?;
+        Ok(o)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |what: &str| Err(ConfigError::Invalid(what.into()));
+        if self.streams_wan == 0 || self.streams_lan == 0 || self.streams_wan > 64 || self.streams_lan > 64 {
+            return bad("streams per peer must be 1..=64");
+        }
+        if !(64..=(16 << 20)).contains(&self.chunk_bytes) {
+            return bad("chunk size must be 64 B ..= 16 MiB");
+        }
+        if self.window == 0 || self.window > 1024 {
+            return bad("window must be 1..=1024");
+        }
+        if self.shm_ring_bytes < 4096 {
+            return bad("shared-memory ring must be at least 4 KiB");
+        }
+        if self.timeout.is_zero() {
+            return bad("timeout must be positive");
+        }
+        Ok(())
+    }
+}
+
+impl Identity {
+    /// From `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, `MASTER_PORT`, plus
+    /// `CAUSEWAY_DOMAIN` or `CAUSEWAY_TOPOLOGY` (a file of `RANKS DOMAIN` lines such as
+    /// `0-3 east`), `CAUSEWAY_HOST_ID` and `CAUSEWAY_ADDR`.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let need = |n: &'static str| var(n).ok_or(ConfigError::MissingVar(n));
+        let rank: usize = parse("RANK", &need("RANK")?)?;
+        let world: usize = parse("WORLD_SIZE", &need("WORLD_SIZE")?)?;
+        if world == 0 {
+            return Err(ConfigError::EmptyWorld);
+        }
+        if rank >= world {
+            return Err(ConfigError::RankOutOfRange { rank, world });
+        }
+        let local_rank = parse_var::<usize>("LOCAL_RANK")?;
+        if let (Some(l), Some(lw)) = (local_rank, parse_var::<usize>("LOCAL_WORLD_SIZE")?) {
+            if l >= lw {
+                return Err(ConfigError::InvalidVar {
+                    name: "LOCAL_RANK".into(),
+                    value: l.to_string(),
+                    reason: format!("must be below LOCAL_WORLD_SIZE={lw}"),
+                });
+            }
+        }
+        let master_addr = need("MASTER_ADDR")?;
+        let master_port: u16 = parse("MASTER_PORT", &need("MASTER_PORT")?)?;
+        let domain = match (var("CAUSEWAY_DOMAIN"), var("CAUSEWAY_TOPOLOGY")) {
+            (Some(d), _) => d,
+            (None, Some(path)) => domain_from_file(&path, rank)?,
+            (None, None) => "default".into(),
+        };
+        let listen_ip = var("CAUSEWAY_ADDR").map(|a| parse::<IpAddr>("CAUSEWAY_ADDR", &a)).transpose()?;
+        Ok(Identity {
+            rank,
+            world,
+            local_rank,
+            master_addr,
+            master_port,
+            domain,
+            host_id: var("CAUSEWAY_HOST_ID").unwrap_or_else(default_host_id),
+            listen_ip,
+        })
+    }
+}
+
+/// Host name plus network namespace: ranks in different namespaces on one machine
+/// (the emulated testbed) are different hosts, as their traffic must cross the network.
+pub fn default_host_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
+    format!("{}/{}", host.trim(), netns)
+}
+
+/// Looks `rank` up in a topology file: lines `RANKS DOMAIN`, RANKS being `3` or `0-3`.
+pub fn domain_from_file(path: &str, rank: Rank) -> Result<String, ConfigError> {
+    let err = |reason: String| ConfigError::Topology { path: path.into(), reason };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    domain_from_text(&text, rank).map_err(err)
+}
+
+pub(crate) fn domain_from_text(text: &str, rank: Rank) -> Result<String, String> {
+    let mut found = None;
+    for (no, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut it = line.split_whitespace();
+        let (Some(ranks), Some(domain), None) = (it.next(), it.next(), it.next()) else {
+            return Err(format!("line {}: expected `RANKS DOMAIN`", no + 1));
+        };
+        let num = |s: &str| s.parse::<usize>().map_err(|_| format!("line {}: {s:?} is not a rank", no + 1));
+        let (lo, hi) = match ranks.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(ranks)?, num(ranks)?),
+        };
+        if lo > hi {
+            return Err(format!("line {}: empty range {ranks}", no + 1));
+        }
+        if (lo..=hi).contains(&rank) {
+            if found.is_some() {
+                return Err(format!("rank {rank} is listed twice"));
+            }
+            found = Some(domain.to_string());
+        }
+    }
+    found.ok_or_else(|| format!("rank {rank} is not listed"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topology_file_lines() {
+        let t = "# two domains\n0-1 east\n2 west # a comment\n3 west\n";
+        assert_eq!(domain_from_text(t, 1).as_deref(), Ok("east"));
+        assert_eq!(domain_from_text(t, 3).as_deref(), Ok("west"));
+        assert!(domain_from_text(t, 4).is_err());
+        assert!(domain_from_text("0-2 a\n2 b\n", 2).unwrap_err().contains("twice"));
+        assert!(domain_from_text("x a\n", 0).is_err());
+        assert!(domain_from_text("0 a b\n", 0).is_err());
+    }
+
+    #[test]
+    fn options_validate() {
+        assert!(Options::default().validate().is_ok());
+        assert!(Options { window: 0, ..Options::default() }.validate().is_err());
+        assert!(Options { chunk_bytes: 1, ..Options::default() }.validate().is_err());
+    }
+}

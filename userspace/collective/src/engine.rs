@@ -1,0 +1,195 @@
+//! The worker thread of a communicator: runs jobs one at a time, in submission
+//! order, by executing their plan against incoming frames (see [`exec`]).
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+
+use crate::config::Options;
+use crate::cost::{choose, CostModel};
+use crate::dtype::{finish, DType, ReduceOp};
+use crate::error::{CollectiveError, Rank, Result};
+use crate::links::{Event, PeerLink};
+use crate::pool::BufferPool;
+use crate::schedule::{build, Algorithm, OpKind, Plan, Span};
+use crate::topology::Topology;
+use crate::wire::{encode_abort, Frame, FrameKind};
+
+#[path = "exec.rs"]
+mod exec;
+
+/// A working buffer the engine can view as bytes (a `Vec<T>` of some element type).
+pub(crate) trait WorkBuf: Send {
+    fn bytes(&mut self) -> &mut [u8];
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+impl<T: crate::dtype::Element> WorkBuf for Vec<T> {
+    fn bytes(&mut self) -> &mut [u8] {
+        bytemuck::cast_slice_mut(self.as_mut_slice())
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+/// Bytes received so far and in total for the running job.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub done: AtomicU64,
+    pub total: AtomicU64,
+}
+
+pub(crate) enum JobKind {
+    Op(OpKind),
+    /// A fixed plan (start-up probes); the reply carries the time it took.
+    Plan(Plan),
+    SetCost(CostModel),
+}
+
+pub(crate) struct Job {
+    pub kind: JobKind,
+    pub dtype: DType,
+    pub op: ReduceOp,
+    pub buf: Box<dyn WorkBuf>,
+    pub progress: Arc<Progress>,
+    pub reply: Sender<Result<Box<dyn WorkBuf>>>,
+}
+
+pub(crate) struct Engine {
+    pub me: Rank,
+    pub world: usize,
+    pub topo: Topology,
+    pub opts: Options,
+    pub model: CostModel,
+    pub peers: Vec<Option<PeerLink>>,
+    pub events: Receiver<Event>,
+    pub pool: BufferPool,
+    next_op: u64,
+    failure: Option<CollectiveError>,
+    /// Frames that arrived for operations not started yet.
+    future: Vec<(Rank, Frame)>,
+    plans: HashMap<(OpKind, usize, usize, Algorithm), Arc<Plan>>,
+}
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        me: Rank,
+        topo: Topology,
+        opts: Options,
+        peers: Vec<Option<PeerLink>>,
+        events: Receiver<Event>,
+        pool: BufferPool,
+    ) -> Self {
+        Engine {
+            me,
+            world: topo.world(),
+            model: opts.cost,
+            topo,
+            opts,
+            peers,
+            events,
+            pool,
+            next_op: 0,
+            failure: None,
+            future: Vec::new(),
+            plans: HashMap::new(),
+        }
+    }
+
+    /// Runs jobs until the communicator is dropped, then says goodbye to every peer.
+    pub fn run(mut self, jobs: Receiver<Job>) {
+        while let Ok(mut job) = jobs.recv() {
+            let res = self.run_job(&mut job);
+            let _ = job.reply.send(res.map(|()| job.buf));
+        }
+        for p in self.peers.iter().flatten() {
+            if self.failure.is_none() {
+                p.send_control(FrameKind::Goodbye, &[]);
+            }
+            p.close_after_flush();
+        }
+    }
+
+    fn run_job(&mut self, job: &mut Job) -> Result<()> {
+        let kind = match &job.kind {
+            JobKind::SetCost(m) => {
+                self.model = *m;
+                return Ok(());
+            }
+            JobKind::Op(k) => Some(*k),
+            JobKind::Plan(_) => None,
+        };
+        let esize = job.dtype.size();
+        let bytes = job.buf.bytes();
+        if bytes.len() % esize != 0 {
+            return Err(CollectiveError::InvalidArgument("buffer is not a whole number of elements".into()));
+        }
+        let count = bytes.len() / esize;
+        let seq = self.next_op;
+        self.next_op += 1;
+        if let Some(f) = &self.failure {
+            return Err(f.clone());
+        }
+        let plan = match (&job.kind, kind) {
+            (JobKind::Plan(p), _) => Arc::new(p.clone()),
+            (_, Some(k)) => self.plan(k, count, esize),
+            _ => return Ok(()),
+        };
+        let res = exec::execute(self, seq, &plan, job, esize);
+        if let Err(e) = &res {
+            self.fail(e.clone());
+        } else if let Some(k) = kind {
+            let bytes = job.buf.bytes();
+            let span = match k {
+                OpKind::Allreduce => Span::new(0, count),
+                OpKind::ReduceScatter => Span::new(0, count).piece(self.world, self.me),
+                _ => Span::new(0, 0),
+            };
+            finish(job.dtype, job.op, &mut bytes[span.start * esize..span.end() * esize], self.world);
+        }
+        res
+    }
+
+    fn plan(&mut self, kind: OpKind, count: usize, esize: usize) -> Arc<Plan> {
+        let chunk = (self.opts.chunk_bytes / esize).max(1);
+        let cands = Algorithm::candidates(kind, &self.topo);
+        let algo = match self.opts.algorithm {
+            Some(a) if cands.contains(&a) => a,
+            _ => choose(kind, count, esize, &self.topo, &self.model, chunk, self.opts.window),
+        };
+        if self.plans.len() > 64 {
+            self.plans.clear();
+        }
+        let (topo, me) = (&self.topo, self.me);
+        self.plans
+            .entry((kind, count, esize, algo))
+            .or_insert_with(|| {
+                tracing::debug!(?kind, count, ?algo, "planned");
+                Arc::new(build(kind, count, topo, algo, chunk, me).unwrap_or_default())
+            })
+            .clone()
+    }
+
+    /// Gives up on the communicator: tells every peer who failed, closes everything.
+    fn fail(&mut self, e: CollectiveError) {
+        if self.failure.is_some() {
+            return;
+        }
+        tracing::warn!(rank = self.me, error = %e, "communicator failed");
+        let blamed = e.peer().unwrap_or(self.me) as u32;
+        let payload = encode_abort(blamed, &e.to_string());
+        for p in self.peers.iter().flatten() {
+            p.send_control(FrameKind::Abort, &payload);
+            p.close_after_flush();
+        }
+        self.failure = Some(e);
+    }
+}
+
+pub(crate) fn progress_add(p: &Progress, n: u64) {
+    p.done.fetch_add(n, Ordering::Relaxed);
+}

@@ -1,0 +1,241 @@
+//! Executes one plan: posts each lane's sends when the lane reaches a step,
+//! applies received chunks (reduce or copy) as they arrive, and advances lanes,
+//! `window` lanes in flight. Every check on incoming frames returns a typed error.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::RecvTimeoutError;
+
+use super::{progress_add, Engine, Job, Progress};
+use crate::dtype::{DType, ReduceOp};
+use crate::dtype::reduce_into;
+use crate::error::{CollectiveError, Rank, Result};
+use crate::links::Event;
+use crate::schedule::{Action, Plan};
+use crate::wire::{decode_abort, Frame, FrameHeader, FrameKind};
+
+/// What applying a chunk needs to know about the job.
+struct Ctx<'a> {
+    dtype: DType,
+    op: ReduceOp,
+    progress: &'a Progress,
+}
+
+struct Pending {
+    peer: Rank,
+    /// Byte range of the receive in the working buffer.
+    start: usize,
+    end: usize,
+    reduce: bool,
+    left: usize,
+}
+
+struct LaneState {
+    step: usize,
+    recvs: Vec<Pending>,
+}
+
+struct Run<'p> {
+    seq: u64,
+    plan: &'p Plan,
+    esize: usize,
+    lanes: Vec<LaneState>,
+    next_lane: usize,
+    done_lanes: usize,
+    todo: Vec<(usize, usize)>,
+    early: HashMap<(usize, usize), Vec<(Rank, Frame)>>,
+}
+
+pub(super) fn execute(e: &mut Engine, seq: u64, plan: &Plan, job: &mut Job, esize: usize) -> Result<()> {
+    let total: usize = plan
+        .lanes
+        .iter()
+        .flat_map(|l| l.steps.iter().flatten())
+        .map(|a| if let Action::Recv { span, .. } = a { span.len * esize } else { 0 })
+        .sum();
+    job.progress.total.store(total as u64, Ordering::Relaxed);
+    job.progress.done.store(0, Ordering::Relaxed);
+    let n = plan.lanes.len();
+    let mut run = Run {
+        seq,
+        plan,
+        esize,
+        lanes: (0..n).map(|_| LaneState { step: 0, recvs: Vec::new() }).collect(),
+        next_lane: n.min(e.opts.window),
+        done_lanes: 0,
+        todo: (0..n.min(e.opts.window)).rev().map(|l| (l, 0)).collect(),
+        early: HashMap::new(),
+    };
+    let Job { buf: work, dtype, op, progress, .. } = job;
+    let ctx = Ctx { dtype: *dtype, op: *op, progress };
+    let job = &ctx;
+    let buf = work.bytes();
+    pump(e, &mut run, buf, job)?;
+    // Frames for this operation that arrived while earlier ones ran.
+    let (mine, later): (Vec<_>, Vec<_>) = std::mem::take(&mut e.future).into_iter().partition(|(_, f)| f.header.op == seq);
+    e.future = later;
+    for (peer, f) in mine {
+        on_frame(e, &mut run, peer, f, buf, job)?;
+    }
+    while run.done_lanes < n {
+        match e.events.recv_timeout(e.opts.timeout) {
+            Ok(Event::Frame { peer, frame }) => on_frame(e, &mut run, peer, frame, buf, job)?,
+            Ok(Event::Closed { peer, graceful, detail }) => on_closed(e, &run, peer, graceful, detail)?,
+            Err(RecvTimeoutError::Timeout) => {
+                let mut peers: Vec<Rank> = run.lanes.iter().flat_map(|l| l.recvs.iter().filter(|p| p.left > 0).map(|p| p.peer)).collect();
+                peers.sort_unstable();
+                peers.dedup();
+                return Err(CollectiveError::PeerTimeout { peers, after: e.opts.timeout });
+            }
+            Err(RecvTimeoutError::Disconnected) => return Err(CollectiveError::Closed),
+        }
+    }
+    Ok(())
+}
+
+/// Advances lanes whose step is complete: posts sends, arms receives, applies early frames.
+fn pump(e: &mut Engine, run: &mut Run<'_>, buf: &mut [u8], job: &Ctx<'_>) -> Result<()> {
+    while let Some((l, s)) = run.todo.pop() {
+        let steps = &run.plan.lanes[l].steps;
+        if s == steps.len() {
+            run.done_lanes += 1;
+            if run.next_lane < run.lanes.len() {
+                run.todo.push((run.next_lane, 0));
+                run.next_lane += 1;
+            }
+            continue;
+        }
+        let mut recvs = Vec::new();
+        for a in &steps[s] {
+            match *a {
+                Action::Send { peer, span } => {
+                    let (start, end) = (span.start * run.esize, span.end() * run.esize);
+                    send(e, run.seq, l, s, peer, &buf[start..end])?;
+                }
+                Action::Recv { peer, span, reduce } => {
+                    let (start, end) = (span.start * run.esize, span.end() * run.esize);
+                    recvs.push(Pending { peer, start, end, reduce, left: end - start });
+                }
+            }
+        }
+        run.lanes[l] = LaneState { step: s, recvs };
+        if run.lanes[l].recvs.is_empty() {
+            run.todo.push((l, s + 1));
+            continue;
+        }
+        for (peer, f) in run.early.remove(&(l, s)).unwrap_or_default() {
+            apply(run, l, peer, &f, buf, job)?;
+        }
+    }
+    Ok(())
+}
+
+fn send(e: &mut Engine, seq: u64, lane: usize, step: usize, peer: Rank, bytes: &[u8]) -> Result<()> {
+    let link = e.peers.get_mut(peer).and_then(Option::as_mut).ok_or(CollectiveError::PeerFailed {
+        peer,
+        detail: "no connection".into(),
+    })?;
+    let frame = (e.opts.chunk_bytes / 8).max(1) * 8;
+    for (i, piece) in bytes.chunks(frame).enumerate() {
+        let mut p = e.pool.take(piece.len());
+        p.copy_from_slice(piece);
+        let h = FrameHeader {
+            kind: FrameKind::Data,
+            op: seq,
+            lane: lane as u32,
+            step: step as u32,
+            offset: (i * frame) as u64,
+            len: piece.len() as u32,
+        };
+        if !link.send_data(h, p) {
+            return Err(CollectiveError::PeerFailed { peer, detail: "connection closed".into() });
+        }
+    }
+    Ok(())
+}
+
+fn on_frame(e: &mut Engine, run: &mut Run<'_>, peer: Rank, f: Frame, buf: &mut [u8], job: &Ctx<'_>) -> Result<()> {
+    let h = f.header;
+    if h.kind == FrameKind::Abort {
+        let (failed, reason) = decode_abort(&f.payload).map_err(|source| CollectiveError::Frame { peer, source })?;
+        let failed = failed as usize;
+        let detail = if failed == peer { reason } else { format!("reported by rank {peer}: {reason}") };
+        return Err(CollectiveError::PeerFailed { peer: failed.min(e.world.saturating_sub(1)), detail });
+    }
+    let mismatch = |detail: String| CollectiveError::Mismatch { peer, detail };
+    if h.kind != FrameKind::Data {
+        return Err(mismatch(format!("unexpected {:?} frame", h.kind)));
+    }
+    if h.op > run.seq {
+        e.future.push((peer, f));
+        return Ok(());
+    }
+    let (l, s) = (h.lane as usize, h.step as usize);
+    if h.op < run.seq || l >= run.lanes.len() || s >= run.plan.lanes[l].steps.len() {
+        return Err(mismatch(format!("frame for op {} lane {l} step {s} does not exist (running op {})", h.op, run.seq)));
+    }
+    let started = l < run.next_lane;
+    let lane = &run.lanes[l];
+    if !started || s > lane.step {
+        run.early.entry((l, s)).or_default().push((peer, f));
+        return Ok(());
+    }
+    if s < lane.step || lane.recvs.iter().all(|p| p.left == 0) {
+        return Err(mismatch(format!("lane {l} step {s} is already complete")));
+    }
+    apply(run, l, peer, &f, buf, job)?;
+    pump(e, run, buf, job)
+}
+
+/// Applies one chunk to the pending receive of lane `l` from `peer`.
+fn apply(run: &mut Run<'_>, l: usize, peer: Rank, f: &Frame, buf: &mut [u8], job: &Ctx<'_>) -> Result<()> {
+    let mismatch = |detail: String| CollectiveError::Mismatch { peer, detail };
+    let h = f.header;
+    let esize = run.esize;
+    let Some(p) = run.lanes[l].recvs.iter_mut().find(|p| p.peer == peer) else {
+        return Err(mismatch(format!("lane {l} step {} expects nothing from this peer", h.step)));
+    };
+    // Offsets are relative to the transfer, so the two sides' spans may sit at different places.
+    let (rel, len) = (h.offset, f.payload.len());
+    let off = usize::try_from(rel).ok().and_then(|r| r.checked_add(p.start));
+    let fits = off.and_then(|o| o.checked_add(len)).is_some_and(|end| end <= p.end) && len <= p.left;
+    let off = match off {
+        Some(o) if fits && rel as usize % esize == 0 && len % esize == 0 => o,
+        _ => {
+            return Err(mismatch(format!("chunk at +{rel} ({len} bytes) outside the expected {} bytes", p.end - p.start)))
+        }
+    };
+    let dst = &mut buf[off..off + len];
+    if p.reduce {
+        reduce_into(job.dtype, job.op, dst, &f.payload);
+    } else {
+        dst.copy_from_slice(&f.payload);
+    }
+    p.left -= len;
+    progress_add(job.progress, len as u64);
+    if run.lanes[l].recvs.iter().all(|p| p.left == 0) {
+        let s = run.lanes[l].step;
+        run.todo.push((l, s + 1));
+    }
+    Ok(())
+}
+
+fn on_closed(e: &mut Engine, run: &Run<'_>, peer: Rank, graceful: bool, detail: String) -> Result<()> {
+    if !graceful {
+        return Err(CollectiveError::PeerFailed { peer, detail });
+    }
+    let Some(link) = e.peers.get_mut(peer).and_then(Option::as_mut) else { return Ok(()) };
+    link.open = link.open.saturating_sub(1);
+    if link.open > 0 {
+        return Ok(());
+    }
+    // The peer left in order. That is only fine if we need nothing more from it.
+    let needed = run.lanes.iter().enumerate().any(|(l, st)| {
+        st.recvs.iter().any(|p| p.peer == peer && p.left > 0)
+            || run.plan.lanes[l].steps.iter().skip(st.step + 1).flatten().any(|a| matches!(a, Action::Recv { peer: q, .. } if *q == peer))
+    });
+    if needed {
+        return Err(CollectiveError::PeerFailed { peer, detail: "left the communicator".into() });
+    }
+    Ok(())
+}

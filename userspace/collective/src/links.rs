@@ -1,0 +1,137 @@
+//! One reader and one writer thread per connection. Readers decode frames into
+//! pooled buffers and hand them to the engine as events; writers drain a queue.
+
+use std::io::{BufWriter, Write};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread;
+
+use crate::error::{CollectiveError, Rank, Result};
+use crate::mesh::Conn;
+use crate::pool::{BufferPool, PooledBuf};
+use crate::transport::{Closer, Reader};
+use crate::wire::{read_frame, write_frame, Frame, FrameHeader, FrameKind, ReadError};
+
+/// What the connection threads tell the engine.
+pub(crate) enum Event {
+    Frame { peer: Rank, frame: Frame },
+    /// A connection ended; `graceful` after the peer's Goodbye.
+    Closed { peer: Rank, graceful: bool, detail: String },
+}
+
+pub(crate) enum Out {
+    Frame(FrameHeader, PooledBuf),
+    /// Close the connection once everything queued before has been written.
+    Close,
+}
+
+/// The connections to one peer.
+pub(crate) struct PeerLink {
+    data: Vec<Sender<Out>>,
+    all: Vec<Sender<Out>>,
+    next: usize,
+    /// Connections not yet closed by the peer.
+    pub open: usize,
+}
+
+impl PeerLink {
+    /// Queues a data frame on the next data connection (round-robin striping).
+    pub fn send_data(&mut self, h: FrameHeader, payload: PooledBuf) -> bool {
+        let i = self.next % self.data.len();
+        self.next = self.next.wrapping_add(1);
+        self.data[i].send(Out::Frame(h, payload)).is_ok()
+    }
+
+    /// Queues a control frame on every connection.
+    pub fn send_control(&self, kind: FrameKind, payload: &[u8]) {
+        for s in &self.all {
+            let h = FrameHeader::control(kind, payload.len() as u32);
+            let _ = s.send(Out::Frame(h, PooledBuf::unpooled(payload.to_vec())));
+        }
+    }
+
+    /// Closes every connection after its queue drains.
+    pub fn close_after_flush(&self) {
+        for s in &self.all {
+            let _ = s.send(Out::Close);
+        }
+    }
+}
+
+/// Starts the threads for `peer`'s connections.
+pub(crate) fn start(peer: Rank, conns: Vec<Conn>, events: &Sender<Event>, pool: &BufferPool, max_frame: u32) -> Result<PeerLink> {
+    let mut link = PeerLink { data: Vec::new(), all: Vec::new(), next: 0, open: conns.len() };
+    for (i, c) in conns.into_iter().enumerate() {
+        let what = c.transport.describe();
+        let (r, w, closer) = c.transport.split().map_err(|e| CollectiveError::io(format!("split {what}"), e))?;
+        let (tx, rx) = channel();
+        let (ev, ev2, pool, c2) = (events.clone(), events.clone(), pool.clone(), closer.clone());
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            thread::Builder::new().name(name).spawn(f).map_err(|e| CollectiveError::io("spawn connection thread", e))
+        };
+        spawn(format!("cw-rx-{peer}-{i}"), Box::new(move || reader(peer, r, ev, pool, max_frame, c2)))?;
+        let c3 = closer.clone();
+        spawn(format!("cw-tx-{peer}-{i}"), Box::new(move || writer(peer, w, rx, ev2, c3)))?;
+        if c.data {
+            link.data.push(tx.clone());
+        }
+        link.all.push(tx);
+    }
+    Ok(link)
+}
+
+fn reader(peer: Rank, mut r: Reader, events: Sender<Event>, pool: BufferPool, max: u32, closer: Arc<dyn Closer>) {
+    loop {
+        let ev = match read_frame(&mut r, max, &pool) {
+            Ok(f) if f.header.kind == FrameKind::Goodbye => Event::Closed { peer, graceful: true, detail: "goodbye".into() },
+            Ok(f) if f.header.kind == FrameKind::Hello => {
+                closer.close();
+                Event::Closed { peer, graceful: false, detail: "protocol violation: second Hello".into() }
+            }
+            Ok(frame) => {
+                if events.send(Event::Frame { peer, frame }).is_err() {
+                    return;
+                }
+                continue;
+            }
+            Err(ReadError::Closed) => Event::Closed { peer, graceful: false, detail: "connection closed".into() },
+            Err(ReadError::Io(e)) => Event::Closed { peer, graceful: false, detail: format!("read failed: {e}") },
+            Err(ReadError::Frame(e)) => {
+                // Malformed input: this connection cannot be trusted any more.
+                closer.close();
+                Event::Closed { peer, graceful: false, detail: format!("malformed frame: {e}") }
+            }
+        };
+        let _ = events.send(ev);
+        return;
+    }
+}
+
+fn writer(peer: Rank, w: crate::transport::Writer, rx: Receiver<Out>, events: Sender<Event>, closer: Arc<dyn Closer>) {
+    let mut w = BufWriter::with_capacity(64 << 10, w);
+    let fail = |e: std::io::Error| {
+        closer.close();
+        let _ = events.send(Event::Closed { peer, graceful: false, detail: format!("write failed: {e}") });
+    };
+    while let Ok(first) = rx.recv() {
+        let mut next = Some(first);
+        while let Some(out) = next.take() {
+            match out {
+                Out::Frame(h, p) => {
+                    if let Err(e) = write_frame(&mut w, &h, &p) {
+                        return fail(e);
+                    }
+                }
+                Out::Close => {
+                    let _ = w.flush();
+                    closer.close();
+                    return;
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        if let Err(e) = w.flush() {
+            return fail(e);
+        }
+    }
+}
