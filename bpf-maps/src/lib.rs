@@ -7,6 +7,7 @@
 #![no_std]
 
 pub mod classifier;
+pub mod clock;
 pub mod counters;
 pub mod shaper;
 

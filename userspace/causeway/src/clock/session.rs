@@ -1,0 +1,334 @@
+//! The probe loop: one UDP socket that answers every configured peer's
+//! requests and sends its own requests to every peer, feeding one estimator
+//! per (peer, timestamp source). Each exchange yields up to three samples
+//! (kernel, SO_TIMESTAMPING, userspace stamps of the same datagrams), so the
+//! sources can be compared on identical traffic.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    sync::Arc,
+    time::Duration,
+};
+
+use serde::Serialize;
+use tokio::sync::watch;
+
+use super::{
+    estimator::{Estimate, Estimator, EstimatorConfig},
+    exchange::{follow_up, respond, ExchangeCounters, Requester, RxStamps},
+    probe::{Kind, Probe},
+    socket::StampedSocket,
+    source::{Source, SyncClock},
+};
+
+/// One peer to synchronise with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PeerSpec {
+    pub name: String,
+    pub addr: SocketAddr,
+}
+
+/// What a [`Session`] does.
+#[derive(Clone, Debug)]
+pub struct SessionConfig {
+    /// This host's id (the probes' sender field).
+    pub host_id: u32,
+    pub bind: SocketAddr,
+    pub peers: Vec<PeerSpec>,
+    /// Probe period per peer.
+    pub interval: Duration,
+    /// The first `fast_start` probes go out 8× faster, for a quick first estimate.
+    pub fast_start: u32,
+    /// A request unanswered for this long is forgotten.
+    pub timeout: Duration,
+    pub estimator: EstimatorConfig,
+    pub clock: SyncClock,
+}
+
+/// Datagrams the session ignored, by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct IgnoredCounters {
+    pub malformed: u64,
+    pub unknown_peer: u64,
+    pub rejected_samples: u64,
+}
+
+/// One source's current estimate of a peer.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct SourceEstimate {
+    pub source: Source,
+    pub offset_ns: f64,
+    pub drift_ppm: f64,
+    pub error_bound_ns: f64,
+    pub min_rtt_ns: u64,
+    pub samples_used: usize,
+    pub samples_accepted: u64,
+    pub at_local_ns: u64,
+}
+
+impl SourceEstimate {
+    fn new(source: Source, e: &Estimate, accepted: u64) -> Self {
+        SourceEstimate {
+            source,
+            offset_ns: e.offset_ns,
+            drift_ppm: e.drift_ppm,
+            error_bound_ns: e.error_bound_ns,
+            min_rtt_ns: e.min_delay_ns,
+            samples_used: e.samples_used,
+            samples_accepted: accepted,
+            at_local_ns: e.at_local_ns,
+        }
+    }
+}
+
+/// What is known about one peer.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PeerStatus {
+    pub name: String,
+    pub addr: SocketAddr,
+    /// The estimate to use: the best source that has one.
+    pub selected: Option<SourceEstimate>,
+    /// Every source's estimate, best source first.
+    pub sources: Vec<SourceEstimate>,
+    pub exchanges: ExchangeCounters,
+}
+
+/// The session's published state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SessionStatus {
+    pub host_id: u32,
+    pub software_stamps: bool,
+    pub zero_checksum: bool,
+    pub peers: Vec<PeerStatus>,
+    pub ignored: IgnoredCounters,
+    pub requests_answered: u64,
+}
+
+struct Peer {
+    spec: PeerSpec,
+    requester: Requester,
+    estimators: BTreeMap<Source, Estimator>,
+}
+
+/// What a transmit-stamp id belongs to.
+enum TxRecord {
+    Request { peer: usize, seq: u32 },
+    Response { to: SocketAddr, response: Probe },
+}
+
+pub struct Session {
+    cfg: SessionConfig,
+    sock: Arc<StampedSocket>,
+    peers: Vec<Peer>,
+    tx: HashMap<u32, TxRecord>,
+    status: SessionStatus,
+}
+
+impl Session {
+    /// Binds the socket (inside a tokio runtime) and builds one estimator
+    /// per peer and source.
+    pub fn new(cfg: SessionConfig) -> Result<Session, SessionError> {
+        let sock = StampedSocket::bind(cfg.bind, cfg.clock)
+            .map_err(|source| SessionError::Bind { addr: cfg.bind, source })?;
+        let nonce = random_u64()?;
+        let mut peers = Vec::new();
+        for (i, spec) in cfg.peers.iter().enumerate() {
+            let mut estimators = BTreeMap::new();
+            for s in Source::ALL {
+                estimators.insert(s, Estimator::new(cfg.estimator.clone())?);
+            }
+            let timeout = cfg.timeout.as_nanos() as u64;
+            peers.push(Peer {
+                spec: spec.clone(),
+                requester: Requester::new(cfg.host_id, nonce.wrapping_add(i as u64), timeout),
+                estimators,
+            });
+        }
+        let status = SessionStatus {
+            host_id: cfg.host_id,
+            software_stamps: sock.software_stamps(),
+            zero_checksum: sock.zero_checksum(),
+            ..SessionStatus::default()
+        };
+        Ok(Session {
+            cfg,
+            sock: Arc::new(sock),
+            peers,
+            tx: HashMap::new(),
+            status,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    /// Runs until `shutdown` turns true, publishing the status after every
+    /// change on `out`.
+    pub async fn run(
+        mut self,
+        out: watch::Sender<SessionStatus>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(), SessionError> {
+        let mut buf = [0u8; 2048];
+        let mut sent_rounds = 0u32;
+        let mut next_round = tokio::time::Instant::now();
+        let mut drain = tokio::time::interval(Duration::from_millis(1));
+        drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        self.publish(&out);
+        let sock = self.sock.clone();
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => {
+                    if *shutdown.borrow() { return Ok(()); }
+                }
+                _ = tokio::time::sleep_until(next_round) => {
+                    self.send_round().await?;
+                    sent_rounds = sent_rounds.saturating_add(1);
+                    let period = if sent_rounds < self.cfg.fast_start {
+                        self.cfg.interval / 8
+                    } else {
+                        self.cfg.interval
+                    };
+                    next_round += period;
+                    self.publish(&out);
+                }
+                r = sock.recv(&mut buf) => {
+                    let rx = r.map_err(SessionError::Io)?;
+                    self.drain_tx().await?;
+                    self.handle(&buf[..rx.len], rx.from, RxStamps { user: rx.user, software: rx.software }).await?;
+                    self.publish(&out);
+                }
+                _ = drain.tick(), if !self.tx.is_empty() => {
+                    self.drain_tx().await?;
+                }
+            }
+        }
+    }
+
+    async fn send_round(&mut self) -> Result<(), SessionError> {
+        let now = self.cfg.clock.now();
+        for i in 0..self.peers.len() {
+            self.peers[i].requester.expire(now);
+            let addr = self.peers[i].spec.addr;
+            let t1 = self.cfg.clock.now();
+            let req = self.peers[i].requester.request(addr, t1);
+            let id = self.sock.send_to(&req.encode(), addr).await.map_err(SessionError::Io)?;
+            if self.sock.software_stamps() {
+                self.tx.insert(id, TxRecord::Request { peer: i, seq: req.seq });
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies transmit stamps: software t1 of requests, and the follow-ups
+    /// of responses.
+    async fn drain_tx(&mut self) -> Result<(), SessionError> {
+        for (id, stamp) in self.sock.drain_tx_stamps() {
+            match self.tx.remove(&id) {
+                Some(TxRecord::Request { peer, seq }) => self.peers[peer].requester.tx_software(seq, stamp),
+                Some(TxRecord::Response { to, response }) => {
+                    let f = follow_up(&response, stamp);
+                    // Follow-ups get no transmit stamp of their own that matters.
+                    self.sock.send_to(&f.encode(), to).await.map_err(SessionError::Io)?;
+                }
+                None => {}
+            }
+        }
+        // Stamps that never come (e.g. the datagram was dropped before the
+        // driver) must not pile up.
+        if self.tx.len() > 4096 {
+            self.tx.clear();
+        }
+        Ok(())
+    }
+
+    async fn handle(&mut self, bytes: &[u8], from: SocketAddr, rx: RxStamps) -> Result<(), SessionError> {
+        let probe = match Probe::decode(bytes) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(%from, error = %e, "ignoring malformed clock probe");
+                self.status.ignored.malformed += 1;
+                return Ok(());
+            }
+        };
+        let Some(idx) = self.peers.iter().position(|p| p.spec.addr.ip() == from.ip()) else {
+            self.status.ignored.unknown_peer += 1;
+            return Ok(());
+        };
+        if probe.kind == Kind::Request {
+            let two_step = self.sock.software_stamps();
+            let t3 = self.cfg.clock.now();
+            let resp = respond(&probe, self.cfg.host_id, rx, t3, two_step);
+            let id = self.sock.send_to(&resp.encode(), from).await.map_err(SessionError::Io)?;
+            if resp.two_step() {
+                self.tx.insert(id, TxRecord::Response { to: from, response: resp });
+            }
+            self.status.requests_answered += 1;
+            return Ok(());
+        }
+        let peer = &mut self.peers[idx];
+        let Ok(samples) = peer.requester.receive(from, &probe, rx) else {
+            return Ok(());
+        };
+        for (source, sample) in samples {
+            if let Some(est) = peer.estimators.get_mut(&source) {
+                if est.add(sample).is_err() {
+                    self.status.ignored.rejected_samples += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn publish(&mut self, out: &watch::Sender<SessionStatus>) {
+        let now = self.cfg.clock.now();
+        self.status.peers = self
+            .peers
+            .iter()
+            .map(|p| {
+                let sources: Vec<SourceEstimate> = p
+                    .estimators
+                    .iter()
+                    .filter_map(|(s, e)| e.estimate(now).map(|est| SourceEstimate::new(*s, &est, e.counts().0)))
+                    .collect();
+                PeerStatus {
+                    name: p.spec.name.clone(),
+                    addr: p.spec.addr,
+                    selected: sources.first().copied(),
+                    sources,
+                    exchanges: p.requester.counters,
+                }
+            })
+            .collect();
+        out.send_replace(self.status.clone());
+    }
+}
+
+/// Why the session could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("cannot bind the clock probe socket to {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("clock probe socket: {0}")]
+    Io(#[source] std::io::Error),
+    #[error("estimator configuration: {0}")]
+    Config(#[from] super::estimator::ConfigError),
+    #[error("cannot read random bytes for the session nonce: {0}")]
+    Random(#[source] std::io::Error),
+}
+
+fn random_u64() -> Result<u64, SessionError> {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(SessionError::Random)?;
+    Ok(u64::from_ne_bytes(b))
+}
+
