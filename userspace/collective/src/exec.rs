@@ -77,6 +77,7 @@ pub(super) fn execute(e: &mut Engine, seq: u64, plan: &Plan, job: &mut Job, esiz
     for (peer, f) in mine {
         on_frame(e, &mut run, peer, f, buf, job)?;
     }
+    check_left(e, &run)?;
     while run.done_lanes < n {
         match e.events.recv_timeout(e.opts.timeout) {
             Ok(Event::Frame { peer, frame }) => on_frame(e, &mut run, peer, frame, buf, job)?,
@@ -224,18 +225,36 @@ fn on_closed(e: &mut Engine, run: &Run<'_>, peer: Rank, graceful: bool, detail: 
     if !graceful {
         return Err(CollectiveError::PeerFailed { peer, detail });
     }
-    let Some(link) = e.peers.get_mut(peer).and_then(Option::as_mut) else { return Ok(()) };
-    link.open = link.open.saturating_sub(1);
-    if link.open > 0 {
-        return Ok(());
+    if let Some(link) = e.peers.get_mut(peer).and_then(Option::as_mut) {
+        link.open = link.open.saturating_sub(1);
     }
-    // The peer left in order. That is only fine if we need nothing more from it.
-    let needed = run.lanes.iter().enumerate().any(|(l, st)| {
-        st.recvs.iter().any(|p| p.peer == peer && p.left > 0)
-            || run.plan.lanes[l].steps.iter().skip(st.step + 1).flatten().any(|a| matches!(a, Action::Recv { peer: q, .. } if *q == peer))
-    });
-    if needed {
-        return Err(CollectiveError::PeerFailed { peer, detail: "left the communicator".into() });
+    check_left(e, run)
+}
+
+/// A peer that closed all its connections in order is only fine if everything we
+/// still need from it has already arrived (and waits in a stash).
+fn check_left(e: &Engine, run: &Run<'_>) -> Result<()> {
+    for (peer, link) in e.peers.iter().enumerate() {
+        if !link.as_ref().is_some_and(|l| l.open == 0) {
+            continue;
+        }
+        let mut needed = 0usize;
+        for (l, st) in run.lanes.iter().enumerate() {
+            let started = l < run.next_lane;
+            if started {
+                needed += st.recvs.iter().filter(|p| p.peer == peer).map(|p| p.left).sum::<usize>();
+            }
+            let from = if started { st.step + 1 } else { 0 };
+            for a in run.plan.lanes[l].steps.iter().skip(from).flatten() {
+                if let Action::Recv { peer: q, span, .. } = a {
+                    needed += if *q == peer { span.len * run.esize } else { 0 };
+                }
+            }
+        }
+        let stashed: usize = run.early.values().flatten().filter(|(q, _)| *q == peer).map(|(_, f)| f.payload.len()).sum();
+        if needed > stashed {
+            return Err(CollectiveError::PeerFailed { peer, detail: "left the communicator".into() });
+        }
     }
     Ok(())
 }

@@ -55,3 +55,8 @@ pub fn run_world<R: Send>(layout: &Layout, opts: &Options, f: impl Fn(&Communica
         hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
     })
 }
+
+/// Two domains (even/odd ranks), two ranks per host: shared memory and TCP mixed.
+pub fn two_domains(n: usize) -> Layout {
+    (0..n).map(|r| (format!("d{}", r % 2), format!("h{}", r / 4))).collect()
+}
