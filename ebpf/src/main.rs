@@ -7,6 +7,7 @@
 #![allow(internal_features)]
 
 mod classify;
+mod clock_probe;
 mod counters;
 mod maps;
 mod parse;

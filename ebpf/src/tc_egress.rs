@@ -48,6 +48,7 @@ pub fn tc_egress(ctx: &TcContext) -> i32 {
         );
         return PASS;
     };
+    crate::clock_probe::stamp_tc_egress(ctx, &frame);
     let class = classify(&frame).class;
     let Some(cfg) = class_config(class) else {
         count(class, class, u64::from(len), Outcome::Sent);

@@ -26,6 +26,7 @@ pub fn xdp_ingress(ctx: &XdpContext) -> u32 {
         count_unclassified(len);
         return xdp_action::XDP_PASS;
     };
+    crate::clock_probe::stamp_xdp_ingress(ctx, &frame);
     let class = classify(&frame);
     let drop = class.verdict == VERDICT_DROP;
     count_ingress(class.class, len, drop);

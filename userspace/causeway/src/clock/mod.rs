@@ -4,6 +4,7 @@
 
 pub mod estimator;
 pub mod exchange;
+pub mod maps;
 pub mod probe;
 mod regression;
 pub mod session;
