@@ -2,3 +2,4 @@
 
 pub mod causeway_cli;
 pub mod netns;
+pub mod netsim_support;

@@ -1,0 +1,63 @@
+//! Helpers for the WAN-emulator testbed tests (`tests/tests/netsim_*.rs`).
+
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::Duration;
+
+use causeway_netsim::probe::{probe_rtt, EchoServer, RttSamples};
+use causeway_netsim::{Host, Testbed};
+
+/// True when the test can run; otherwise prints a visible SKIP line.
+pub fn root_or_skip(test: &str) -> bool {
+    // Reading /run/netns-style state needs no privilege, creating namespaces does:
+    // uid 0 is the simple, honest criterion.
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false);
+    if !root {
+        eprintln!("SKIP: {test} needs root (network namespaces, raw sockets)");
+    }
+    root
+}
+
+pub const ECHO_PORT: u16 = 7007;
+
+/// Start a UDP echo responder in `host` on [`ECHO_PORT`].
+pub fn echo_in(tb: &Testbed, host: &Host) -> EchoServer {
+    let sock = tb
+        .in_host(host, || UdpSocket::bind(("0.0.0.0", ECHO_PORT)))
+        .expect("enter host")
+        .expect("bind echo socket");
+    EchoServer::start(sock).expect("start echo")
+}
+
+/// An unbound-port UDP socket inside `netns`.
+pub fn socket_in(tb: &Testbed, netns: &str) -> UdpSocket {
+    tb.in_netns(netns, || UdpSocket::bind("0.0.0.0:0")).expect("enter netns").expect("bind probe socket")
+}
+
+/// `n` echo probes to `ip`, 5 ms apart, each waiting up to `timeout`; the first
+/// (ARP warm-up) probe is sent separately and not counted. The prober runs on a
+/// SCHED_FIFO thread (best effort) so a busy machine does not inflate the RTTs.
+pub fn rtts(sock: &UdpSocket, ip: Ipv4Addr, n: usize, timeout: Duration) -> RttSamples {
+    let dst = SocketAddr::new(ip.into(), ECHO_PORT);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _ = causeway_netsim::sys::set_realtime(5);
+            let _ = probe_rtt(sock, dst, 1, 64, Duration::ZERO, timeout.max(Duration::from_millis(500)));
+            probe_rtt(sock, dst, n, 64, Duration::from_millis(5), timeout).expect("probe")
+        })
+        .join()
+        .expect("probe thread")
+    })
+}
+
+/// Median RTT in milliseconds (panics if every probe was lost).
+pub fn median_ms(s: &RttSamples) -> f64 {
+    s.median().expect("at least one answered probe").as_secs_f64() * 1e3
+}
+
+/// Names of all network namespaces starting with `prefix`.
+pub fn namespaces_with(prefix: &str) -> Vec<String> {
+    causeway_netsim::netns::list().expect("list namespaces").into_iter().filter(|n| n.starts_with(prefix)).collect()
+}
