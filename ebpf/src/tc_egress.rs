@@ -8,6 +8,9 @@
 //! not charged to that class's bucket, the qdisc limits it). Non-IP and
 //! unparseable frames pass untouched, counted in `UNCLASSIFIED_SLOT`; their
 //! priority is left alone so the qdisc's default class takes them.
+//!
+//! Frames are charged and counted at their wire length (see [`wire_len`]),
+//! the same length HTB charges, so bucket and qdisc agree on GSO frames.
 
 use aya_ebpf::{
     bindings::{TC_ACT_SHOT, TC_ACT_UNSPEC},
@@ -36,10 +39,26 @@ const ECN_CE: u8 = 0b11;
 /// Offset of the IPv4 header checksum from the IP header.
 const IPV4_CSUM_OFFSET: usize = 10;
 
+/// Bytes a frame occupies on the wire: `wire_len` (the qdisc's packet
+/// length, which counts the headers of every segment of a GSO frame, set
+/// before the egress hook runs), or `len` when that is larger.
+#[inline(always)]
+fn wire_len(ctx: &TcContext) -> u32 {
+    let len = ctx.len();
+    // SAFETY: `skb` is the __sk_buff the kernel passed in; `wire_len` is
+    // readable by TC programs.
+    let wire = unsafe { (*ctx.skb.skb).wire_len };
+    if wire > len {
+        wire
+    } else {
+        len
+    }
+}
+
 #[inline(always)]
 pub fn tc_egress(ctx: &TcContext) -> i32 {
-    let len = ctx.len();
-    let Ok(frame) = parse_frame(ctx.data(), ctx.data_end(), len as usize) else {
+    let len = wire_len(ctx);
+    let Ok(frame) = parse_frame(ctx.data(), ctx.data_end(), ctx.len() as usize) else {
         count(
             UNCLASSIFIED_SLOT,
             UNCLASSIFIED_SLOT,

@@ -24,6 +24,8 @@ const PASS: u32 = u32::MAX;
 /// `sizeof(struct __sk_buff)` on 6.x kernels, and the offset of `priority`.
 const SKB_CTX_LEN: usize = 192;
 const SKB_PRIORITY: usize = 32;
+/// Offset of `wire_len` in `struct __sk_buff`.
+const SKB_WIRE_LEN: usize = 160;
 
 fn is_root() -> bool {
     nix::unistd::Uid::effective().is_root()
@@ -50,7 +52,13 @@ impl Harness {
 
     /// Runs one frame; returns (verdict, frame out, skb priority out).
     fn run(&self, frame: &[u8], priority_in: u32) -> (u32, Vec<u8>, u32) {
+        self.run_wire(frame, priority_in, 0)
+    }
+
+    /// Like `run`, with the qdisc length `wire_len` (0: the frame length).
+    fn run_wire(&self, frame: &[u8], priority_in: u32, wire_len: u32) -> (u32, Vec<u8>, u32) {
         let mut ctx_in = [0u8; SKB_CTX_LEN];
+        ctx_in[SKB_WIRE_LEN..SKB_WIRE_LEN + 4].copy_from_slice(&wire_len.to_ne_bytes());
         ctx_in[SKB_PRIORITY..SKB_PRIORITY + 4].copy_from_slice(&priority_in.to_ne_bytes());
         let mut ctx_out = [0u8; SKB_CTX_LEN];
         let mut out = vec![0u8; frame.len() + 64];
@@ -367,4 +375,26 @@ fn frames_are_classified_by_the_shared_rules() {
     assert_eq!((out[15] >> 2, prio), (0, leaf_classid(0)));
     assert_eq!(h.counters(3).sent_packets, 2);
     assert_eq!(h.counters(0).sent_packets, 1);
+}
+
+#[test]
+fn gso_frames_are_charged_their_wire_length() {
+    need_root!();
+    let mut h = Harness::new();
+    let table = ShapingTable::new([(0, shaping(OverAction::Drop, None, None))]).expect("table");
+    h.maps.apply(&table).expect("apply");
+    let entry = table.map_entries()[0];
+    h.maps.set_bucket_tat(0, 0).expect("reset bucket");
+    // A frame standing for 4 segments: 3 more copies of the 42-byte headers.
+    let frame = ipv4_udp(0, 1000);
+    let wire = frame.len() as u32 + 3 * 42;
+    let before = monotonic_ns();
+    assert_eq!(h.run_wire(&frame, 0, wire).0, PASS);
+    let after = monotonic_ns();
+    let start = h.maps.bucket_tat(0).expect("tat") - frame_cost(wire, entry.ns_per_byte_q16);
+    assert!(
+        (before..=after).contains(&start),
+        "bucket charged another length"
+    );
+    assert_eq!(h.counters(0).sent_bytes, u64::from(wire));
 }
