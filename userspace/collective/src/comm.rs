@@ -15,7 +15,7 @@ use crate::engine::{Engine, Job, JobKind, Progress, WorkBuf};
 use crate::error::{CollectiveError, Rank, Result};
 use crate::links;
 use crate::pool::BufferPool;
-use crate::schedule::{OpKind, Plan, Span};
+use crate::schedule::{Algorithm, OpKind, Plan, Span};
 use crate::store::{StoreClient, StoreServer};
 use crate::topology::Topology;
 
@@ -31,6 +31,7 @@ pub struct Communicator {
     worker: Option<JoinHandle<()>>,
     pub(crate) store: Mutex<StoreClient>,
     model: CostModel,
+    opts: Options,
     _server: Option<StoreServer>,
 }
 
@@ -138,6 +139,7 @@ impl Communicator {
             worker: Some(worker),
             store: Mutex::new(joined.store),
             model: opts.cost,
+            opts: opts.clone(),
             _server: joined.server,
         };
         if opts.probe && id.world > 1 {
@@ -167,6 +169,15 @@ impl Communicator {
     /// The link costs the algorithm choice uses (probed or configured).
     pub fn cost_model(&self) -> CostModel {
         self.model
+    }
+    /// The algorithm an allreduce of `count` elements of `T` runs with.
+    pub fn allreduce_algorithm<T: Element>(&self, count: usize) -> Algorithm {
+        let kind = OpKind::Allreduce;
+        let chunk = (self.opts.chunk_bytes / T::DTYPE.size()).max(1);
+        match self.opts.algorithm {
+            Some(a) if Algorithm::candidates(kind, &self.topo).contains(&a) => a,
+            _ => crate::cost::choose(kind, count, T::DTYPE.size(), &self.topo, &self.model, chunk, self.opts.window),
+        }
     }
     /// The elements of a `len`-element buffer that `rank` owns after a reduce-scatter.
     pub fn shard(&self, len: usize, rank: Rank) -> Range<usize> {

@@ -72,6 +72,8 @@ pub(crate) struct Engine {
     /// Frames that arrived for operations not started yet.
     future: Vec<(Rank, Frame)>,
     plans: HashMap<(OpKind, usize, usize, Algorithm), Arc<Plan>>,
+    /// Connection-ended events seen so far.
+    pub closed_seen: usize,
 }
 
 impl Engine {
@@ -97,6 +99,7 @@ impl Engine {
             failure: None,
             future: Vec::new(),
             plans: HashMap::new(),
+            closed_seen: 0,
         }
     }
 
@@ -106,11 +109,28 @@ impl Engine {
             let res = self.run_job(&mut job);
             let _ = job.reply.send(res.map(|()| job.buf));
         }
-        for p in self.peers.iter().flatten() {
-            if self.failure.is_none() {
+        if self.failure.is_none() {
+            for p in self.peers.iter().flatten() {
                 p.send_control(FrameKind::Goodbye, &[]);
+                p.close_after_flush();
             }
-            p.close_after_flush();
+        }
+        self.linger(std::time::Duration::from_secs(2));
+    }
+
+    /// Waits (bounded) until every peer has closed its side too. Closing a socket
+    /// with unread data makes the kernel send a reset, which can destroy the last
+    /// frames (an Abort naming the failed rank) before the peer reads them.
+    fn linger(&mut self, limit: std::time::Duration) {
+        let total: usize = self.peers.iter().flatten().map(PeerLink::connections).sum();
+        let deadline = std::time::Instant::now() + limit;
+        while self.closed_seen < total {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(Event::Closed { .. }) => self.closed_seen += 1,
+                Ok(Event::Frame { .. }) => {}
+                Err(_) => break,
+            }
         }
     }
 
@@ -187,6 +207,7 @@ impl Engine {
             p.close_after_flush();
         }
         self.failure = Some(e);
+        self.linger(self.opts.timeout.min(std::time::Duration::from_secs(1)));
     }
 }
 

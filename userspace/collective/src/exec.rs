@@ -222,6 +222,7 @@ fn apply(run: &mut Run<'_>, l: usize, peer: Rank, f: &Frame, buf: &mut [u8], job
 }
 
 fn on_closed(e: &mut Engine, run: &Run<'_>, peer: Rank, graceful: bool, detail: String) -> Result<()> {
+    e.closed_seen += 1;
     if !graceful {
         return Err(CollectiveError::PeerFailed { peer, detail });
     }

@@ -50,7 +50,11 @@ impl PeerLink {
         }
     }
 
-    /// Closes every connection after its queue drains.
+    pub fn connections(&self) -> usize {
+        self.all.len()
+    }
+
+    /// Half-closes every connection after its queue drains.
     pub fn close_after_flush(&self) {
         for s in &self.all {
             let _ = s.send(Out::Close);
@@ -124,7 +128,7 @@ fn writer(peer: Rank, w: crate::transport::Writer, rx: Receiver<Out>, events: Se
                 }
                 Out::Close => {
                     let _ = w.flush();
-                    closer.close();
+                    closer.finish();
                     return;
                 }
             }

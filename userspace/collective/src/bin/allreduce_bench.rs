@@ -1,1 +1,60 @@
-fn main() {}
+//! Allreduce benchmark worker: run one per rank with torchrun's variables, e.g.
+//! `RANK=0 WORLD_SIZE=4 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 CAUSEWAY_DOMAIN=east
+//! causeway-allreduce-bench --sizes 1M,16M --iters 5`. Rank 0 prints one JSON line
+//! per size: median time, algbw and busbw (bytes × 2(n-1)/n / time), the same
+//! fields as `bench/gloo_allreduce.py` prints for PyTorch's Gloo.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use causeway_collective::{Communicator, ReduceOp};
+use serde_json::json;
+
+const USAGE: &str = "causeway-allreduce-bench [--sizes 64K,1M,16M] [--iters 5] [--warmup 1]\n\
+  Sizes are bytes of f32 per rank. Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n\
+  CAUSEWAY_DOMAIN and the CAUSEWAY_* options. Rank 0 prints JSON lines.";
+
+fn main() -> Result<()> {
+    let args = common::Args::parse(&["sizes", "iters", "warmup"], USAGE)?;
+    let sizes: Vec<usize> =
+        args.get("sizes").unwrap_or("64K,1M,16M").split(',').map(common::parse_size).collect::<Result<_>>()?;
+    let iters: usize = args.num("iters", 5)?;
+    let warmup: usize = args.num("warmup", 1)?;
+    let t0 = Instant::now();
+    let comm = Communicator::from_env().context("joining the communicator")?;
+    let (r, n) = (comm.rank(), comm.world_size());
+    if r == 0 {
+        let m = comm.cost_model();
+        let link = |c: causeway_collective::schedule::sim::LinkCost| json!({"alpha_us": c.alpha * 1e6, "gbit_s": 8.0 / c.beta / 1e9});
+        println!("{}", json!({"impl": "causeway", "event": "init", "world": n, "init_s": t0.elapsed().as_secs_f64(),
+            "cost": {"host": link(m.intra_host), "domain": link(m.intra_domain), "wan": link(m.inter_domain)}}));
+    }
+    for &bytes in &sizes {
+        let elems = (bytes / 4).max(1);
+        let mut buf: Vec<f32> = (0..elems).map(|i| (i % 7) as f32).collect();
+        let mut times = Vec::with_capacity(iters);
+        for i in 0..warmup + iters {
+            comm.barrier().context("barrier")?;
+            let t = Instant::now();
+            buf = comm.allreduce_async(buf, ReduceOp::Sum).wait().context("allreduce")?;
+            if i >= warmup {
+                times.push(t.elapsed().as_secs_f64());
+            }
+            buf.iter_mut().for_each(|x| *x = 1.0);
+        }
+        times.sort_by(f64::total_cmp);
+        let median = times.get(times.len() / 2).copied().unwrap_or(f64::NAN);
+        let algbw = (elems * 4) as f64 / median / 1e9;
+        let busbw = algbw * 2.0 * (n as f64 - 1.0) / n as f64;
+        if r == 0 {
+            println!("{}", json!({"impl": "causeway", "world": n, "bytes": elems * 4, "dtype": "float32", "iters": iters,
+                "median_s": median, "min_s": times.first(), "max_s": times.last(),
+                "algbw_GBps": algbw, "busbw_GBps": busbw,
+                "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))}));
+        }
+    }
+    Ok(())
+}

@@ -10,9 +10,13 @@ use std::sync::Arc;
 pub mod shm;
 pub mod tcp;
 
-/// Aborts a transport: blocked reads return end-of-stream or an error, writes fail.
+/// Ends a transport from any thread.
 pub trait Closer: Send + Sync {
+    /// Aborts both directions: blocked reads return end-of-stream or an error, writes fail.
     fn close(&self);
+    /// Half-close: no more writes; the peer reads end-of-stream after the data
+    /// already sent, and our reads go on (so nothing unread makes the kernel reset it).
+    fn finish(&self);
 }
 
 pub type Reader = Box<dyn Read + Send>;

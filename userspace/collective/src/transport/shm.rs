@@ -259,6 +259,10 @@ impl Closer for ShmCloser {
         self.0.close();
         self.1.close();
     }
+    fn finish(&self) {
+        // Only our sending ring: the peer drains it, then reads end-of-stream.
+        self.0.close();
+    }
 }
 
 impl Transport for ShmTransport {

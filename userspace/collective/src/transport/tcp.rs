@@ -74,6 +74,9 @@ impl Closer for TcpCloser {
     fn close(&self) {
         let _ = self.0.shutdown(Shutdown::Both);
     }
+    fn finish(&self) {
+        let _ = self.0.shutdown(Shutdown::Write);
+    }
 }
 
 impl Transport for TcpTransport {
