@@ -12,7 +12,11 @@ pub fn root_or_skip(test: &str) -> bool {
     // uid 0 is the simple, honest criterion.
     let root = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
         .unwrap_or(false);
     if !root {
         eprintln!("SKIP: {test} needs root (network namespaces, raw sockets)");
@@ -33,7 +37,9 @@ pub fn echo_in(tb: &Testbed, host: &Host) -> EchoServer {
 
 /// An unbound-port UDP socket inside `netns`.
 pub fn socket_in(tb: &Testbed, netns: &str) -> UdpSocket {
-    tb.in_netns(netns, || UdpSocket::bind("0.0.0.0:0")).expect("enter netns").expect("bind probe socket")
+    tb.in_netns(netns, || UdpSocket::bind("0.0.0.0:0"))
+        .expect("enter netns")
+        .expect("bind probe socket")
 }
 
 /// `n` echo probes to `ip`, 5 ms apart, each waiting up to `timeout`; the first
@@ -44,7 +50,14 @@ pub fn rtts(sock: &UdpSocket, ip: Ipv4Addr, n: usize, timeout: Duration) -> RttS
     std::thread::scope(|s| {
         s.spawn(|| {
             let _ = causeway_netsim::sys::set_realtime(5);
-            let _ = probe_rtt(sock, dst, 1, 64, Duration::ZERO, timeout.max(Duration::from_millis(500)));
+            let _ = probe_rtt(
+                sock,
+                dst,
+                1,
+                64,
+                Duration::ZERO,
+                timeout.max(Duration::from_millis(500)),
+            );
             probe_rtt(sock, dst, n, 64, Duration::from_millis(5), timeout).expect("probe")
         })
         .join()
@@ -54,10 +67,17 @@ pub fn rtts(sock: &UdpSocket, ip: Ipv4Addr, n: usize, timeout: Duration) -> RttS
 
 /// Median RTT in milliseconds (panics if every probe was lost).
 pub fn median_ms(s: &RttSamples) -> f64 {
-    s.median().expect("at least one answered probe").as_secs_f64() * 1e3
+    s.median()
+        .expect("at least one answered probe")
+        .as_secs_f64()
+        * 1e3
 }
 
 /// Names of all network namespaces starting with `prefix`.
 pub fn namespaces_with(prefix: &str) -> Vec<String> {
-    causeway_netsim::netns::list().expect("list namespaces").into_iter().filter(|n| n.starts_with(prefix)).collect()
+    causeway_netsim::netns::list()
+        .expect("list namespaces")
+        .into_iter()
+        .filter(|n| n.starts_with(prefix))
+        .collect()
 }

@@ -38,9 +38,15 @@ pub struct Response {
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     #[error("control socket {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("control socket {path}: bad reply: {source}")]
-    Reply { path: String, source: serde_json::Error },
+    Reply {
+        path: String,
+        source: serde_json::Error,
+    },
     #[error("emulator refused the request: {0}")]
     Refused(String),
 }
@@ -49,13 +55,31 @@ pub enum ControlError {
 pub fn handle(emulator: &Emulator, line: &str) -> Response {
     let req: Request = match serde_json::from_str(line) {
         Ok(r) => r,
-        Err(e) => return Response { ok: false, error: Some(format!("bad request: {e}")), stats: None },
+        Err(e) => {
+            return Response {
+                ok: false,
+                error: Some(format!("bad request: {e}")),
+                stats: None,
+            }
+        }
     };
     match req {
-        Request::Stats => Response { ok: true, error: None, stats: Some(emulator.stats()) },
+        Request::Stats => Response {
+            ok: true,
+            error: None,
+            stats: Some(emulator.stats()),
+        },
         Request::Set { dir, patch } => match emulator.set(dir, &patch) {
-            Ok(()) => Response { ok: true, error: None, stats: Some(emulator.stats()) },
-            Err(e) => Response { ok: false, error: Some(e.to_string()), stats: None },
+            Ok(()) => Response {
+                ok: true,
+                error: None,
+                stats: Some(emulator.stats()),
+            },
+            Err(e) => Response {
+                ok: false,
+                error: Some(e.to_string()),
+                stats: None,
+            },
         },
     }
 }
@@ -71,7 +95,9 @@ pub fn serve(emulator: &Emulator, path: &Path, stop: &AtomicBool) -> std::io::Re
             Ok((stream, _)) => {
                 let _ = serve_client(emulator, stream, stop);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -96,7 +122,11 @@ fn serve_client(emulator: &Emulator, stream: UnixStream, stop: &AtomicBool) -> s
                 text.push('\n');
                 writer.write_all(text.as_bytes())?;
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
             Err(e) => return Err(e),
         }
     }
@@ -105,19 +135,28 @@ fn serve_client(emulator: &Emulator, stream: UnixStream, stop: &AtomicBool) -> s
 
 /// Send one request to the emulator at `path` and return its stats.
 pub fn request(path: &Path, req: &Request) -> Result<EmulatorStats, ControlError> {
-    let io = |source| ControlError::Io { path: path.display().to_string(), source };
+    let io = |source| ControlError::Io {
+        path: path.display().to_string(),
+        source,
+    };
     let mut stream = UnixStream::connect(path).map_err(io)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).map_err(io)?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(io)?;
     let mut text = serde_json::to_string(req).map_err(|e| io(std::io::Error::other(e)))?;
     text.push('\n');
     stream.write_all(text.as_bytes()).map_err(io)?;
     let mut line = String::new();
     BufReader::new(&stream).read_line(&mut line).map_err(io)?;
-    let reply: Response =
-        serde_json::from_str(&line).map_err(|source| ControlError::Reply { path: path.display().to_string(), source })?;
+    let reply: Response = serde_json::from_str(&line).map_err(|source| ControlError::Reply {
+        path: path.display().to_string(),
+        source,
+    })?;
     match (reply.ok, reply.stats) {
         (true, Some(stats)) => Ok(stats),
-        (_, _) => Err(ControlError::Refused(reply.error.unwrap_or_else(|| "no reason given".into()))),
+        (_, _) => Err(ControlError::Refused(
+            reply.error.unwrap_or_else(|| "no reason given".into()),
+        )),
     }
 }
 
@@ -127,9 +166,12 @@ mod tests {
 
     #[test]
     fn requests_parse_and_reject_unknown_ops() {
-        let r: Request = serde_json::from_str(r#"{"op":"set","dir":"a_to_b","patch":{"up":false}}"#).unwrap();
+        let r: Request =
+            serde_json::from_str(r#"{"op":"set","dir":"a_to_b","patch":{"up":false}}"#).unwrap();
         assert!(matches!(r, Request::Set { dir: Dir::AToB, patch } if patch.up == Some(false)));
         assert!(serde_json::from_str::<Request>(r#"{"op":"reboot"}"#).is_err());
-        assert!(serde_json::from_str::<Request>(r#"{"op":"set","dir":"sideways","patch":{}}"#).is_err());
+        assert!(
+            serde_json::from_str::<Request>(r#"{"op":"set","dir":"sideways","patch":{}}"#).is_err()
+        );
     }
 }

@@ -49,7 +49,9 @@ impl Counters {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Accepted; it leaves at `depart`.
-    Scheduled { depart: u64 },
+    Scheduled {
+        depart: u64,
+    },
     DroppedDown,
     DroppedQueue,
     DroppedLoss,
@@ -182,7 +184,12 @@ impl<T> LinkCore<T> {
             d
         };
         self.seq += 1;
-        self.line.push(Reverse(Entry { depart, seq: self.seq, len, frame }));
+        self.line.push(Reverse(Entry {
+            depart,
+            seq: self.seq,
+            len,
+            frame,
+        }));
         Verdict::Scheduled { depart }
     }
 

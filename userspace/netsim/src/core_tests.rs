@@ -20,7 +20,10 @@ fn drain_all<T>(core: &mut LinkCore<T>, until: u64) -> Vec<(u64, T)> {
         if t > until {
             break;
         }
-        assert!(core.pop_due(t - 1).is_none() || t == 0, "left before its time");
+        assert!(
+            core.pop_due(t - 1).is_none() || t == 0,
+            "left before its time"
+        );
         let (f, _) = core.pop_due(t).expect("due frame");
         out.push((t, f));
     }
@@ -30,8 +33,18 @@ fn drain_all<T>(core: &mut LinkCore<T>, until: u64) -> Vec<(u64, T)> {
 #[test]
 fn pure_delay_holds_each_frame_exactly_the_delay() {
     let mut c = LinkCore::new(params(20, 0), 1);
-    assert_eq!(c.on_arrival(5, 'a', 100), Verdict::Scheduled { depart: 5 + 20 * MS });
-    assert_eq!(c.on_arrival(7, 'b', 100), Verdict::Scheduled { depart: 7 + 20 * MS });
+    assert_eq!(
+        c.on_arrival(5, 'a', 100),
+        Verdict::Scheduled {
+            depart: 5 + 20 * MS
+        }
+    );
+    assert_eq!(
+        c.on_arrival(7, 'b', 100),
+        Verdict::Scheduled {
+            depart: 7 + 20 * MS
+        }
+    );
     assert!(c.pop_due(20 * MS).is_none());
     assert_eq!(c.pop_due(20 * MS + 5), Some(('a', 100)));
     assert!(c.pop_due(20 * MS + 6).is_none());
@@ -62,7 +75,10 @@ fn an_idle_link_does_not_bank_credit() {
     // Long idle gap; the next frames must still be spaced 1 ms apart.
     c.on_arrival(100 * MS, 1, 1250);
     c.on_arrival(100 * MS, 2, 1250);
-    let times: Vec<u64> = drain_all(&mut c, u64::MAX).iter().map(|(t, _)| *t).collect();
+    let times: Vec<u64> = drain_all(&mut c, u64::MAX)
+        .iter()
+        .map(|(t, _)| *t)
+        .collect();
     assert_eq!(times, vec![MS, 101 * MS, 102 * MS]);
 }
 
@@ -87,11 +103,20 @@ fn overload_is_clipped_to_the_rate_and_the_queue_tail_drops() {
         }
     }
     let cs = c.counters();
-    assert!(cs.dropped_queue > 0, "an overloaded drop-tail queue must drop");
+    assert!(
+        cs.dropped_queue > 0,
+        "an overloaded drop-tail queue must drop"
+    );
     // Delivered in [10 ms, last]: the rate must match within 0.5 %.
     let achieved = delivered_bytes as f64 * 8.0 / ((last - 10 * MS) as f64 / 1e9);
-    assert!((achieved / rate as f64 - 1.0).abs() < 0.005, "achieved {achieved}");
-    assert_eq!(cs.received, cs.forwarded + cs.dropped() + c.in_flight() as u64);
+    assert!(
+        (achieved / rate as f64 - 1.0).abs() < 0.005,
+        "achieved {achieved}"
+    );
+    assert_eq!(
+        cs.received,
+        cs.forwarded + cs.dropped() + c.in_flight() as u64
+    );
 }
 
 #[test]
@@ -128,12 +153,21 @@ fn jitter_without_reorder_keeps_order_and_bounds() {
             v => panic!("unexpected {v:?}"),
         }
     }
-    assert!(departs.windows(2).all(|w| w[0] <= w[1]), "frames reordered without reorder");
+    assert!(
+        departs.windows(2).all(|w| w[0] <= w[1]),
+        "frames reordered without reorder"
+    );
     // Jitter really varies the delay: not every frame got the same offset.
-    let offsets: std::collections::HashSet<u64> =
-        departs.iter().enumerate().map(|(i, d)| d - i as u64 * 100_000).collect();
+    let offsets: std::collections::HashSet<u64> = departs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| d - i as u64 * 100_000)
+        .collect();
     assert!(offsets.len() > 100);
-    let order: Vec<u64> = drain_all(&mut c, u64::MAX).into_iter().map(|(_, f)| f).collect();
+    let order: Vec<u64> = drain_all(&mut c, u64::MAX)
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect();
     assert_eq!(order, (0..2000).collect::<Vec<_>>());
 }
 
@@ -145,7 +179,10 @@ fn reorder_lets_some_frames_overtake() {
     for i in 0..1000u64 {
         c.on_arrival(i * 10_000, i, 64);
     }
-    let order: Vec<u64> = drain_all(&mut c, u64::MAX).into_iter().map(|(_, f)| f).collect();
+    let order: Vec<u64> = drain_all(&mut c, u64::MAX)
+        .into_iter()
+        .map(|(_, f)| f)
+        .collect();
     assert_eq!(order.len(), 1000);
     // Frames delivered ahead of a frame that was sent before them (~10 % of 1000).
     let mut suffix_min = u64::MAX;
@@ -156,18 +193,30 @@ fn reorder_lets_some_frames_overtake() {
         }
         suffix_min = suffix_min.min(f);
     }
-    assert!((60..140).contains(&overtakers), "{overtakers} frames overtook");
+    assert!(
+        (60..140).contains(&overtakers),
+        "{overtakers} frames overtook"
+    );
 }
 
 #[test]
 fn a_cut_link_drops_everything_and_a_restored_one_forwards() {
     let mut c = LinkCore::new(params(1, 0), 1);
-    c.set_params(LinkParams { up: false, ..*c.params() });
+    c.set_params(LinkParams {
+        up: false,
+        ..*c.params()
+    });
     for i in 0..10 {
         assert_eq!(c.on_arrival(i, (), 100), Verdict::DroppedDown);
     }
-    c.set_params(LinkParams { up: true, ..*c.params() });
-    assert!(matches!(c.on_arrival(20, (), 100), Verdict::Scheduled { .. }));
+    c.set_params(LinkParams {
+        up: true,
+        ..*c.params()
+    });
+    assert!(matches!(
+        c.on_arrival(20, (), 100),
+        Verdict::Scheduled { .. }
+    ));
     let cs = c.counters();
     assert_eq!((cs.dropped_down, cs.received), (10, 11));
 }
@@ -176,8 +225,14 @@ fn a_cut_link_drops_everything_and_a_restored_one_forwards() {
 fn a_rate_change_applies_to_later_frames() {
     let mut c = LinkCore::new(params(0, 10_000_000), 1);
     c.on_arrival(0, 0, 1250); // 1 ms at 10 Mbit/s
-    c.set_params(LinkParams { rate_bps: 100_000_000, ..*c.params() });
+    c.set_params(LinkParams {
+        rate_bps: 100_000_000,
+        ..*c.params()
+    });
     c.on_arrival(0, 1, 1250); // 0.1 ms at 100 Mbit/s, after the first
-    let times: Vec<u64> = drain_all(&mut c, u64::MAX).iter().map(|(t, _)| *t).collect();
+    let times: Vec<u64> = drain_all(&mut c, u64::MAX)
+        .iter()
+        .map(|(t, _)| *t)
+        .collect();
     assert_eq!(times, vec![MS, MS + 100_000]);
 }

@@ -25,7 +25,10 @@ pub enum Dir {
 
 impl Dir {
     fn covers(self, index: usize) -> bool {
-        matches!((self, index), (Dir::Both, _) | (Dir::AToB, 0) | (Dir::BToA, 1))
+        matches!(
+            (self, index),
+            (Dir::Both, _) | (Dir::AToB, 0) | (Dir::BToA, 1)
+        )
     }
 }
 
@@ -86,6 +89,10 @@ pub struct DirStats {
     pub in_flight: u64,
     /// Frames larger than the receive buffer (MTU + headroom), dropped.
     pub oversize: u64,
+    /// GSO super-frames (segmentation offload on upstream), dropped.
+    pub gso_dropped: u64,
+    /// Frames whose L4 checksum was left to offload and completed here.
+    pub checksums_fixed: u64,
     /// Frames the kernel refused to send.
     pub tx_errors: u64,
     /// How late frames left relative to their scheduled departure: sum and max, ns.
@@ -130,7 +137,10 @@ impl Emulator {
         let dir = |p: LinkParams| DirShared {
             params: Mutex::new(p),
             generation: AtomicU64::new(0),
-            stats: Mutex::new(DirStats { params: Some(p), ..DirStats::default() }),
+            stats: Mutex::new(DirStats {
+                params: Some(p),
+                ..DirStats::default()
+            }),
         };
         let shared = Arc::new(Shared {
             dirs: [dir(config.a_to_b), dir(config.b_to_a)],
@@ -139,13 +149,19 @@ impl Emulator {
             epoch: Instant::now(),
         });
         let (ready_tx, ready_rx) = mpsc::channel();
-        let mut emulator = Emulator { shared: shared.clone(), threads: Vec::new() };
+        let mut emulator = Emulator {
+            shared: shared.clone(),
+            threads: Vec::new(),
+        };
         for index in 0..2 {
             let (cfg, shared, ready) = (config.clone(), shared.clone(), ready_tx.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("wanem-{}", if index == 0 { "ab" } else { "ba" }))
                 .spawn(move || direction_thread(cfg, index, shared, ready))
-                .map_err(|source| EmulatorError::Setup { what: "emulator thread".into(), source })?;
+                .map_err(|source| EmulatorError::Setup {
+                    what: "emulator thread".into(),
+                    source,
+                })?;
             emulator.threads.push(handle);
         }
         drop(ready_tx);
@@ -153,7 +169,11 @@ impl Emulator {
             match ready_rx.recv() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(e), // Drop stops the other thread.
-                Err(_) => return Err(EmulatorError::Thread("a direction thread died during setup".into())),
+                Err(_) => {
+                    return Err(EmulatorError::Thread(
+                        "a direction thread died during setup".into(),
+                    ))
+                }
             }
         }
         Ok(emulator)
@@ -171,17 +191,25 @@ impl Emulator {
         for (i, p) in new.into_iter().enumerate() {
             if let Some(p) = p {
                 *lock(&self.shared.dirs[i].params) = p;
-                self.shared.dirs[i].generation.fetch_add(1, Ordering::Release);
+                self.shared.dirs[i]
+                    .generation
+                    .fetch_add(1, Ordering::Release);
             }
         }
         Ok(())
     }
 
     /// Current parameters and counters of both directions.
+    /// Current parameters (as configured, even if a direction thread has not
+    /// picked a change up yet) and counters of both directions.
     pub fn stats(&self) -> EmulatorStats {
+        let dir = |i: usize| DirStats {
+            params: Some(*lock(&self.shared.dirs[i].params)),
+            ..*lock(&self.shared.dirs[i].stats)
+        };
         EmulatorStats {
-            a_to_b: *lock(&self.shared.dirs[0].stats),
-            b_to_a: *lock(&self.shared.dirs[1].stats),
+            a_to_b: dir(0),
+            b_to_a: dir(1),
             error: lock(&self.shared.error).clone(),
         }
     }
@@ -213,7 +241,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 type Ready = mpsc::Sender<Result<(), EmulatorError>>;
 
 fn direction_thread(cfg: EmulatorConfig, index: usize, shared: Arc<Shared>, ready: Ready) {
-    let (rx_if, tx_if) = if index == 0 { (&cfg.iface_a, &cfg.iface_b) } else { (&cfg.iface_b, &cfg.iface_a) };
+    let (rx_if, tx_if) = if index == 0 {
+        (&cfg.iface_a, &cfg.iface_b)
+    } else {
+        (&cfg.iface_b, &cfg.iface_a)
+    };
     let io = match crate::forward::DirectionIo::open(&cfg, rx_if, tx_if, index == 0) {
         Ok(io) => io,
         Err(e) => {
@@ -226,13 +258,17 @@ fn direction_thread(cfg: EmulatorConfig, index: usize, shared: Arc<Shared>, read
     let params = *lock(&dir.params);
     let seed = cfg.seed ^ (0x5EED_0000_0000_0000 | index as u64);
     let core: LinkCore<Box<[u8]>> = LinkCore::new(params, seed);
-    let result = io.run(core, cfg.spin_ns, &crate::forward::Control {
-        stop: &shared.stop,
-        generation: &dir.generation,
-        params: &dir.params,
-        stats: &dir.stats,
-        epoch: shared.epoch,
-    });
+    let result = io.run(
+        core,
+        cfg.spin_ns,
+        &crate::forward::Control {
+            stop: &shared.stop,
+            generation: &dir.generation,
+            params: &dir.params,
+            stats: &dir.stats,
+            epoch: shared.epoch,
+        },
+    );
     if let Err(e) = result {
         *lock(&shared.error) = Some(format!("{rx_if} -> {tx_if}: {e}"));
     }
@@ -242,11 +278,20 @@ fn direction_thread(cfg: EmulatorConfig, index: usize, shared: Arc<Shared>, read
 /// every emulator thread.
 pub(crate) fn prepare_thread(cfg: &EmulatorConfig) -> Result<(), EmulatorError> {
     if let Some(ns) = &cfg.netns {
-        sys::netns::enter(ns).map_err(|source| EmulatorError::Setup { what: format!("netns {ns}"), source })?;
+        sys::netns::enter(ns).map_err(|source| EmulatorError::Setup {
+            what: format!("netns {ns}"),
+            source,
+        })?;
     }
-    sys::set_timer_slack_ns(1).map_err(|source| EmulatorError::Setup { what: "timer slack".into(), source })?;
+    sys::set_timer_slack_ns(1).map_err(|source| EmulatorError::Setup {
+        what: "timer slack".into(),
+        source,
+    })?;
     if let Some(prio) = cfg.realtime_priority {
-        sys::set_realtime(prio).map_err(|source| EmulatorError::Setup { what: format!("SCHED_FIFO priority {prio}"), source })?;
+        sys::set_realtime(prio).map_err(|source| EmulatorError::Setup {
+            what: format!("SCHED_FIFO priority {prio}"),
+            source,
+        })?;
     }
     Ok(())
 }

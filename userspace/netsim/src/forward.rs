@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::core::LinkCore;
+use crate::csum::{finish_frame, FrameState, VNET_HDR_LEN};
 use crate::emulator::{prepare_thread, DirStats, EmulatorConfig, EmulatorError};
 use crate::params::LinkParams;
 use crate::sys;
@@ -41,27 +42,45 @@ fn setup_err(what: String) -> impl FnOnce(io::Error) -> EmulatorError {
 impl DirectionIo {
     /// Open the sockets in the emulator's namespace. The first direction also turns
     /// the offloads of both interfaces off (when configured).
-    pub fn open(cfg: &EmulatorConfig, rx_if: &str, tx_if: &str, first: bool) -> Result<Self, EmulatorError> {
+    pub fn open(
+        cfg: &EmulatorConfig,
+        rx_if: &str,
+        tx_if: &str,
+        first: bool,
+    ) -> Result<Self, EmulatorError> {
         prepare_thread(cfg)?;
         if first && cfg.disable_offloads {
             for name in [rx_if, tx_if] {
-                sys::netif::disable_offloads(name).map_err(setup_err(format!("offloads of {name}")))?;
+                sys::netif::disable_offloads(name)
+                    .map_err(setup_err(format!("offloads of {name}")))?;
             }
         }
         let rx_idx = sys::netif::ifindex(rx_if).map_err(setup_err(format!("interface {rx_if}")))?;
         let tx_idx = sys::netif::ifindex(tx_if).map_err(setup_err(format!("interface {tx_if}")))?;
         let mtu = sys::netif::mtu(rx_if).map_err(setup_err(format!("MTU of {rx_if}")))?;
-        let rx = PacketSocket::receiver(rx_idx, 16 << 20).map_err(setup_err(format!("receive socket on {rx_if}")))?;
-        let tx = PacketSocket::sender(tx_idx, 8 << 20).map_err(setup_err(format!("send socket on {tx_if}")))?;
-        Ok(Self { rx, tx, buf_len: mtu as usize + FRAME_HEADROOM })
+        let rx = PacketSocket::receiver(rx_idx, 16 << 20)
+            .map_err(setup_err(format!("receive socket on {rx_if}")))?;
+        let tx = PacketSocket::sender(tx_idx, 8 << 20)
+            .map_err(setup_err(format!("send socket on {tx_if}")))?;
+        Ok(Self {
+            rx,
+            tx,
+            buf_len: VNET_HDR_LEN + mtu as usize + FRAME_HEADROOM,
+        })
     }
 
     fn new_buf(&self, pool: &mut Vec<Box<[u8]>>) -> Box<[u8]> {
-        pool.pop().unwrap_or_else(|| vec![0u8; self.buf_len].into_boxed_slice())
+        pool.pop()
+            .unwrap_or_else(|| vec![0u8; self.buf_len].into_boxed_slice())
     }
 
     /// Forward until `ctl.stop` is set; returns on the first socket error.
-    pub fn run(self, mut core: LinkCore<Box<[u8]>>, spin_ns: u64, ctl: &Control<'_>) -> io::Result<()> {
+    pub fn run(
+        self,
+        mut core: LinkCore<Box<[u8]>>,
+        spin_ns: u64,
+        ctl: &Control<'_>,
+    ) -> io::Result<()> {
         let now_ns = || ctl.epoch.elapsed().as_nanos() as u64;
         let mut pool: Vec<Box<[u8]>> = Vec::new();
         let mut rx_bufs: Vec<Box<[u8]>> = (0..BATCH).map(|_| self.new_buf(&mut pool)).collect();
@@ -80,13 +99,28 @@ impl DirectionIo {
                 let now = now_ns();
                 let got = self.rx.recv_batch(&mut rx_bufs, &mut lens)?;
                 for i in 0..got {
-                    if lens[i] > self.buf_len {
+                    if lens[i] > self.buf_len || lens[i] < VNET_HDR_LEN {
                         extra.oversize += 1;
                         continue;
                     }
+                    let (hdr, frame) = rx_bufs[i][..lens[i]].split_at_mut(VNET_HDR_LEN);
+                    let hdr: &[u8; VNET_HDR_LEN] =
+                        (&*hdr).try_into().expect("split at VNET_HDR_LEN");
+                    match finish_frame(hdr, frame) {
+                        FrameState::Complete => {}
+                        FrameState::ChecksumFixed => extra.checksums_fixed += 1,
+                        FrameState::Gso => {
+                            extra.gso_dropped += 1;
+                            continue;
+                        }
+                        FrameState::Malformed => {
+                            extra.oversize += 1;
+                            continue;
+                        }
+                    }
                     let fresh = self.new_buf(&mut pool);
                     let frame = std::mem::replace(&mut rx_bufs[i], fresh);
-                    core.on_arrival(now, frame, lens[i] as u32);
+                    core.on_arrival(now, frame, (lens[i] - VNET_HDR_LEN) as u32);
                 }
                 if got < BATCH {
                     break;
@@ -95,15 +129,22 @@ impl DirectionIo {
             // Send everything due.
             let now = now_ns();
             while pending.len() < BATCH {
-                let Some(departure) = core.next_departure() else { break };
-                let Some((frame, len)) = core.pop_due(now) else { break };
+                let Some(departure) = core.next_departure() else {
+                    break;
+                };
+                let Some((frame, len)) = core.pop_due(now) else {
+                    break;
+                };
                 let late = now - departure;
                 extra.late_ns_total += late;
                 extra.late_ns_max = extra.late_ns_max.max(late);
                 pending.push((frame, len));
             }
             if !pending.is_empty() {
-                let slices: Vec<&[u8]> = pending.iter().map(|(f, l)| &f[..*l as usize]).collect();
+                let slices: Vec<&[u8]> = pending
+                    .iter()
+                    .map(|(f, l)| &f[VNET_HDR_LEN..VNET_HDR_LEN + *l as usize])
+                    .collect();
                 let sent = match self.tx.send_batch(&slices) {
                     Ok(n) => n,
                     Err(e) if matches!(e.raw_os_error(), Some(libc::EMSGSIZE)) => {
@@ -120,7 +161,9 @@ impl DirectionIo {
             if !pending.is_empty() || core.next_departure().is_some_and(|t| t <= now) {
                 continue; // more to send right away (or the device queue was full)
             }
-            let wait = core.next_departure().map_or(IDLE_WAIT_NS, |t| (t - now).min(IDLE_WAIT_NS));
+            let wait = core
+                .next_departure()
+                .map_or(IDLE_WAIT_NS, |t| (t - now).min(IDLE_WAIT_NS));
             if wait > spin_ns {
                 sys::wait_readable(std::os::fd::AsFd::as_fd(&self.rx), wait - spin_ns)?;
             } else {

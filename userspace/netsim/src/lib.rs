@@ -8,9 +8,9 @@ pub mod rng;
 
 pub use crate::core::{Counters, LinkCore, Verdict};
 pub use params::{LinkParams, ParamsError, ParamsPatch};
-pub mod sys;
 pub mod emulator;
 mod forward;
+pub mod sys;
 
 pub use emulator::{Dir, DirStats, Emulator, EmulatorConfig, EmulatorError, EmulatorStats};
 pub mod profile;
@@ -22,6 +22,7 @@ pub mod netns;
 pub mod testbed;
 
 pub use testbed::{NsChild, Testbed, TestbedBuilder, TestbedError};
-pub mod probe;
 pub mod control;
+pub mod csum;
 pub mod network;
+pub mod probe;

@@ -11,7 +11,10 @@ pub enum NetnsError {
     #[error("`{cmd}` failed: {detail}")]
     Command { cmd: String, detail: String },
     #[error("{what}: {source}")]
-    Io { what: String, source: std::io::Error },
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
 }
 
 fn describe(cmd: &Command) -> String {
@@ -25,11 +28,18 @@ fn describe(cmd: &Command) -> String {
 
 /// Run a command to completion; a non-zero exit is an error carrying its stderr.
 pub fn run_checked(cmd: &mut Command) -> Result<Output, NetnsError> {
-    let out = cmd.output().map_err(|e| NetnsError::Command { cmd: describe(cmd), detail: e.to_string() })?;
+    let out = cmd.output().map_err(|e| NetnsError::Command {
+        cmd: describe(cmd),
+        detail: e.to_string(),
+    })?;
     if !out.status.success() {
         return Err(NetnsError::Command {
             cmd: describe(cmd),
-            detail: format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
+            detail: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
         });
     }
     Ok(out)
@@ -46,8 +56,14 @@ pub fn list() -> Result<Vec<String>, NetnsError> {
     if !dir.exists() {
         return Ok(Vec::new());
     }
-    let entries = std::fs::read_dir(dir).map_err(|source| NetnsError::Io { what: "listing /run/netns".into(), source })?;
-    let mut names: Vec<String> = entries.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).collect();
+    let entries = std::fs::read_dir(dir).map_err(|source| NetnsError::Io {
+        what: "listing /run/netns".into(),
+        source,
+    })?;
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
     names.sort();
     Ok(names)
 }
@@ -80,7 +96,10 @@ pub fn delete(name: &str) -> Result<(), NetnsError> {
 
 /// Delete every namespace whose name starts with `prefix`; returns their names.
 pub fn delete_prefix(prefix: &str) -> Result<Vec<String>, NetnsError> {
-    let victims: Vec<String> = list()?.into_iter().filter(|n| n.starts_with(prefix)).collect();
+    let victims: Vec<String> = list()?
+        .into_iter()
+        .filter(|n| n.starts_with(prefix))
+        .collect();
     let mut first_err = None;
     for n in &victims {
         if let Err(e) = delete(n) {
@@ -95,7 +114,10 @@ pub fn delete_prefix(prefix: &str) -> Result<Vec<String>, NetnsError> {
 pub fn in_netns<R: Send, F: FnOnce() -> R + Send>(name: &str, f: F) -> Result<R, NetnsError> {
     std::thread::scope(|s| {
         let handle = s.spawn(move || {
-            sys::netns::enter(name).map_err(|source| NetnsError::Io { what: format!("entering {name}"), source })?;
+            sys::netns::enter(name).map_err(|source| NetnsError::Io {
+                what: format!("entering {name}"),
+                source,
+            })?;
             Ok(f())
         });
         match handle.join() {
@@ -107,6 +129,10 @@ pub fn in_netns<R: Send, F: FnOnce() -> R + Send>(name: &str, f: F) -> Result<R,
 
 /// Write a sysctl (`net/ipv4/ip_forward` style path) inside namespace `ns`.
 pub fn sysctl(ns: &str, key: &str, value: &str) -> Result<(), NetnsError> {
-    in_netns(ns, || std::fs::write(format!("/proc/sys/{key}"), value))?
-        .map_err(|source| NetnsError::Io { what: format!("sysctl {key}={value} in {ns}"), source })
+    in_netns(ns, || std::fs::write(format!("/proc/sys/{key}"), value))?.map_err(|source| {
+        NetnsError::Io {
+            what: format!("sysctl {key}={value} in {ns}"),
+            source,
+        }
+    })
 }

@@ -17,8 +17,12 @@ pub fn create(plan: &Plan) -> Result<(), NetnsError> {
         netns::ip(&cmd)?;
     }
     for (ns, iface) in plan.gateway_wan_ifaces() {
-        netns::in_netns(&ns, || sys::netif::disable_offloads(&iface))?
-            .map_err(|source| NetnsError::Io { what: format!("offloads of {iface} in {ns}"), source })?;
+        netns::in_netns(&ns, || sys::netif::disable_offloads(&iface))?.map_err(|source| {
+            NetnsError::Io {
+                what: format!("offloads of {iface} in {ns}"),
+                source,
+            }
+        })?;
     }
     Ok(())
 }

@@ -177,13 +177,22 @@ mod tests {
         assert_eq!(ok.validate(), Ok(()));
         let bad = LinkParams { loss: 1.5, ..ok };
         assert_eq!(bad.validate(), Err(ParamsError::Loss(1.5)));
-        let bad = LinkParams { reorder: -0.1, ..ok };
+        let bad = LinkParams {
+            reorder: -0.1,
+            ..ok
+        };
         assert_eq!(bad.validate(), Err(ParamsError::Reorder(-0.1)));
-        let bad = LinkParams { queue_bytes: 100, ..ok };
+        let bad = LinkParams {
+            queue_bytes: 100,
+            ..ok
+        };
         assert_eq!(bad.validate(), Err(ParamsError::Queue(100)));
         let bad = LinkParams { rate_bps: 10, ..ok };
         assert_eq!(bad.validate(), Err(ParamsError::Rate(10)));
-        let bad = LinkParams { loss: f64::NAN, ..ok };
+        let bad = LinkParams {
+            loss: f64::NAN,
+            ..ok
+        };
         assert!(bad.validate().is_err());
     }
 
@@ -191,12 +200,20 @@ mod tests {
     fn patch_changes_only_given_fields_and_rejects_bad_values_whole() {
         let base = LinkParams::wan(20.0, 200.0, 0.0);
         let p = base
-            .patched(&ParamsPatch { up: Some(false), rate_bps: Some(1_000_000), ..Default::default() })
+            .patched(&ParamsPatch {
+                up: Some(false),
+                rate_bps: Some(1_000_000),
+                ..Default::default()
+            })
             .unwrap();
         assert!(!p.up);
         assert_eq!(p.rate_bps, 1_000_000);
         assert_eq!(p.delay_ns, base.delay_ns);
-        let err = base.patched(&ParamsPatch { loss: Some(2.0), up: Some(false), ..Default::default() });
+        let err = base.patched(&ParamsPatch {
+            loss: Some(2.0),
+            up: Some(false),
+            ..Default::default()
+        });
         assert_eq!(err, Err(ParamsError::Loss(2.0)));
     }
 

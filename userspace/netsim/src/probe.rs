@@ -19,20 +19,29 @@ pub struct EchoServer {
 }
 
 impl EchoServer {
+    /// Echo on `socket` from a new thread. The thread asks for SCHED_FIFO (best
+    /// effort) so that measured RTTs show the network, not the CPU scheduler.
     pub fn start(socket: UdpSocket) -> std::io::Result<Self> {
         socket.set_read_timeout(Some(Duration::from_millis(20)))?;
         let addr = socket.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let thread = std::thread::Builder::new().name("udp-echo".into()).spawn(move || {
-            let mut buf = [0u8; 2048];
-            while !flag.load(Ordering::Relaxed) {
-                if let Ok((n, from)) = socket.recv_from(&mut buf) {
-                    let _ = socket.send_to(&buf[..n], from);
+        let thread = std::thread::Builder::new()
+            .name("udp-echo".into())
+            .spawn(move || {
+                let _ = crate::sys::set_realtime(5);
+                let mut buf = [0u8; 2048];
+                while !flag.load(Ordering::Relaxed) {
+                    if let Ok((n, from)) = socket.recv_from(&mut buf) {
+                        let _ = socket.send_to(&buf[..n], from);
+                    }
                 }
-            }
-        })?;
-        Ok(Self { stop, thread: Some(thread), addr })
+            })?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+            addr,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -93,7 +102,10 @@ pub fn probe_rtt(
     timeout: Duration,
 ) -> std::io::Result<RttSamples> {
     let size = size.clamp(8, 1400);
-    let mut out = RttSamples { rtts: Vec::with_capacity(count), sent: 0 };
+    let mut out = RttSamples {
+        rtts: Vec::with_capacity(count),
+        sent: 0,
+    };
     let mut buf = vec![0u8; 2048];
     let mut msg = vec![0u8; size];
     for seq in 0..count as u64 {
@@ -113,7 +125,14 @@ pub fn probe_rtt(
                     break;
                 }
                 Ok(_) => continue,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -124,4 +143,10 @@ pub fn probe_rtt(
     }
     out.rtts.sort();
     Ok(out)
+}
+
+/// Mark a socket's packets with `mark` (e.g. a [`crate::Path::mark`] in a gateway
+/// namespace, to send them over that WAN path).
+pub fn set_mark(socket: &UdpSocket, mark: u32) -> std::io::Result<()> {
+    crate::sys::set_socket_mark(std::os::fd::AsFd::as_fd(socket), mark)
 }

@@ -26,7 +26,10 @@ impl Profile {
         match self {
             Profile::Wan40 => vec![LinkParams::wan(20.0, 200.0, 0.0)],
             Profile::Lossy80 => vec![LinkParams::wan(40.0, 100.0, 0.001)],
-            Profile::Dual => vec![LinkParams::wan(20.0, 200.0, 0.0), LinkParams::wan(30.0, 100.0, 0.0)],
+            Profile::Dual => vec![
+                LinkParams::wan(20.0, 200.0, 0.0),
+                LinkParams::wan(30.0, 100.0, 0.0),
+            ],
             Profile::Lan => vec![LinkParams::default()],
             Profile::Custom(p) => p.clone(),
         }
@@ -74,9 +77,15 @@ mod tests {
     #[test]
     fn profiles_match_their_specification() {
         let w = Profile::Wan40.paths();
-        assert_eq!((w.len(), w[0].delay_ns, w[0].rate_bps), (1, 20_000_000, 200_000_000));
+        assert_eq!(
+            (w.len(), w[0].delay_ns, w[0].rate_bps),
+            (1, 20_000_000, 200_000_000)
+        );
         let l = Profile::Lossy80.paths();
-        assert_eq!((l[0].delay_ns, l[0].rate_bps, l[0].loss), (40_000_000, 100_000_000, 0.001));
+        assert_eq!(
+            (l[0].delay_ns, l[0].rate_bps, l[0].loss),
+            (40_000_000, 100_000_000, 0.001)
+        );
         let d = Profile::Dual.paths();
         assert_eq!(d.len(), 2);
         assert_eq!((d[1].delay_ns, d[1].rate_bps), (30_000_000, 100_000_000));

@@ -9,8 +9,8 @@ use crate::emulator::{Dir, Emulator, EmulatorConfig, EmulatorError, EmulatorStat
 use crate::netns::{self, NetnsError};
 use crate::params::{ParamsError, ParamsPatch};
 use crate::profile::Profile;
-use crate::topology::{Host, Path, Plan, PlanError};
 use crate::sys;
+use crate::topology::{Host, Path, Plan, PlanError};
 
 /// Failures of the testbed.
 #[derive(Debug, thiserror::Error)]
@@ -90,12 +90,19 @@ impl TestbedBuilder {
             return Err(TestbedError::NotRoot);
         }
         remove_orphans();
-        let tag = self
-            .tag
-            .unwrap_or_else(|| format!("{}{}", owner_prefix(std::process::id()), NEXT.fetch_add(1, Ordering::Relaxed)));
+        let tag = self.tag.unwrap_or_else(|| {
+            format!(
+                "{}{}",
+                owner_prefix(std::process::id()),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            )
+        });
         let plan = Plan::new(&tag, self.domains, self.hosts, &self.profile.paths())?;
         // From here on, Drop cleans up whatever was made.
-        let mut tb = Testbed { plan, emulators: Vec::new() };
+        let mut tb = Testbed {
+            plan,
+            emulators: Vec::new(),
+        };
         netns::delete_prefix(&tb.plan.prefix)?; // leftovers of an earlier run with this tag
         crate::network::create(&tb.plan)?;
         for p in tb.plan.paths.clone() {
@@ -104,7 +111,10 @@ impl TestbedBuilder {
             cfg.seed = self.seed.wrapping_add(p.index as u64);
             cfg.spin_ns = self.spin_ns;
             cfg.realtime_priority = self.realtime_priority;
-            let em = Emulator::start(cfg).map_err(|source| TestbedError::Emulator { path: p.index, source })?;
+            let em = Emulator::start(cfg).map_err(|source| TestbedError::Emulator {
+                path: p.index,
+                source,
+            })?;
             tb.emulators.push(em);
         }
         Ok(tb)
@@ -116,9 +126,15 @@ impl TestbedBuilder {
 fn remove_orphans() {
     let Ok(names) = netns::list() else { return };
     for name in names {
-        let Some(rest) = name.strip_prefix("cw-t") else { continue };
-        let Some((pid, _)) = rest.split_once('x') else { continue };
-        let Ok(pid) = pid.parse::<u32>() else { continue };
+        let Some(rest) = name.strip_prefix("cw-t") else {
+            continue;
+        };
+        let Some((pid, _)) = rest.split_once('x') else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
         if pid != std::process::id() && !sys::process_alive(pid as i32) {
             let _ = netns::delete(&name);
         }
@@ -144,7 +160,10 @@ impl NsChild {
 
     /// Wait for the process to finish and collect its output.
     pub fn wait_output(mut self) -> std::io::Result<Output> {
-        self.child.take().expect("present until consumed").wait_with_output()
+        self.child
+            .take()
+            .expect("present until consumed")
+            .wait_with_output()
     }
 }
 
@@ -217,12 +236,20 @@ impl Testbed {
     }
 
     /// Run a closure on a thread inside a host's network namespace.
-    pub fn in_host<R: Send, F: FnOnce() -> R + Send>(&self, host: &Host, f: F) -> Result<R, NetnsError> {
+    pub fn in_host<R: Send, F: FnOnce() -> R + Send>(
+        &self,
+        host: &Host,
+        f: F,
+    ) -> Result<R, NetnsError> {
         netns::in_netns(&host.netns, f)
     }
 
     /// Run a closure on a thread inside any namespace of the testbed (e.g. a gateway).
-    pub fn in_netns<R: Send, F: FnOnce() -> R + Send>(&self, netns: &str, f: F) -> Result<R, NetnsError> {
+    pub fn in_netns<R: Send, F: FnOnce() -> R + Send>(
+        &self,
+        netns: &str,
+        f: F,
+    ) -> Result<R, NetnsError> {
         netns::in_netns(netns, f)
     }
 
@@ -236,7 +263,12 @@ impl Testbed {
     }
 
     /// Change one direction of a path (`AToB` = from the lower domain to the higher).
-    pub fn set_path_dir(&self, path: usize, dir: Dir, patch: &ParamsPatch) -> Result<(), TestbedError> {
+    pub fn set_path_dir(
+        &self,
+        path: usize,
+        dir: Dir,
+        patch: &ParamsPatch,
+    ) -> Result<(), TestbedError> {
         self.emulator(path)?
             .set(dir, patch)
             .map_err(|source| TestbedError::Params { path, source })
@@ -244,11 +276,23 @@ impl Testbed {
 
     /// Cut a path: every frame is dropped in both directions until restored.
     pub fn cut_path(&self, path: usize) -> Result<(), TestbedError> {
-        self.set_path(path, &ParamsPatch { up: Some(false), ..Default::default() })
+        self.set_path(
+            path,
+            &ParamsPatch {
+                up: Some(false),
+                ..Default::default()
+            },
+        )
     }
 
     pub fn restore_path(&self, path: usize) -> Result<(), TestbedError> {
-        self.set_path(path, &ParamsPatch { up: Some(true), ..Default::default() })
+        self.set_path(
+            path,
+            &ParamsPatch {
+                up: Some(true),
+                ..Default::default()
+            },
+        )
     }
 
     /// Parameters and counters of a path's emulator.
@@ -268,7 +312,10 @@ impl Drop for Testbed {
     fn drop(&mut self) {
         self.emulators.clear();
         if let Err(e) = netns::delete_prefix(&self.plan.prefix) {
-            eprintln!("causeway-netsim: tearing down testbed {}: {e}", self.plan.tag);
+            eprintln!(
+                "causeway-netsim: tearing down testbed {}: {e}",
+                self.plan.tag
+            );
         }
     }
 }

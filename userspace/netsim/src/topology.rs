@@ -44,7 +44,10 @@ pub struct Host {
 impl Host {
     /// The address that makes traffic to this host take `path`.
     pub fn ip_via(&self, path: usize) -> Option<std::net::Ipv4Addr> {
-        self.path_ips.iter().find(|(p, _)| *p == path).map(|(_, ip)| *ip)
+        self.path_ips
+            .iter()
+            .find(|(p, _)| *p == path)
+            .map(|(_, ip)| *ip)
     }
 }
 
@@ -89,7 +92,10 @@ pub enum PlanError {
     #[error("{0} WAN paths needed, at most 254 fit the 10.200.p.0/30 and 10.d.(1+p).0/24 plans")]
     TooManyPaths(usize),
     #[error("path {index}: {source}")]
-    Params { index: usize, source: crate::params::ParamsError },
+    Params {
+        index: usize,
+        source: crate::params::ParamsError,
+    },
 }
 
 /// Namespace prefix of every testbed with this tag.
@@ -104,8 +110,18 @@ fn ip(a: u8, b: u8, c: u8, d: u8) -> std::net::Ipv4Addr {
 impl Plan {
     /// Plan `domains` domains of `hosts` hosts, with `per_pair` paths between every
     /// pair of domains (first = default).
-    pub fn new(tag: &str, domains: usize, hosts: usize, per_pair: &[LinkParams]) -> Result<Self, PlanError> {
-        if tag.is_empty() || tag.len() > 16 || !tag.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+    pub fn new(
+        tag: &str,
+        domains: usize,
+        hosts: usize,
+        per_pair: &[LinkParams],
+    ) -> Result<Self, PlanError> {
+        if tag.is_empty()
+            || tag.len() > 16
+            || !tag
+                .bytes()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        {
             return Err(PlanError::Tag(tag.to_string()));
         }
         if !(1..=199).contains(&domains) {
@@ -127,7 +143,9 @@ impl Plan {
             for b in a + 1..domains {
                 for (k, params) in per_pair.iter().enumerate() {
                     let index = paths.len();
-                    params.validate().map_err(|source| PlanError::Params { index, source })?;
+                    params
+                        .validate()
+                        .map_err(|source| PlanError::Params { index, source })?;
                     paths.push(Path {
                         index,
                         domain_a: a,
@@ -195,6 +213,9 @@ impl Plan {
             v.push((gw.clone(), "net/ipv4/ip_forward", "1"));
             v.push((gw.clone(), "net/ipv4/conf/all/rp_filter", "0"));
             v.push((gw.clone(), "net/ipv4/conf/default/rp_filter", "0"));
+            // The WAN is IPv4-only; keep IPv6 neighbour discovery off the emulated paths.
+            v.push((gw.clone(), "net/ipv6/conf/all/disable_ipv6", "1"));
+            v.push((gw.clone(), "net/ipv6/conf/default/disable_ipv6", "1"));
         }
         for h in &self.hosts {
             // Room for one BDP of a 1 Gbit/s × 100 ms path per TCP socket.
@@ -203,8 +224,16 @@ impl Plan {
         }
         for p in &self.paths {
             // The emulator's veths must carry frames only, not speak IPv6 themselves.
-            v.push((p.emulator_netns.clone(), "net/ipv6/conf/all/disable_ipv6", "1"));
-            v.push((p.emulator_netns.clone(), "net/ipv6/conf/default/disable_ipv6", "1"));
+            v.push((
+                p.emulator_netns.clone(),
+                "net/ipv6/conf/all/disable_ipv6",
+                "1",
+            ));
+            v.push((
+                p.emulator_netns.clone(),
+                "net/ipv6/conf/default/disable_ipv6",
+                "1",
+            ));
         }
         v
     }
@@ -224,24 +253,48 @@ impl Plan {
         for (d, gw) in self.gateways.iter().enumerate() {
             add(gw, "link add br0 type bridge");
             add(gw, "link set br0 up");
-            add(gw, &format!("addr add {}/24 dev br0", Self::gw_lan_ip(d, None)));
-            for p in self.paths.iter().filter(|p| p.domain_a == d || p.domain_b == d) {
-                add(gw, &format!("addr add {}/24 dev br0", Self::gw_lan_ip(d, Some(p.index))));
+            add(
+                gw,
+                &format!("addr add {}/24 dev br0", Self::gw_lan_ip(d, None)),
+            );
+            for p in self
+                .paths
+                .iter()
+                .filter(|p| p.domain_a == d || p.domain_b == d)
+            {
+                add(
+                    gw,
+                    &format!("addr add {}/24 dev br0", Self::gw_lan_ip(d, Some(p.index))),
+                );
             }
         }
         for h in &self.hosts {
             let gw = &self.gateways[h.domain];
             let port = format!("h{}", h.index);
-            add(&h.netns, &format!("link add eth0 type veth peer name {port} netns {gw}"));
+            add(
+                &h.netns,
+                &format!("link add eth0 type veth peer name {port} netns {gw}"),
+            );
             add(gw, &format!("link set {port} master br0 up"));
             add(&h.netns, "link set eth0 up");
             add(&h.netns, &format!("addr add {}/24 dev eth0", h.ip));
             for (_, alias) in &h.path_ips {
                 add(&h.netns, &format!("addr add {alias}/24 dev eth0"));
             }
-            add(&h.netns, &format!("route add default via {}", Self::gw_lan_ip(h.domain, None)));
-            for p in self.paths.iter().filter(|p| p.domain_a == h.domain || p.domain_b == h.domain) {
-                let peer = if p.domain_a == h.domain { p.domain_b } else { p.domain_a };
+            add(
+                &h.netns,
+                &format!("route add default via {}", Self::gw_lan_ip(h.domain, None)),
+            );
+            for p in self
+                .paths
+                .iter()
+                .filter(|p| p.domain_a == h.domain || p.domain_b == h.domain)
+            {
+                let peer = if p.domain_a == h.domain {
+                    p.domain_b
+                } else {
+                    p.domain_a
+                };
                 let src = h.ip_via(p.index).unwrap_or(h.ip);
                 add(
                     &h.netns,
@@ -255,21 +308,53 @@ impl Plan {
         }
         for p in &self.paths {
             let sides = [
-                (&self.gateways[p.domain_a], "ea", p.gw_a_ip, p.gw_b_ip, p.domain_b),
-                (&self.gateways[p.domain_b], "eb", p.gw_b_ip, p.gw_a_ip, p.domain_a),
+                (
+                    &self.gateways[p.domain_a],
+                    "ea",
+                    p.gw_a_ip,
+                    p.gw_b_ip,
+                    p.domain_b,
+                ),
+                (
+                    &self.gateways[p.domain_b],
+                    "eb",
+                    p.gw_b_ip,
+                    p.gw_a_ip,
+                    p.domain_a,
+                ),
             ];
             for (gw, emu_if, local, remote, peer) in sides {
                 let wan = format!("wan{}", p.index);
-                add(gw, &format!("link add {wan} type veth peer name {emu_if} netns {}", p.emulator_netns));
+                add(
+                    gw,
+                    &format!(
+                        "link add {wan} type veth peer name {emu_if} netns {}",
+                        p.emulator_netns
+                    ),
+                );
                 add(&p.emulator_netns, &format!("link set {emu_if} up"));
                 add(gw, &format!("link set {wan} up"));
                 add(gw, &format!("addr add {local}/30 dev {wan}"));
-                add(gw, &format!("route add 10.{peer}.{}.0/24 via {remote}", p.index + 1));
+                add(
+                    gw,
+                    &format!("route add 10.{peer}.{}.0/24 via {remote}", p.index + 1),
+                );
                 if p.default {
                     add(gw, &format!("route add 10.{peer}.0.0/24 via {remote}"));
                 }
-                add(gw, &format!("route add 10.{peer}.0.0/16 via {remote} table {}", p.table));
-                add(gw, &format!("rule add fwmark {:#x} lookup {} pref {}", p.mark, p.table, 1000 + p.index));
+                add(
+                    gw,
+                    &format!("route add 10.{peer}.0.0/16 via {remote} table {}", p.table),
+                );
+                add(
+                    gw,
+                    &format!(
+                        "rule add fwmark {:#x} lookup {} pref {}",
+                        p.mark,
+                        p.table,
+                        1000 + p.index
+                    ),
+                );
             }
         }
         c

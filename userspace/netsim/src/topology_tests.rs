@@ -18,14 +18,22 @@ fn two_domains_dual_paths_addresses_and_names() {
     let ns = plan.namespaces();
     assert_eq!(ns.len(), 2 + 4 + 2);
     assert!(ns.iter().all(|n| n.starts_with("cw-t1-")));
-    assert_eq!(ns.iter().collect::<HashSet<_>>().len(), ns.len(), "names unique");
+    assert_eq!(
+        ns.iter().collect::<HashSet<_>>().len(),
+        ns.len(),
+        "names unique"
+    );
 }
 
 #[test]
 fn three_domains_get_a_full_mesh_and_unique_addresses() {
     let plan = Plan::new("abc", 3, 3, &Profile::Wan40.paths()).unwrap();
     assert_eq!(plan.paths.len(), 3);
-    let pairs: Vec<(usize, usize)> = plan.paths.iter().map(|p| (p.domain_a, p.domain_b)).collect();
+    let pairs: Vec<(usize, usize)> = plan
+        .paths
+        .iter()
+        .map(|p| (p.domain_a, p.domain_b))
+        .collect();
     assert_eq!(pairs, vec![(0, 1), (0, 2), (1, 2)]);
     let mut all = HashSet::new();
     for h in &plan.hosts {
@@ -46,7 +54,10 @@ fn every_command_is_scoped_to_a_testbed_namespace_and_names_fit() {
         assert!(ns.contains(&cmd[1]), "{cmd:?}");
         for w in cmd.windows(2) {
             if w[0] == "netns" {
-                assert!(ns.contains(&w[1]), "{cmd:?} moves a link out of the testbed");
+                assert!(
+                    ns.contains(&w[1]),
+                    "{cmd:?} moves a link out of the testbed"
+                );
             }
             if matches!(w[0].as_str(), "name" | "add" | "dev") && !w[1].contains('.') {
                 assert!(w[1].len() < 16, "interface name {} too long", w[1]);
@@ -65,20 +76,36 @@ fn routes_send_path_addresses_over_their_path() {
     let has = |s: &str| cmds.iter().any(|c| c == s);
     assert!(has("-n cw-r-d0gw route add 10.1.2.0/24 via 10.200.1.2"));
     assert!(has("-n cw-r-d0gw route add 10.1.0.0/24 via 10.200.0.2"));
-    assert!(!has("-n cw-r-d0gw route add 10.1.0.0/24 via 10.200.1.2"), "only the default path carries 10.b.0.x");
+    assert!(
+        !has("-n cw-r-d0gw route add 10.1.0.0/24 via 10.200.1.2"),
+        "only the default path carries 10.b.0.x"
+    );
     assert!(has("-n cw-r-d1gw route add 10.0.1.0/24 via 10.200.0.1"));
-    assert!(has("-n cw-r-d0gw rule add fwmark 0x1001 lookup 101 pref 1001"));
-    assert!(has("-n cw-r-d0h0 route add 10.1.2.0/24 via 10.0.0.1 src 10.0.2.10"));
+    assert!(has(
+        "-n cw-r-d0gw rule add fwmark 0x1001 lookup 101 pref 1001"
+    ));
+    assert!(has(
+        "-n cw-r-d0h0 route add 10.1.2.0/24 via 10.0.0.1 src 10.0.2.10"
+    ));
 }
 
 #[test]
 fn bad_requests_are_rejected_with_the_reason() {
     let w = Profile::Wan40.paths();
-    assert_eq!(Plan::new("UPPER", 2, 2, &w).unwrap_err(), PlanError::Tag("UPPER".into()));
+    assert_eq!(
+        Plan::new("UPPER", 2, 2, &w).unwrap_err(),
+        PlanError::Tag("UPPER".into())
+    );
     assert_eq!(Plan::new("t", 0, 2, &w).unwrap_err(), PlanError::Domains(0));
     assert_eq!(Plan::new("t", 2, 0, &w).unwrap_err(), PlanError::Hosts(0));
     assert_eq!(Plan::new("t", 2, 2, &[]).unwrap_err(), PlanError::NoPath);
-    assert!(matches!(Plan::new("t", 30, 1, &w).unwrap_err(), PlanError::TooManyPaths(435)));
+    assert!(matches!(
+        Plan::new("t", 30, 1, &w).unwrap_err(),
+        PlanError::TooManyPaths(435)
+    ));
     let bad = LinkParams { loss: 3.0, ..w[0] };
-    assert!(matches!(Plan::new("t", 2, 1, &[bad]).unwrap_err(), PlanError::Params { index: 0, .. }));
+    assert!(matches!(
+        Plan::new("t", 2, 1, &[bad]).unwrap_err(),
+        PlanError::Params { index: 0, .. }
+    ));
 }

@@ -11,7 +11,10 @@ mod wanem_cmd;
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(version, about = "Userspace WAN link emulator (delay, jitter, rate, loss, queue) between two interfaces")]
+#[command(
+    version,
+    about = "Userspace WAN link emulator (delay, jitter, rate, loss, queue) between two interfaces"
+)]
 struct Cli {
     #[command(flatten)]
     args: wanem_cmd::WanemArgs,

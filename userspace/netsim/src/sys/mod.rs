@@ -91,8 +91,26 @@ pub fn stop_on_signals() -> io::Result<&'static std::sync::atomic::AtomicBool> {
 /// processes cannot delay it; the kernel's RT throttling still leaves 5 % of each
 /// CPU to everyone else.
 pub fn set_realtime(priority: i32) -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: priority };
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
     // SAFETY: pid 0 = the calling thread; param is a valid sched_param.
     check(unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) })?;
+    Ok(())
+}
+
+/// Set SO_MARK (the fwmark used by policy routing) on a socket. Needs CAP_NET_ADMIN.
+pub fn set_socket_mark(fd: std::os::fd::BorrowedFd<'_>, mark: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: mark is a live u32 and its size is passed.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MARK,
+            (&mark as *const u32).cast(),
+            std::mem::size_of::<u32>() as libc::socklen_t,
+        )
+    })?;
     Ok(())
 }

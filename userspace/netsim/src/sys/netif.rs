@@ -9,7 +9,8 @@ use super::check;
 
 fn ioctl_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2) call; the fd is owned right away.
-    let fd = check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
+    let fd =
+        check(unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: fd was just returned by socket(2) and is not owned elsewhere.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -17,7 +18,10 @@ fn ioctl_socket() -> io::Result<OwnedFd> {
 fn ifreq_for(name: &str) -> io::Result<libc::ifreq> {
     let bytes = name.as_bytes();
     if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad interface name {name:?}")));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad interface name {name:?}"),
+        ));
     }
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -29,7 +33,8 @@ fn ifreq_for(name: &str) -> io::Result<libc::ifreq> {
 
 /// Index of interface `name` in this thread's network namespace.
 pub fn ifindex(name: &str) -> io::Result<u32> {
-    let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in interface name"))?;
+    let c = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in interface name"))?;
     // SAFETY: c is a valid NUL-terminated string.
     let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
     if idx == 0 {
@@ -106,7 +111,13 @@ pub fn offloads(name: &str) -> io::Result<Offloads> {
 /// that frames crossing it are real, checksummed frames no larger than the MTU
 /// (segmentation and checksums then happen in software before the frame is sent).
 pub fn disable_offloads(name: &str) -> io::Result<()> {
-    for cmd in [ETHTOOL_STSO, ETHTOOL_SGSO, ETHTOOL_SGRO, ETHTOOL_SSG, ETHTOOL_STXCSUM] {
+    for cmd in [
+        ETHTOOL_STSO,
+        ETHTOOL_SGSO,
+        ETHTOOL_SGRO,
+        ETHTOOL_SSG,
+        ETHTOOL_STXCSUM,
+    ] {
         ethtool(name, cmd, 0)?;
     }
     Ok(())

@@ -8,6 +8,7 @@ use super::check;
 
 const ETH_P_ALL: u16 = 0x0003;
 const SOL_PACKET: libc::c_int = 263;
+const PACKET_VNET_HDR: libc::c_int = 15;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 
@@ -16,7 +17,12 @@ pub struct PacketSocket {
     fd: OwnedFd,
 }
 
-fn setsockopt_int(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn setsockopt_int(
+    fd: &OwnedFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: value is a live c_int and its size is passed.
     check(unsafe {
         libc::setsockopt(
@@ -61,11 +67,19 @@ impl PacketSocket {
 
     /// A receiving socket: every frame that arrives on the interface, but not the
     /// frames sent out of it (PACKET_IGNORE_OUTGOING), so an emulator never re-reads
-    /// what it forwarded.
+    /// what it forwarded. Each frame is preceded by a virtio-net header
+    /// (PACKET_VNET_HDR, [`crate::csum::VNET_HDR_LEN`] bytes) that says whether its
+    /// checksum still has to be completed.
     pub fn receiver(ifindex: u32, rcvbuf: usize) -> io::Result<Self> {
         let fd = Self::open(ifindex, ETH_P_ALL)?;
         setsockopt_int(&fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
-        setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, rcvbuf as libc::c_int)?;
+        setsockopt_int(&fd, SOL_PACKET, PACKET_VNET_HDR, 1)?;
+        setsockopt_int(
+            &fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            rcvbuf as libc::c_int,
+        )?;
         Ok(Self { fd })
     }
 
@@ -73,7 +87,12 @@ impl PacketSocket {
     pub fn sender(ifindex: u32, sndbuf: usize) -> io::Result<Self> {
         let fd = Self::open(ifindex, 0)?;
         setsockopt_int(&fd, SOL_PACKET, PACKET_QDISC_BYPASS, 1)?;
-        setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, sndbuf as libc::c_int)?;
+        setsockopt_int(
+            &fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUFFORCE,
+            sndbuf as libc::c_int,
+        )?;
         Ok(Self { fd })
     }
 
@@ -82,11 +101,17 @@ impl PacketSocket {
     /// truncated. Returns the number of frames (0 when none is waiting).
     pub fn recv_batch(&self, bufs: &mut [Box<[u8]>], lens: &mut [usize]) -> io::Result<usize> {
         let n = bufs.len().min(lens.len()).min(64);
-        let mut iovs: [libc::iovec; 64] = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 64];
+        let mut iovs: [libc::iovec; 64] = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 64];
         // SAFETY: mmsghdr is plain old data; all-zero is valid.
         let mut msgs: [libc::mmsghdr; 64] = unsafe { std::mem::zeroed() };
         for i in 0..n {
-            iovs[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr().cast(), iov_len: bufs[i].len() };
+            iovs[i] = libc::iovec {
+                iov_base: bufs[i].as_mut_ptr().cast(),
+                iov_len: bufs[i].len(),
+            };
             msgs[i].msg_hdr.msg_iov = &mut iovs[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
         }
@@ -120,17 +145,30 @@ impl PacketSocket {
         if n == 0 {
             return Ok(0);
         }
-        let mut iovs: [libc::iovec; 64] = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 64];
+        let mut iovs: [libc::iovec; 64] = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 64];
         // SAFETY: mmsghdr is plain old data; all-zero is valid.
         let mut msgs: [libc::mmsghdr; 64] = unsafe { std::mem::zeroed() };
         for i in 0..n {
-            iovs[i] = libc::iovec { iov_base: frames[i].as_ptr() as *mut _, iov_len: frames[i].len() };
+            iovs[i] = libc::iovec {
+                iov_base: frames[i].as_ptr() as *mut _,
+                iov_len: frames[i].len(),
+            };
             msgs[i].msg_hdr.msg_iov = &mut iovs[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
         }
         // SAFETY: msgs[..n] point at iovecs over live buffers that the kernel only
         // reads; the socket is bound, so no destination address is needed.
-        let ret = unsafe { libc::sendmmsg(self.fd.as_raw_fd(), msgs.as_mut_ptr(), n as libc::c_uint, libc::MSG_DONTWAIT) };
+        let ret = unsafe {
+            libc::sendmmsg(
+                self.fd.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
         match check(ret) {
             Ok(sent) => Ok(sent as usize),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) => Ok(0),

@@ -85,7 +85,16 @@ fn rate_rows(rate_mbit: u64, secs: u64, rows: &mut Vec<Row>) -> Result<()> {
     let tb = testbed(LinkParams::wan(1.0, rate_mbit as f64, 0.0))?;
     let (c, s) = (tb.host(1, 0).clone(), tb.host(0, 0).clone());
     let offered = (rate * 1.1 * UDP_LEN as f64 / UDP_FRAME) as u64;
-    let r = iperf::run(&tb, &c, &s, iperf::Mode::Udp { offered_bps: offered, len: UDP_LEN }, secs)?;
+    let r = iperf::run(
+        &tb,
+        &c,
+        &s,
+        iperf::Mode::Udp {
+            offered_bps: offered,
+            len: UDP_LEN,
+        },
+        secs,
+    )?;
     let err = r.emulator_bps / rate - 1.0;
     let late_mean = r.dir.late_ns_total as f64 / r.dir.counters.forwarded.max(1) as f64 / 1e3;
     rows.push(Row {
@@ -112,7 +121,10 @@ fn rate_rows(rate_mbit: u64, secs: u64, rows: &mut Vec<Row>) -> Result<()> {
 }
 
 fn rtt_row(rtt_ms: u64, probes: usize, rows: &mut Vec<Row>) -> Result<()> {
-    let tb = testbed(LinkParams { delay_ns: rtt_ms * 500_000, ..LinkParams::default() })?;
+    let tb = testbed(LinkParams {
+        delay_ns: rtt_ms * 500_000,
+        ..LinkParams::default()
+    })?;
     let (c, s) = (tb.host(1, 0).clone(), tb.host(0, 0).clone());
     let srv = tb.in_host(&s, || UdpSocket::bind("0.0.0.0:7007"))??;
     let _echo = EchoServer::start(srv)?;
@@ -120,7 +132,14 @@ fn rtt_row(rtt_ms: u64, probes: usize, rows: &mut Vec<Row>) -> Result<()> {
     let dst = SocketAddr::new(s.ip.into(), 7007);
     // One warm-up probe resolves ARP on both sides.
     probe_rtt(&sock, dst, 1, 64, Duration::ZERO, Duration::from_secs(2))?;
-    let r = probe_rtt(&sock, dst, probes, 64, Duration::from_millis(5), Duration::from_millis(rtt_ms * 3))?;
+    let r = probe_rtt(
+        &sock,
+        dst,
+        probes,
+        64,
+        Duration::from_millis(5),
+        Duration::from_millis(rtt_ms * 3),
+    )?;
     let ms = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
     let med = ms(r.median());
     rows.push(Row {
@@ -140,9 +159,21 @@ fn rtt_row(rtt_ms: u64, probes: usize, rows: &mut Vec<Row>) -> Result<()> {
 }
 
 fn loss_row(loss: f64, secs: u64, rows: &mut Vec<Row>) -> Result<()> {
-    let tb = testbed(LinkParams { loss, ..LinkParams::wan(1.0, 1000.0, 0.0) })?;
+    let tb = testbed(LinkParams {
+        loss,
+        ..LinkParams::wan(1.0, 1000.0, 0.0)
+    })?;
     let (c, s) = (tb.host(1, 0).clone(), tb.host(0, 0).clone());
-    let r = iperf::run(&tb, &c, &s, iperf::Mode::Udp { offered_bps: 50_000_000, len: 1000 }, secs)?;
+    let r = iperf::run(
+        &tb,
+        &c,
+        &s,
+        iperf::Mode::Udp {
+            offered_bps: 50_000_000,
+            len: 1000,
+        },
+        secs,
+    )?;
     let n = r.dir.counters.received as f64;
     let k = r.dir.counters.dropped_loss as f64;
     let half = 2.576 * (loss * (1.0 - loss) / n).sqrt();
@@ -156,7 +187,11 @@ fn loss_row(loss: f64, secs: u64, rows: &mut Vec<Row>) -> Result<()> {
             r.lost,
             r.packets
         ),
-        criterion: format!("99 % CI [{:.3}, {:.3}] %", (loss - half) * 100.0, (loss + half) * 100.0),
+        criterion: format!(
+            "99 % CI [{:.3}, {:.3}] %",
+            (loss - half) * 100.0,
+            (loss + half) * 100.0
+        ),
         pass: Some((measured - loss).abs() <= half && r.dir.counters.dropped_queue == 0),
     });
     Ok(())
@@ -185,13 +220,29 @@ fn tcp_row(secs: u64, rows: &mut Vec<Row>) -> Result<()> {
 }
 
 fn max_rows(secs: u64, rows: &mut Vec<Row>) -> Result<()> {
-    let tb = testbed(LinkParams { queue_bytes: 8 << 20, ..LinkParams::default() })?;
+    let tb = testbed(LinkParams {
+        queue_bytes: 8 << 20,
+        ..LinkParams::default()
+    })?;
     let (c, s) = (tb.host(1, 0).clone(), tb.host(0, 0).clone());
-    let udp = iperf::run(&tb, &c, &s, iperf::Mode::Udp { offered_bps: 0, len: UDP_LEN }, secs)?;
+    let udp = iperf::run(
+        &tb,
+        &c,
+        &s,
+        iperf::Mode::Udp {
+            offered_bps: 0,
+            len: UDP_LEN,
+        },
+        secs,
+    )?;
     rows.push(Row {
         check: "max rate, no limit (UDP flood)".into(),
         configured: "unlimited".into(),
-        measured: format!("emulator {}, iperf3 goodput {}", mbit(udp.emulator_bps), mbit(udp.recv_bps)),
+        measured: format!(
+            "emulator {}, iperf3 goodput {}",
+            mbit(udp.emulator_bps),
+            mbit(udp.recv_bps)
+        ),
         criterion: "measured".into(),
         pass: None,
     });
@@ -199,7 +250,11 @@ fn max_rows(secs: u64, rows: &mut Vec<Row>) -> Result<()> {
     rows.push(Row {
         check: "max rate, no limit (TCP)".into(),
         configured: "unlimited".into(),
-        measured: format!("emulator {}, iperf3 goodput {}", mbit(tcp.emulator_bps), mbit(tcp.recv_bps)),
+        measured: format!(
+            "emulator {}, iperf3 goodput {}",
+            mbit(tcp.emulator_bps),
+            mbit(tcp.recv_bps)
+        ),
         criterion: "measured".into(),
         pass: None,
     });
@@ -207,7 +262,10 @@ fn max_rows(secs: u64, rows: &mut Vec<Row>) -> Result<()> {
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
-    anyhow::ensure!(causeway_netsim::sys::is_root(), "the bench needs root (namespaces, raw sockets)");
+    anyhow::ensure!(
+        causeway_netsim::sys::is_root(),
+        "the bench needs root (namespaces, raw sockets)"
+    );
     let _ = SCHED.set((a.spin_us, a.rt_prio));
     let mut rows = Vec::new();
     for &r in &a.rates {
@@ -223,7 +281,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
     max_rows(a.secs, &mut rows).context("max rate")?;
     print_table(&rows, a.markdown);
     let failed = rows.iter().filter(|r| r.pass == Some(false)).count();
-    println!("fidelity checks: {} pass, {failed} fail", rows.iter().filter(|r| r.pass == Some(true)).count());
+    println!(
+        "fidelity checks: {} pass, {failed} fail",
+        rows.iter().filter(|r| r.pass == Some(true)).count()
+    );
     Ok(())
 }
 
@@ -236,11 +297,25 @@ fn print_table(rows: &[Row], markdown: bool) {
     if markdown {
         println!("| check | configured | measured | criterion | result |\n|---|---|---|---|---|");
         for r in rows {
-            println!("| {} | {} | {} | {} | {} |", r.check.trim(), r.configured, r.measured, r.criterion, verdict(r.pass));
+            println!(
+                "| {} | {} | {} | {} | {} |",
+                r.check.trim(),
+                r.configured,
+                r.measured,
+                r.criterion,
+                verdict(r.pass)
+            );
         }
         return;
     }
     for r in rows {
-        println!("{:<32} {:<24} {:<70} {:<26} {}", r.check, r.configured, r.measured, r.criterion, verdict(r.pass));
+        println!(
+            "{:<32} {:<24} {:<70} {:<26} {}",
+            r.check,
+            r.configured,
+            r.measured,
+            r.criterion,
+            verdict(r.pass)
+        );
     }
 }

@@ -42,8 +42,12 @@ pub fn parse_path_spec(spec: &str) -> Result<LinkParams, String> {
     let mut p = LinkParams::default();
     let mut queue = None;
     for item in spec.split(',').filter(|s| !s.is_empty()) {
-        let (k, v) = item.split_once('=').ok_or(format!("{item:?} is not key=value"))?;
-        let num: f64 = v.parse().map_err(|_| format!("{k}: {v:?} is not a number"))?;
+        let (k, v) = item
+            .split_once('=')
+            .ok_or(format!("{item:?} is not key=value"))?;
+        let num: f64 = v
+            .parse()
+            .map_err(|_| format!("{k}: {v:?} is not a number"))?;
         if !(num.is_finite() && num >= 0.0) {
             return Err(format!("{k}: {v} must be a finite number ≥ 0"));
         }
@@ -63,19 +67,43 @@ pub fn parse_path_spec(spec: &str) -> Result<LinkParams, String> {
 }
 
 pub fn up(args: UpArgs) -> Result<()> {
-    anyhow::ensure!(sys::is_root(), "causeway-netsim up needs root (network namespaces, raw sockets)");
-    let paths = if args.paths.is_empty() { args.profile.paths() } else { args.paths.clone() };
+    anyhow::ensure!(
+        sys::is_root(),
+        "causeway-netsim up needs root (network namespaces, raw sockets)"
+    );
+    let paths = if args.paths.is_empty() {
+        args.profile.paths()
+    } else {
+        args.paths.clone()
+    };
     let plan = Plan::new(&args.tag, args.domains, args.hosts, &paths)?;
-    if State::load(&args.tag)?.is_some() || netns::list()?.iter().any(|n| n.starts_with(&plan.prefix)) {
-        bail!("testbed {:?} is already (partly) up: run `causeway-netsim down --tag {}` first", args.tag, args.tag);
+    if State::load(&args.tag)?.is_some()
+        || netns::list()?.iter().any(|n| n.starts_with(&plan.prefix))
+    {
+        bail!(
+            "testbed {:?} is already (partly) up: run `causeway-netsim down --tag {}` first",
+            args.tag,
+            args.tag
+        );
     }
-    let profile = if args.paths.is_empty() { args.profile.to_string() } else { "custom".into() };
-    let mut st = State { plan: plan.clone(), profile, emulators: Vec::new() };
+    let profile = if args.paths.is_empty() {
+        args.profile.to_string()
+    } else {
+        "custom".into()
+    };
+    let mut st = State {
+        plan: plan.clone(),
+        profile,
+        emulators: Vec::new(),
+    };
     st.save()?; // so that `down` can clean up a half-made testbed
     let result = bring_up(&mut st, args.seed);
     if let Err(e) = result {
         let _ = teardown(&args.tag);
-        return Err(e.context(format!("bringing testbed {:?} up (everything made was removed)", args.tag)));
+        return Err(e.context(format!(
+            "bringing testbed {:?} up (everything made was removed)",
+            args.tag
+        )));
     }
     print_status(&st);
     Ok(())
@@ -90,7 +118,15 @@ fn bring_up(st: &mut State, seed: u64) -> Result<()> {
         let log = dir.join(format!("w{}.log", p.index));
         let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(&exe)
-            .args(["wanem", "--netns", &p.emulator_netns, "--iface-a", "ea", "--iface-b", "eb"])
+            .args([
+                "wanem",
+                "--netns",
+                &p.emulator_netns,
+                "--iface-a",
+                "ea",
+                "--iface-b",
+                "eb",
+            ])
             .arg("--params-json")
             .arg(serde_json::to_string(&p.params)?)
             .arg("--seed")
@@ -103,7 +139,12 @@ fn bring_up(st: &mut State, seed: u64) -> Result<()> {
             .process_group(0) // not killed by the terminal's Ctrl-C
             .spawn()
             .context("starting the emulator process")?;
-        st.emulators.push(EmulatorProc { path: p.index, pid: child.id() as i32, control: control.clone(), log: log.clone() });
+        st.emulators.push(EmulatorProc {
+            path: p.index,
+            pid: child.id() as i32,
+            control: control.clone(),
+            log: log.clone(),
+        });
         st.save()?;
         wait_for_control(&control, child.id() as i32, &log)?;
     }
@@ -117,16 +158,25 @@ fn wait_for_control(sock: &Path, pid: i32, log: &Path) -> Result<()> {
             return Ok(());
         }
         if !sys::process_alive(pid) || is_zombie(pid) {
-            bail!("the emulator exited: {}", std::fs::read_to_string(log).unwrap_or_default().trim());
+            bail!(
+                "the emulator exited: {}",
+                std::fs::read_to_string(log).unwrap_or_default().trim()
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    bail!("the emulator did not answer on {} within 10 s", sock.display())
+    bail!(
+        "the emulator did not answer on {} within 10 s",
+        sock.display()
+    )
 }
 
 fn is_zombie(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
         .unwrap_or(true)
 }
 
@@ -144,7 +194,10 @@ fn teardown(tag: &str) -> Result<Vec<String>> {
             if sys::process_alive(e.pid) && is_our_emulator(e.pid) {
                 sys::kill(e.pid, libc::SIGTERM);
                 let t = Instant::now();
-                while sys::process_alive(e.pid) && !is_zombie(e.pid) && t.elapsed() < Duration::from_secs(3) {
+                while sys::process_alive(e.pid)
+                    && !is_zombie(e.pid)
+                    && t.elapsed() < Duration::from_secs(3)
+                {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 if sys::process_alive(e.pid) && !is_zombie(e.pid) {
@@ -154,7 +207,9 @@ fn teardown(tag: &str) -> Result<Vec<String>> {
             }
         }
     }
-    removed.extend(netns::delete_prefix(&causeway_netsim::topology::prefix(tag))?);
+    removed.extend(netns::delete_prefix(&causeway_netsim::topology::prefix(
+        tag,
+    ))?);
     let dir = state::dir(tag);
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
@@ -215,8 +270,15 @@ pub fn status(args: StatusArgs) -> Result<()> {
             continue;
         };
         if args.json {
-            let stats: Vec<_> = st.emulators.iter().map(|e| control::request(&e.control, &Request::Stats).ok()).collect();
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "state": st, "stats": stats }))?);
+            let stats: Vec<_> = st
+                .emulators
+                .iter()
+                .map(|e| control::request(&e.control, &Request::Stats).ok())
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({ "state": st, "stats": stats }))?
+            );
         } else {
             print_status(&st);
         }
@@ -229,29 +291,58 @@ fn fmt_params(p: &LinkParams) -> String {
         "delay {:.3} ms ±{:.3}, rate {}, loss {}, queue {} B{}{}",
         p.delay_ns as f64 / 1e6,
         p.jitter_ns as f64 / 1e6,
-        if p.rate_bps == 0 { "unlimited".into() } else { format!("{} Mbit/s", p.rate_bps as f64 / 1e6) },
+        if p.rate_bps == 0 {
+            "unlimited".into()
+        } else {
+            format!("{} Mbit/s", p.rate_bps as f64 / 1e6)
+        },
         p.loss,
         p.queue_bytes,
-        if p.reorder > 0.0 { format!(", reorder {}", p.reorder) } else { String::new() },
+        if p.reorder > 0.0 {
+            format!(", reorder {}", p.reorder)
+        } else {
+            String::new()
+        },
         if p.up { "" } else { ", CUT" }
     )
 }
 
 fn print_status(st: &State) {
     let plan = &st.plan;
-    println!("testbed {} (profile {}), {} domains", plan.tag, st.profile, plan.domains());
+    println!(
+        "testbed {} (profile {}), {} domains",
+        plan.tag,
+        st.profile,
+        plan.domains()
+    );
     for (d, gw) in plan.gateways.iter().enumerate() {
         println!("  domain {d}: gateway {gw} (10.{d}.0.1)");
         for h in plan.hosts.iter().filter(|h| h.domain == d) {
-            let via: Vec<String> = h.path_ips.iter().map(|(p, ip)| format!("path{p}={ip}")).collect();
-            println!("    host {:<18} {:<12} {}", h.netns, h.ip.to_string(), via.join(" "));
+            let via: Vec<String> = h
+                .path_ips
+                .iter()
+                .map(|(p, ip)| format!("path{p}={ip}"))
+                .collect();
+            println!(
+                "    host {:<18} {:<12} {}",
+                h.netns,
+                h.ip.to_string(),
+                via.join(" ")
+            );
         }
     }
     for p in &plan.paths {
         println!(
             "  path {} d{}<->d{}{} ns {} {}<->{} mark {:#x} table {}",
-            p.index, p.domain_a, p.domain_b, if p.default { " (default)" } else { "" },
-            p.emulator_netns, p.gw_a_ip, p.gw_b_ip, p.mark, p.table
+            p.index,
+            p.domain_a,
+            p.domain_b,
+            if p.default { " (default)" } else { "" },
+            p.emulator_netns,
+            p.gw_a_ip,
+            p.gw_b_ip,
+            p.mark,
+            p.table
         );
         let Some(e) = st.emulators.iter().find(|e| e.path == p.index) else {
             println!("    emulator not started");
@@ -264,7 +355,12 @@ fn print_status(st: &State) {
                     println!(
                         "    {name}: {} | fwd {} ({} B) lost {} qdrop {} cut {} in-flight {}",
                         d.params.map(|p| fmt_params(&p)).unwrap_or_default(),
-                        c.forwarded, c.forwarded_bytes, c.dropped_loss, c.dropped_queue, c.dropped_down, d.in_flight
+                        c.forwarded,
+                        c.forwarded_bytes,
+                        c.dropped_loss,
+                        c.dropped_queue,
+                        c.dropped_down,
+                        d.in_flight
                     );
                 }
                 if let Some(err) = s.error {
@@ -308,7 +404,11 @@ pub struct SetArgs {
 
 pub fn set(a: SetArgs) -> Result<()> {
     let st = State::load(&a.tag)?.with_context(|| format!("testbed {:?} is not up", a.tag))?;
-    let e = st.emulators.iter().find(|e| e.path == a.path).with_context(|| format!("testbed {} has no path {}", a.tag, a.path))?;
+    let e = st
+        .emulators
+        .iter()
+        .find(|e| e.path == a.path)
+        .with_context(|| format!("testbed {} has no path {}", a.tag, a.path))?;
     let ms = |v: Option<f64>| v.map(|x| (x * 1e6).round() as u64);
     let patch = ParamsPatch {
         delay_ns: ms(a.delay_ms),
@@ -317,9 +417,18 @@ pub fn set(a: SetArgs) -> Result<()> {
         loss: a.loss,
         queue_bytes: a.queue_bytes,
         reorder: a.reorder,
-        up: if a.cut { Some(false) } else if a.restore { Some(true) } else { None },
+        up: if a.cut {
+            Some(false)
+        } else if a.restore {
+            Some(true)
+        } else {
+            None
+        },
     };
-    anyhow::ensure!(patch != ParamsPatch::default(), "nothing to change: give at least one option");
+    anyhow::ensure!(
+        patch != ParamsPatch::default(),
+        "nothing to change: give at least one option"
+    );
     let dir = match a.dir.as_str() {
         "a-to-b" => Dir::AToB,
         "b-to-a" => Dir::BToA,
@@ -327,7 +436,11 @@ pub fn set(a: SetArgs) -> Result<()> {
     };
     let s = control::request(&e.control, &Request::Set { dir, patch })?;
     for (name, d) in [("a->b", s.a_to_b), ("b->a", s.b_to_a)] {
-        println!("path {} {name}: {}", a.path, d.params.map(|p| fmt_params(&p)).unwrap_or_default());
+        println!(
+            "path {} {name}: {}",
+            a.path,
+            d.params.map(|p| fmt_params(&p)).unwrap_or_default()
+        );
     }
     Ok(())
 }

@@ -30,24 +30,46 @@ pub enum Mode {
 
 fn dir_of(tb: &Testbed, client: &Host) -> Result<DirStats> {
     let s = tb.path_stats(0)?;
-    Ok(if client.domain == tb.paths()[0].domain_a { s.a_to_b } else { s.b_to_a })
+    Ok(if client.domain == tb.paths()[0].domain_a {
+        s.a_to_b
+    } else {
+        s.b_to_a
+    })
 }
 
 pub fn run(tb: &Testbed, client: &Host, server: &Host, mode: Mode, secs: u64) -> Result<Run> {
     anyhow::ensure!(secs >= 2, "iperf runs need at least 2 s");
-    let mut srv = tb.spawn(server, "iperf3", &["-s", "-1", "-p", "5201"]).context("starting iperf3 -s")?;
+    let mut srv = tb
+        .spawn(server, "iperf3", &["-s", "-1", "-p", "5201"])
+        .context("starting iperf3 -s")?;
     std::thread::sleep(Duration::from_millis(300));
     let dst = server.ip.to_string();
     let t = secs.to_string();
-    let mut args: Vec<String> = vec!["-c".into(), dst, "-p".into(), "5201".into(), "-t".into(), t, "-J".into()];
+    let mut args: Vec<String> = vec![
+        "-c".into(),
+        dst,
+        "-p".into(),
+        "5201".into(),
+        "-t".into(),
+        t,
+        "-J".into(),
+    ];
     match mode {
         Mode::Udp { offered_bps, len } => {
-            args.extend(["-u".into(), "-b".into(), offered_bps.to_string(), "-l".into(), len.to_string()]);
+            args.extend([
+                "-u".into(),
+                "-b".into(),
+                offered_bps.to_string(),
+                "-l".into(),
+                len.to_string(),
+            ]);
         }
         Mode::Tcp => args.extend(["-O".into(), "1".into()]),
     }
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let cli = tb.spawn(client, "iperf3", &argv).context("starting iperf3 -c")?;
+    let cli = tb
+        .spawn(client, "iperf3", &argv)
+        .context("starting iperf3 -c")?;
     std::thread::sleep(Duration::from_millis(1000));
     let (b0, t0) = (dir_of(tb, client)?.counters.forwarded_bytes, Instant::now());
     std::thread::sleep(Duration::from_millis(secs * 1000 - 1500));
@@ -62,7 +84,9 @@ pub fn run(tb: &Testbed, client: &Host, server: &Host, mode: Mode, secs: u64) ->
     let recv = &json["end"]["sum_received"];
     let sum = &json["end"]["sum"];
     Ok(Run {
-        recv_bps: recv["bits_per_second"].as_f64().context("iperf3 JSON has no end.sum_received.bits_per_second")?,
+        recv_bps: recv["bits_per_second"]
+            .as_f64()
+            .context("iperf3 JSON has no end.sum_received.bits_per_second")?,
         packets: sum["packets"].as_u64().unwrap_or(0),
         lost: sum["lost_packets"].as_u64().unwrap_or(0),
         emulator_bps: (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64(),

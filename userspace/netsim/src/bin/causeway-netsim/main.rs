@@ -22,7 +22,10 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(version, about = "Causeway's namespace testbed: domains, hosts and emulated WAN paths")]
+#[command(
+    version,
+    about = "Causeway's namespace testbed: domains, hosts and emulated WAN paths"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

@@ -38,7 +38,8 @@ impl State {
         let d = dir(&self.plan.tag);
         std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
         let tmp = d.join("state.json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, file(&self.plan.tag)).context("replacing the state file")?;
         Ok(())
     }
@@ -48,7 +49,8 @@ impl State {
         let f = file(tag);
         match std::fs::read(&f) {
             Ok(bytes) => Ok(Some(
-                serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", f.display()))?,
+                serde_json::from_slice(&bytes)
+                    .with_context(|| format!("parsing {}", f.display()))?,
             )),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e).with_context(|| format!("reading {}", f.display())),
@@ -58,7 +60,9 @@ impl State {
 
 /// Tags that have a state directory.
 pub fn tags() -> Vec<String> {
-    let Ok(rd) = std::fs::read_dir(STATE_ROOT) else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir(STATE_ROOT) else {
+        return Vec::new();
+    };
     let mut v: Vec<String> = rd
         .filter_map(|e| e.ok())
         .filter(|e| e.path().is_dir())

@@ -30,7 +30,10 @@ pub struct LinkArgs {
 
 impl LinkArgs {
     pub fn to_params(&self) -> Result<LinkParams> {
-        anyhow::ensure!(self.delay_ms >= 0.0 && self.jitter_ms >= 0.0, "--delay-ms and --jitter-ms must be ≥ 0");
+        anyhow::ensure!(
+            self.delay_ms >= 0.0 && self.jitter_ms >= 0.0,
+            "--delay-ms and --jitter-ms must be ≥ 0"
+        );
         anyhow::ensure!(self.rate_mbit >= 0.0, "--rate-mbit must be ≥ 0");
         let rate_bps = (self.rate_mbit * 1e6).round() as u64;
         let delay_ns = (self.delay_ms * 1e6).round() as u64;
@@ -39,7 +42,9 @@ impl LinkArgs {
             jitter_ns: (self.jitter_ms * 1e6).round() as u64,
             rate_bps,
             loss: self.loss,
-            queue_bytes: self.queue_bytes.unwrap_or_else(|| default_queue_bytes(rate_bps, delay_ns)),
+            queue_bytes: self
+                .queue_bytes
+                .unwrap_or_else(|| default_queue_bytes(rate_bps, delay_ns)),
             reorder: self.reorder,
             up: true,
         };

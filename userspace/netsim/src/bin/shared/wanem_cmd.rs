@@ -47,7 +47,8 @@ pub fn run(args: WanemArgs) -> Result<()> {
     let stop = sys::stop_on_signals().context("installing signal handlers")?;
     let params = match &args.params_json {
         Some(json) => {
-            let p: causeway_netsim::LinkParams = serde_json::from_str(json).context("--params-json")?;
+            let p: causeway_netsim::LinkParams =
+                serde_json::from_str(json).context("--params-json")?;
             p.validate().context("--params-json")?;
             p
         }
@@ -59,13 +60,20 @@ pub fn run(args: WanemArgs) -> Result<()> {
     cfg.spin_ns = args.spin_us * 1000;
     cfg.realtime_priority = (args.rt_prio > 0).then_some(args.rt_prio);
     cfg.disable_offloads = !args.keep_offloads;
-    let emulator = Emulator::start(cfg)
-        .with_context(|| format!("starting the emulator between {} and {}", args.iface_a, args.iface_b))?;
+    let emulator = Emulator::start(cfg).with_context(|| {
+        format!(
+            "starting the emulator between {} and {}",
+            args.iface_a, args.iface_b
+        )
+    })?;
     eprintln!(
         "causeway-wanem: {} <-> {}{}: {:?}",
         args.iface_a,
         args.iface_b,
-        args.netns.as_deref().map(|n| format!(" in {n}")).unwrap_or_default(),
+        args.netns
+            .as_deref()
+            .map(|n| format!(" in {n}"))
+            .unwrap_or_default(),
         params
     );
     match &args.control {
