@@ -101,7 +101,7 @@ pub fn read_slots(maps_dir: &std::path::Path) -> Result<Vec<Totals>, DatapathErr
     let path = maps_dir.join(MAP_INGRESS_COUNTERS);
     let map_error = |source| DatapathError::Map {
         what: format!("reading {}", path.display()),
-        source,
+        source: Box::new(source),
     };
     let data = MapData::from_pin(&path).map_err(map_error)?;
     let array: PerCpuArray<MapData, IngressCounters> =

@@ -236,11 +236,13 @@ fn attach_fresh(
         std::fs::create_dir_all(dir)
             .map_err(|source| DatapathError::io("create the pin directory", dir, source))?;
     }
-    let mut ebpf = EbpfLoader::new().load(EBPF_OBJECT)?;
+    let mut ebpf = EbpfLoader::new()
+        .load(EBPF_OBJECT)
+        .map_err(|e| DatapathError::Load(Box::new(e)))?;
     for (name, map) in ebpf.maps() {
         let path = paths.maps_dir.join(name);
         map.pin(&path)
-            .map_err(|source| DatapathError::Pin { path, source })?;
+            .map_err(|source| DatapathError::Pin { path, source: Box::new(source) })?;
     }
     let generation = rules
         .map(|r| rules::apply(&paths.maps_dir, r))
@@ -258,7 +260,7 @@ fn attach_fresh(
         .pin(&prog_path)
         .map_err(|source| DatapathError::Pin {
             path: prog_path,
-            source,
+            source: Box::new(source),
         })?;
     let link_id = program
         .attach_to_if_index(ifindex, mode.xdp_mode())
@@ -276,7 +278,7 @@ fn attach_fresh(
     let state = link::read(&link, &link_path)?;
     link.pin(&link_path).map_err(|source| DatapathError::Pin {
         path: link_path,
-        source,
+        source: Box::new(source),
     })?;
     Ok((state, generation))
 }

@@ -26,7 +26,7 @@ pub struct LinkState {
 pub fn read_pinned(path: &Path) -> Result<LinkState, DatapathError> {
     let link = PinnedLink::from_pin(path).map_err(|source| DatapathError::Link {
         what: format!("opening the pinned link {}", path.display()),
-        source,
+        source: Box::new(source),
     })?;
     read(&FdLink::from(link), path)
 }
@@ -35,7 +35,7 @@ pub fn read_pinned(path: &Path) -> Result<LinkState, DatapathError> {
 pub fn read(link: &FdLink, path: &Path) -> Result<LinkState, DatapathError> {
     let info = link.info().map_err(|source| DatapathError::Link {
         what: format!("reading the link info of {}", path.display()),
-        source,
+        source: Box::new(source),
     })?;
     let link_id = info.id();
     let ifindex = fdinfo_ifindex(link_id)?.ok_or_else(|| DatapathError::LinkFdinfo {

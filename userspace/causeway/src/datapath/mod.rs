@@ -57,32 +57,32 @@ pub enum DatapathError {
         requested: AttachMode,
     },
     #[error("loading the eBPF object failed: {0}")]
-    Load(#[from] aya::EbpfError),
+    Load(#[source] Box<aya::EbpfError>),
     #[error("the eBPF object has no program '{0}'")]
     MissingProgram(&'static str),
     #[error("{what}: {source}")]
     Program {
         what: String,
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
     #[error("pinning {path} failed: {source}")]
     Pin {
         path: PathBuf,
         #[source]
-        source: aya::pin::PinError,
+        source: Box<aya::pin::PinError>,
     },
     #[error("{what}: {source}")]
     Link {
         what: String,
         #[source]
-        source: aya::programs::links::LinkError,
+        source: Box<aya::programs::links::LinkError>,
     },
     #[error("{what}: {source}")]
     Map {
         what: String,
         #[source]
-        source: aya::maps::MapError,
+        source: Box<aya::maps::MapError>,
     },
     #[error("cannot find the fdinfo of link {link_id}: {reason}")]
     LinkFdinfo { link_id: u32, reason: String },
@@ -92,7 +92,7 @@ pub enum DatapathError {
     Classifier {
         dir: PathBuf,
         #[source]
-        source: crate::classifier::ClassifierMapsError,
+        source: Box<crate::classifier::ClassifierMapsError>,
     },
     #[error("state file {path} is unreadable: {source}")]
     State {
@@ -114,7 +114,7 @@ impl DatapathError {
     pub(crate) fn program(what: impl Into<String>, source: aya::programs::ProgramError) -> Self {
         Self::Program {
             what: what.into(),
-            source,
+            source: Box::new(source),
         }
     }
 }

@@ -14,7 +14,7 @@ pub fn apply(maps_dir: &Path, rules: &RuleSet) -> Result<u64, DatapathError> {
     maps.apply(rules)
         .map_err(|source| DatapathError::Classifier {
             dir: maps_dir.to_path_buf(),
-            source,
+            source: Box::new(source),
         })
 }
 
@@ -24,13 +24,13 @@ pub fn config(maps_dir: &Path) -> Result<ClassifierConfig, DatapathError> {
         .config()
         .map_err(|source| DatapathError::Classifier {
             dir: maps_dir.to_path_buf(),
-            source,
+            source: Box::new(source),
         })
 }
 
 fn open(maps_dir: &Path) -> Result<ClassifierMaps, DatapathError> {
     ClassifierMaps::from_pin_dir(maps_dir).map_err(|source| DatapathError::Classifier {
         dir: maps_dir.to_path_buf(),
-        source,
+        source: Box::new(source),
     })
 }

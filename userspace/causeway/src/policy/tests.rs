@@ -245,10 +245,13 @@ fn empty_files_and_files_without_classes() {
     assert_eq!(at.line, 3);
 }
 
+/// A class table's text and a check of the problem it must cause.
+type ClassCase = (String, fn(&ClassProblem) -> bool);
+
 #[test]
 fn class_table_refusals() {
     let class = |id: i64, name: &str| format!("[[class]]\nid = {id}\nname = \"{name}\"\n\n");
-    let cases: Vec<(String, fn(&ClassProblem) -> bool)> = vec![
+    let cases: Vec<ClassCase> = vec![
         (class(16, "big"), |k| {
             matches!(k, ClassProblem::IdOutOfRange { id: 16, .. })
         }),
