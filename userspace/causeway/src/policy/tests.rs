@@ -150,7 +150,8 @@ fn bad_prefixes() {
     for (value, needle) in [
         ("10.1.2.3/16", "host bits are set"),
         ("10.0.0.0/40", "longer than 32 bits"),
-        ("fd00::/200", "not a number between 0 and 128"),
+        ("fd00::/200", "longer than 128 bits"),
+        ("fd00::/300", "not a number between 0 and 128"),
         ("10.0.0/8", "not an IPv4 or IPv6 address"),
     ] {
         let text = with_classes(&format!(
