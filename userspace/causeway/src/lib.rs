@@ -1,6 +1,7 @@
 //! Causeway's controller: loads the eBPF programs, applies policy to their
 //! maps, and serves the `causeway` CLI.
 
+pub mod agent;
 pub mod classifier;
 pub mod datapath;
 pub mod clock;

@@ -69,6 +69,17 @@ pub enum Command {
         after_help = "Examples:\n  causeway --netns dc1 stats --iface veth0\n  causeway stats --json\n  causeway stats --watch --interval 2"
     )]
     Stats(StatsArgs),
+
+    /// Run the per-host agent: own the XDP/TC programs of the configured
+    /// interfaces (adopting pinned ones), sync clocks with the configured
+    /// peers, publish the estimates, serve the control socket. Stops on
+    /// SIGTERM/SIGINT, leaving the programs attached.
+    #[command(after_help = "Example:\n  causeway --netns dc1 agent --config /etc/causeway/agent.toml")]
+    Agent(super::agent_cmd::AgentArgs),
+
+    /// Clock synchronisation status, from the local agent.
+    #[command(subcommand)]
+    Clock(super::clock_cmd::ClockCommand),
 }
 
 #[derive(Debug, Args)]

@@ -1,7 +1,9 @@
 //! The `causeway` command: parses the command line, enters the requested
 //! network namespace, and runs one command.
 
+mod agent_cmd;
 mod args;
+mod clock_cmd;
 mod interfaces;
 mod policy_cmd;
 mod stats_cmd;
@@ -46,5 +48,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Status(a) => interfaces::status(&ctx, a.json, cli.netns.is_some()),
         Command::Policy(p) => policy_cmd::run(&ctx, p),
         Command::Stats(s) => stats_cmd::run(&ctx, &s),
+        Command::Agent(a) => agent_cmd::run(&ctx, &a),
+        Command::Clock(c) => clock_cmd::run(&ctx, &c),
     }
 }

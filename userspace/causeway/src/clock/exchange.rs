@@ -29,7 +29,7 @@ pub enum Reject {
 }
 
 /// What the requester counted.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ExchangeCounters {
     pub sent: u64,
     pub completed: u64,

@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::{
@@ -23,7 +23,8 @@ use super::{
 };
 
 /// One peer to synchronise with.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PeerSpec {
     pub name: String,
     pub addr: SocketAddr,
@@ -44,10 +45,13 @@ pub struct SessionConfig {
     pub timeout: Duration,
     pub estimator: EstimatorConfig,
     pub clock: SyncClock,
+    /// Send IPv4 probes with a zero UDP checksum so that the eBPF programs
+    /// may stamp them (only when kernel stamping is configured).
+    pub zero_checksum: bool,
 }
 
 /// Datagrams the session ignored, by reason.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IgnoredCounters {
     pub malformed: u64,
     pub unknown_peer: u64,
@@ -55,7 +59,7 @@ pub struct IgnoredCounters {
 }
 
 /// One source's current estimate of a peer.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SourceEstimate {
     pub source: Source,
     pub offset_ns: f64,
@@ -83,7 +87,7 @@ impl SourceEstimate {
 }
 
 /// What is known about one peer.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PeerStatus {
     pub name: String,
     pub addr: SocketAddr,
@@ -95,7 +99,7 @@ pub struct PeerStatus {
 }
 
 /// The session's published state.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SessionStatus {
     pub host_id: u32,
     pub software_stamps: bool,
@@ -129,7 +133,7 @@ impl Session {
     /// Binds the socket (inside a tokio runtime) and builds one estimator
     /// per peer and source.
     pub fn new(cfg: SessionConfig) -> Result<Session, SessionError> {
-        let sock = StampedSocket::bind(cfg.bind, cfg.clock)
+        let sock = StampedSocket::bind(cfg.bind, cfg.clock, cfg.zero_checksum)
             .map_err(|source| SessionError::Bind { addr: cfg.bind, source })?;
         let nonce = random_u64()?;
         let mut peers = Vec::new();

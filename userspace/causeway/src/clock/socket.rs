@@ -55,13 +55,14 @@ pub struct StampedSocket {
 
 impl StampedSocket {
     /// Binds `addr`, enables software stamps (if the kernel allows) and,
-    /// for IPv4, zero UDP checksums. Must run inside a tokio runtime.
-    pub fn bind(addr: SocketAddr, clock: SyncClock) -> io::Result<StampedSocket> {
+    /// with `zero_checksum` and IPv4, zero UDP checksums. Must run inside a
+    /// tokio runtime.
+    pub fn bind(addr: SocketAddr, clock: SyncClock, zero_checksum: bool) -> io::Result<StampedSocket> {
         let std = StdUdpSocket::bind(addr)?;
         std.set_nonblocking(true)?;
         let fd = std.as_raw_fd();
         let software = setsockopt_int(fd, libc::SOL_SOCKET, SO_TIMESTAMPING, STAMP_FLAGS as i32).is_ok();
-        let zero_checksum = addr.is_ipv4() && setsockopt_int(fd, libc::SOL_SOCKET, SO_NO_CHECK, 1).is_ok();
+        let zero_checksum = zero_checksum && addr.is_ipv4() && setsockopt_int(fd, libc::SOL_SOCKET, SO_NO_CHECK, 1).is_ok();
         Ok(StampedSocket {
             sock: UdpSocket::from_std(std)?,
             clock,

@@ -1,0 +1,259 @@
+//! The agent's configuration file (TOML), validated as a whole.
+//!
+//! ```toml
+//! host_id = 1                       # this host's id in clock probes
+//! control_socket = "/run/causeway/agent.sock"   # optional
+//!
+//! [[interfaces]]                    # attached (or adopted) at start
+//! name = "eth0"
+//! mode = "auto"                     # optional: auto | skb | driver
+//!
+//! [clock]
+//! bind = "0.0.0.0:7339"             # optional
+//! interval_ms = 100                 # optional, probe period per peer
+//! fast_start = 16                   # optional, first probes 8× faster
+//! kernel_stamps = true              # optional, configure the eBPF stamps
+//!
+//! [[clock.peers]]
+//! name = "dc2-host0"
+//! addr = "10.1.0.2:7339"
+//!
+//! [clock.synthetic]                 # optional, tests only: this host's
+//! offset_ns = 25000000              # clock error (off when absent)
+//! drift_ppb = -50000
+//! ```
+
+use std::{
+    collections::HashSet,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::Deserialize;
+
+use crate::{
+    clock::{
+        source::{raw_tai_now, MAX_SYNTHETIC_DRIFT_PPB},
+        EstimatorConfig, PeerSpec, SyncClock,
+    },
+    datapath::{layout::valid_iface_name, AttachMode},
+};
+use bpf_maps::clock::CLOCK_PORT;
+
+/// A configuration file that cannot be used, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} is not a valid agent configuration: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    host_id: u32,
+    control_socket: Option<PathBuf>,
+    #[serde(default)]
+    interfaces: Vec<FileIface>,
+    clock: FileClock,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileIface {
+    name: String,
+    #[serde(default)]
+    mode: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileClock {
+    bind: Option<SocketAddr>,
+    interval_ms: Option<u64>,
+    fast_start: Option<u32>,
+    kernel_stamps: Option<bool>,
+    #[serde(default)]
+    peers: Vec<PeerSpec>,
+    synthetic: Option<FileSynthetic>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSynthetic {
+    offset_ns: i64,
+    drift_ppb: i64,
+}
+
+/// One interface the agent owns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IfaceConfig {
+    pub name: String,
+    pub mode: AttachMode,
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    pub host_id: u32,
+    /// `None`: `<state root>/<scope>/agent.sock`.
+    pub control_socket: Option<PathBuf>,
+    pub interfaces: Vec<IfaceConfig>,
+    pub bind: SocketAddr,
+    pub interval: Duration,
+    pub fast_start: u32,
+    pub kernel_stamps: bool,
+    pub peers: Vec<PeerSpec>,
+    pub clock: SyncClock,
+    pub estimator: EstimatorConfig,
+}
+
+impl AgentConfig {
+    pub fn load(path: &Path) -> Result<AgentConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { source, .. } => ConfigError::Parse {
+                path: path.to_path_buf(),
+                source,
+            },
+            other => other,
+        })
+    }
+
+    pub fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
+        let f: FileConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
+            path: PathBuf::from("<text>"),
+            source,
+        })?;
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        let mut interfaces = Vec::new();
+        let mut seen = HashSet::new();
+        for i in f.interfaces {
+            if !valid_iface_name(&i.name) {
+                return invalid(format!("interfaces: '{}' is not an interface name", i.name));
+            }
+            if !seen.insert(i.name.clone()) {
+                return invalid(format!("interfaces: '{}' is listed twice", i.name));
+            }
+            let mode = match i.mode.as_deref() {
+                None => AttachMode::Auto,
+                Some(m) => m.parse().map_err(|e: String| ConfigError::Invalid(format!("interfaces.{}: {e}", i.name)))?,
+            };
+            interfaces.push(IfaceConfig { name: i.name, mode });
+        }
+        let c = f.clock;
+        let interval_ms = c.interval_ms.unwrap_or(100);
+        if !(10..=60_000).contains(&interval_ms) {
+            return invalid(format!("clock.interval_ms must be in 10..=60000 (got {interval_ms})"));
+        }
+        if c.peers.is_empty() {
+            return invalid("clock.peers: at least one peer is needed".into());
+        }
+        let mut names = HashSet::new();
+        let mut addrs = HashSet::new();
+        for p in &c.peers {
+            if p.name.is_empty() || !names.insert(p.name.clone()) {
+                return invalid(format!("clock.peers: name '{}' is empty or used twice", p.name));
+            }
+            if !addrs.insert(p.addr.ip()) {
+                return invalid(format!("clock.peers: address {} is used twice", p.addr.ip()));
+            }
+            if p.addr.port() == 0 || p.addr.ip().is_unspecified() {
+                return invalid(format!("clock.peers.{}: {} is not a peer address", p.name, p.addr));
+            }
+        }
+        let clock = match c.synthetic {
+            None => SyncClock::IDENTITY,
+            Some(s) => {
+                if s.drift_ppb.abs() > MAX_SYNTHETIC_DRIFT_PPB {
+                    return invalid(format!(
+                        "clock.synthetic.drift_ppb must be within ±{MAX_SYNTHETIC_DRIFT_PPB} (got {})",
+                        s.drift_ppb
+                    ));
+                }
+                // The drift term starts at zero now.
+                SyncClock {
+                    offset_ns: s.offset_ns,
+                    drift_ppb: s.drift_ppb,
+                    epoch_ns: raw_tai_now(),
+                }
+            }
+        };
+        Ok(AgentConfig {
+            host_id: f.host_id,
+            control_socket: f.control_socket,
+            interfaces,
+            bind: c.bind.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], CLOCK_PORT))),
+            interval: Duration::from_millis(interval_ms),
+            fast_start: c.fast_start.unwrap_or(16),
+            kernel_stamps: c.kernel_stamps.unwrap_or(true),
+            peers: c.peers,
+            clock,
+            estimator: EstimatorConfig::default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+host_id = 7
+[[interfaces]]
+name = "veth0"
+mode = "skb"
+[clock]
+interval_ms = 50
+[[clock.peers]]
+name = "b"
+addr = "10.1.0.2:7339"
+[clock.synthetic]
+offset_ns = -5000
+drift_ppb = 20000
+"#;
+
+    #[test]
+    fn a_full_config_parses() {
+        let c = AgentConfig::parse(GOOD).expect("valid");
+        assert_eq!(c.host_id, 7);
+        assert_eq!(c.interfaces, vec![IfaceConfig { name: "veth0".into(), mode: AttachMode::Skb }]);
+        assert_eq!(c.interval, Duration::from_millis(50));
+        assert_eq!(c.bind.port(), CLOCK_PORT);
+        assert_eq!((c.clock.offset_ns, c.clock.drift_ppb), (-5000, 20000));
+        assert!(c.kernel_stamps);
+    }
+
+    #[test]
+    fn bad_configs_name_what_is_wrong() {
+        let cases = [
+            (GOOD.replace("veth0", "a/b"), "not an interface name"),
+            (GOOD.replace("skb", "warp"), "unknown XDP mode"),
+            (GOOD.replace("interval_ms = 50", "interval_ms = 1"), "interval_ms"),
+            (GOOD.replace("drift_ppb = 20000", "drift_ppb = 20000000"), "drift_ppb"),
+            (GOOD.replace("10.1.0.2:7339", "0.0.0.0:7339"), "not a peer address"),
+            (GOOD.replace("host_id = 7", "host_id = 7\nbogus = 1"), "unknown field"),
+            (GOOD.replace("[[clock.peers]]\nname = \"b\"\naddr = \"10.1.0.2:7339\"\n", ""), "at least one peer"),
+        ];
+        for (text, needle) in cases {
+            let err = AgentConfig::parse(&text).expect_err(needle).to_string();
+            let chain = format!("{err} {:?}", AgentConfig::parse(&text).err());
+            assert!(chain.contains(needle), "{needle}: got {chain}");
+        }
+    }
+}

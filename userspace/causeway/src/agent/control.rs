@@ -1,0 +1,183 @@
+//! The agent's local control socket: a unix stream socket, mode 0600, that
+//! accepts only root or the agent's own user (checked with SO_PEERCRED).
+//! One JSON request per line, one JSON response per line.
+//!
+//! ```text
+//! → {"command":"clock_status"}
+//! ← {"ok":true,"clock":{...}}
+//! → {"command":"ping"}
+//! ← {"ok":true}
+//! ```
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    os::unix::{fs::PermissionsExt, net::UnixStream as StdUnixStream},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader as AsyncBufReader},
+    net::{UnixListener, UnixStream},
+    sync::watch,
+};
+
+use super::report::AgentReport;
+
+/// A request on the control socket.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Request {
+    Ping,
+    ClockStatus,
+}
+
+/// The response to a [`Request`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<AgentReport>,
+}
+
+/// Control socket failures.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("another agent is serving {0}")]
+    InUse(PathBuf),
+    #[error("the agent at {path} answered with something that is not a response: {source}")]
+    BadResponse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the agent at {path} refused the request: {reason}")]
+    Refused { path: PathBuf, reason: String },
+}
+
+fn io_err(what: &'static str, path: &Path) -> impl Fn(std::io::Error) -> ControlError {
+    let path = path.to_path_buf();
+    move |source| ControlError::Io {
+        what,
+        path: path.clone(),
+        source,
+    }
+}
+
+/// Binds the socket at `path` (replacing a stale one, refusing a live one)
+/// with mode 0600.
+pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io_err("create the directory of", path))?;
+    }
+    if path.exists() {
+        if StdUnixStream::connect(path).is_ok() {
+            return Err(ControlError::InUse(path.to_path_buf()));
+        }
+        std::fs::remove_file(path).map_err(io_err("remove the stale socket", path))?;
+    }
+    let listener = UnixListener::bind(path).map_err(io_err("bind the control socket", path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(io_err("restrict the permissions of", path))?;
+    Ok(listener)
+}
+
+/// Serves requests until `shutdown` turns true; answers from `report`.
+pub async fn serve(
+    listener: UnixListener,
+    report: watch::Receiver<AgentReport>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let me = nix::unistd::geteuid().as_raw();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => {
+                if *shutdown.borrow() { return; }
+            }
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let allowed = stream.peer_cred().is_ok_and(|c| c.uid() == 0 || c.uid() == me);
+                let report = report.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = handle(stream, allowed, report).await {
+                        tracing::debug!(error = %e, "control connection ended");
+                    }
+                });
+            }
+        }
+    }
+}
+
+async fn handle(stream: UnixStream, allowed: bool, report: watch::Receiver<AgentReport>) -> std::io::Result<()> {
+    let (rd, mut wr) = stream.into_split();
+    let mut lines = AsyncBufReader::new(rd).lines();
+    while let Some(line) = lines.next_line().await? {
+        let resp = if !allowed {
+            failure("permission denied: only root or the agent's user may use this socket")
+        } else {
+            match serde_json::from_str::<Request>(&line) {
+                Ok(Request::Ping) => Response { ok: true, error: None, clock: None },
+                Ok(Request::ClockStatus) => Response {
+                    ok: true,
+                    error: None,
+                    clock: Some(report.borrow().clone()),
+                },
+                Err(e) => failure(&format!("bad request: {e}")),
+            }
+        };
+        let mut text = serde_json::to_string(&resp).map_err(std::io::Error::other)?;
+        text.push('\n');
+        wr.write_all(text.as_bytes()).await?;
+        if !allowed {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn failure(msg: &str) -> Response {
+    Response {
+        ok: false,
+        error: Some(msg.to_string()),
+        clock: None,
+    }
+}
+
+/// Client side (blocking): sends `req` to the agent at `path`.
+pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
+    let mut stream = StdUnixStream::connect(path).map_err(io_err("connect to the agent at", path))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(io_err("set a timeout on", path))?;
+    let mut text = serde_json::to_string(req).map_err(|source| ControlError::BadResponse {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    text.push('\n');
+    stream.write_all(text.as_bytes()).map_err(io_err("write to", path))?;
+    let mut line = String::new();
+    BufReader::new(&stream)
+        .read_line(&mut line)
+        .map_err(io_err("read the answer from", path))?;
+    let resp: Response = serde_json::from_str(&line).map_err(|source| ControlError::BadResponse {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if !resp.ok {
+        return Err(ControlError::Refused {
+            path: path.to_path_buf(),
+            reason: resp.error.unwrap_or_default(),
+        });
+    }
+    Ok(resp)
+}

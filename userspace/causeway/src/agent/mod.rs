@@ -1,0 +1,186 @@
+//! `causeway agent`: the per-host daemon. It owns (attaches, or adopts when
+//! already pinned) the XDP and TC programs of its interfaces, configures the
+//! kernel clock stamps, runs clock sync with its peers, publishes each
+//! peer's estimate in the pinned `CW_CLK_PEERS` map of every interface, and
+//! serves the local control socket. SIGTERM or SIGINT stop it cleanly; the
+//! programs stay attached (pinned) so that a restart adopts them.
+
+pub mod config;
+pub mod control;
+pub mod report;
+pub mod tc;
+
+use std::path::PathBuf;
+
+use tokio::{
+    signal::unix::{signal, SignalKind},
+    sync::watch,
+    task::JoinHandle,
+};
+
+use crate::{
+    clock::{maps::ClockMaps, Session, SessionConfig, SessionError, SessionStatus},
+    datapath::{self, state::StateLock, DatapathError, Layout, NetnsScope},
+};
+pub use config::AgentConfig;
+use report::{peer_clock, AgentReport, IfaceReport};
+
+/// Why the agent stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("interface {iface}: {source}")]
+    Datapath {
+        iface: String,
+        #[source]
+        source: DatapathError,
+    },
+    #[error("{0}")]
+    Lock(#[source] DatapathError),
+    #[error("interface {iface}: TC egress: {source}")]
+    Tc {
+        iface: String,
+        #[source]
+        source: tc::TcError,
+    },
+    #[error("interface {iface}: clock maps: {source}")]
+    ClockMaps {
+        iface: String,
+        #[source]
+        source: crate::clock::maps::ClockMapsError,
+    },
+    #[error("clock session: {0}")]
+    Session(#[from] SessionError),
+    #[error("control socket: {0}")]
+    Control(#[from] control::ControlError),
+    #[error("installing the signal handlers: {0}")]
+    Signal(#[source] std::io::Error),
+    #[error("the clock session task failed: {0}")]
+    Task(String),
+}
+
+/// The control socket of the agent of `scope`, unless configured.
+pub fn default_socket(layout: &Layout, scope: &NetnsScope) -> PathBuf {
+    layout.state_root.join(scope.dir_name()).join("agent.sock")
+}
+
+struct Owned {
+    report: IfaceReport,
+    maps: ClockMaps,
+}
+
+/// Attaches or adopts every configured interface and configures its
+/// kernel stamps. Holds the state lock while it changes attachments.
+fn own_interfaces(cfg: &AgentConfig, layout: &Layout, scope: &NetnsScope) -> Result<Vec<Owned>, AgentError> {
+    if cfg.interfaces.is_empty() {
+        return Ok(Vec::new());
+    }
+    let _lock = StateLock::acquire(&layout.lock_file()).map_err(AgentError::Lock)?;
+    let mut owned = Vec::new();
+    for i in &cfg.interfaces {
+        let err = |source| AgentError::Datapath { iface: i.name.clone(), source };
+        let xdp = datapath::attach(layout, scope, &i.name, i.mode, None).map_err(err)?;
+        let paths = layout.iface(scope, &i.name).map_err(err)?;
+        let tc = tc::ensure(&paths, &i.name, xdp.ifindex).map_err(|source| AgentError::Tc {
+            iface: i.name.clone(),
+            source,
+        })?;
+        let maps_err = |source| AgentError::ClockMaps { iface: i.name.clone(), source };
+        let mut maps = ClockMaps::from_pins(&paths.maps_dir).map_err(maps_err)?;
+        let port = if cfg.kernel_stamps { cfg.bind.port() } else { 0 };
+        maps.set_config(&cfg.clock.stamp_config(port)).map_err(maps_err)?;
+        tracing::info!(
+            iface = %i.name, xdp_link = xdp.link_id, xdp_adopted = xdp.adopted,
+            tc_link = tc.link_id, tc_adopted = tc.adopted, kernel_stamps = cfg.kernel_stamps,
+            "interface owned"
+        );
+        owned.push(Owned {
+            report: IfaceReport::new(&i.name, xdp.ifindex, xdp.link_id, xdp.adopted, tc),
+            maps,
+        });
+    }
+    Ok(owned)
+}
+
+/// Runs the agent until SIGTERM/SIGINT.
+pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<(), AgentError> {
+    let mut owned = own_interfaces(&cfg, &layout, &scope)?;
+    let kernel_stamps = cfg.kernel_stamps && !owned.is_empty();
+    let session = Session::new(SessionConfig {
+        host_id: cfg.host_id,
+        bind: cfg.bind,
+        peers: cfg.peers.clone(),
+        interval: cfg.interval,
+        fast_start: cfg.fast_start,
+        timeout: cfg.interval.max(std::time::Duration::from_millis(500)) * 4,
+        estimator: cfg.estimator.clone(),
+        clock: cfg.clock,
+        zero_checksum: kernel_stamps,
+    })?;
+    let socket = cfg.control_socket.clone().unwrap_or_else(|| default_socket(&layout, &scope));
+    let listener = control::bind(&socket)?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(AgentError::Signal)?;
+
+    let (status_tx, mut status_rx) = watch::channel(SessionStatus::default());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut session_task: JoinHandle<Result<(), SessionError>> =
+        tokio::spawn(session.run(status_tx, stop_rx.clone()));
+    let mut report = AgentReport {
+        host_id: cfg.host_id,
+        scope: scope.to_string(),
+        kernel_stamps,
+        interfaces: owned.iter().map(|o| o.report.clone()).collect(),
+        ..AgentReport::default()
+    };
+    let (report_tx, report_rx) = watch::channel(report.clone());
+    let control_task = tokio::spawn(control::serve(listener, report_rx, stop_rx));
+    tracing::info!(socket = %socket.display(), peers = cfg.peers.len(), "agent running");
+
+    let mut publish = tokio::time::interval(std::time::Duration::from_millis(100));
+    let outcome = loop {
+        tokio::select! {
+            _ = sigterm.recv() => break Ok(()),
+            _ = sigint.recv() => break Ok(()),
+            done = &mut session_task => {
+                break Err(match done {
+                    Ok(Err(e)) => AgentError::Session(e),
+                    Ok(Ok(())) => AgentError::Task("stopped on its own".into()),
+                    Err(e) => AgentError::Task(e.to_string()),
+                });
+            }
+            _ = publish.tick() => {
+                report.session = status_rx.borrow_and_update().clone();
+                publish_estimates(&mut owned, &mut report);
+                report_tx.send_replace(report.clone());
+            }
+        }
+    };
+    let _ = stop_tx.send(true);
+    if !session_task.is_finished() {
+        let _ = session_task.await;
+    }
+    let _ = control_task.await;
+    let _ = std::fs::remove_file(&socket);
+    tracing::info!("agent stopped; programs stay attached and pinned");
+    outcome
+}
+
+/// Writes every peer's selected estimate into each interface's peer map
+/// and refreshes the stamp counters.
+fn publish_estimates(owned: &mut [Owned], report: &mut AgentReport) {
+    for (o, r) in owned.iter_mut().zip(report.interfaces.iter_mut()) {
+        if let Ok(c) = o.maps.counters() {
+            (r.stamps_rx, r.stamps_tx, r.stamps_skipped) = (c.rx_stamped, c.tx_stamped, c.skipped);
+        }
+    }
+    for peer in &report.session.peers {
+        let Some(sel) = &peer.selected else { continue };
+        report.published += 1;
+        let value = peer_clock(sel, report.published);
+        for o in owned.iter_mut() {
+            if let Err(e) = o.maps.publish(peer.addr.ip(), &value) {
+                tracing::warn!(peer = %peer.name, error = %e, "cannot publish the clock estimate");
+            }
+        }
+    }
+}
