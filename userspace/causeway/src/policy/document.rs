@@ -15,6 +15,9 @@ pub(super) struct RawPolicy {
     pub classes: Vec<Spanned<RawClass>>,
     #[serde(default, rename = "rule")]
     pub rules: Vec<Spanned<RawRule>>,
+    /// The link's shaping (`shaping.rs`).
+    #[serde(default)]
+    pub shaping: Option<Spanned<super::shaping::RawLinkShaping>>,
 }
 
 /// One `[[class]]` table.
@@ -23,6 +26,9 @@ pub(super) struct RawPolicy {
 pub(super) struct RawClass {
     pub id: Spanned<i64>,
     pub name: Spanned<String>,
+    /// The class's egress shaping (`shaping.rs`).
+    #[serde(default)]
+    pub shaping: Option<Spanned<super::shaping::RawClassShaping>>,
 }
 
 /// One `[[rule]]` table. Absent match fields match anything.

@@ -91,6 +91,15 @@ pub enum Problem {
         line: usize,
         kind: ClassProblem,
     },
+    #[error("[shaping]: {0}")]
+    LinkShaping(super::shaping::ShapingProblem),
+    #[error("class {index} (line {line}): shaping: {kind}")]
+    ClassShaping {
+        /// 1-based position of the `[[class]]` table in the file.
+        index: usize,
+        line: usize,
+        kind: super::shaping::ShapingProblem,
+    },
     #[error("rule {index} (line {line}): {kind}")]
     Rule {
         /// 1-based position of the `[[rule]]` table in the file.

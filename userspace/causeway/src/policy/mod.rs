@@ -23,6 +23,7 @@ mod class;
 mod document;
 mod error;
 mod field;
+pub mod shaping;
 mod validate;
 
 use std::{fmt::Write as _, path::Path};
@@ -40,6 +41,8 @@ pub const EXAMPLE: &str = include_str!("example.toml");
 pub struct Policy {
     pub classes: ClassTable,
     pub rules: RuleSet,
+    /// Egress shaping, when the policy has a `[shaping]` table.
+    pub shaping: Option<shaping::ShapingPolicy>,
 }
 
 impl Policy {

@@ -12,7 +12,7 @@ use super::{
     class::{is_valid_class_name, ClassTable, TrafficClass, DEFAULT_CLASS_NAME},
     document::{RawClass, RawPolicy, RawRule},
     error::{ClassProblem, PolicyError, Position, Problem, RuleProblem},
-    field, Policy,
+    field, shaping, Policy,
 };
 
 /// Parses and validates `text`; `origin` (usually the file name) prefixes
@@ -40,7 +40,27 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Policy, PolicyError> {
     // failure here would be a gap in those checks, reported at the top.
     let rules = RuleSet::new(rules)
         .map_err(|e| fail(0, Problem::Syntax(format!("rule set refused: {e}"))))?;
-    Ok(Policy { classes, rules })
+    let class_shaping: Vec<_> = raw
+        .classes
+        .iter()
+        .zip(classes_in_file_order(&raw.classes))
+        .map(|(c, id)| (id, c.get_ref().shaping.as_ref()))
+        .collect();
+    let shaping = shaping::check(raw.shaping.as_ref(), &class_shaping, &classes).map_err(
+        |(offset, index, kind)| match index {
+            None => fail(offset, Problem::LinkShaping(kind)),
+            Some(i) => fail(
+                offset,
+                Problem::ClassShaping { index: i + 1, line: line(raw.classes[i].span().start), kind },
+            ),
+        },
+    )?;
+    Ok(Policy { classes, rules, shaping })
+}
+
+/// Class ids in `[[class]]` order (checked by `check_classes`).
+fn classes_in_file_order(raw: &[Spanned<RawClass>]) -> Vec<u8> {
+    raw.iter().map(|c| u8::try_from(*c.get_ref().id.get_ref()).unwrap_or(u8::MAX)).collect()
 }
 
 type Failure = (usize, Problem);

@@ -73,7 +73,7 @@ pub struct BucketParams {
 }
 
 /// Why a rate or burst was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BucketError {
     #[error("rate {rate_bits} bit/s is out of range ({MIN_RATE_BITS}..={MAX_RATE_BITS} bit/s)")]
     RateOutOfRange { rate_bits: u64 },

@@ -1,0 +1,227 @@
+use super::*;
+use crate::policy::{Policy, PolicyError, Problem};
+
+const BASE: &str = r#"
+[shaping]
+link_rate = "1gbit"
+
+[[class]]
+id = 3
+name = "control"
+shaping = { rate = "10mbit", ceil = "100mbit", priority = 0, over_limit = "drop", dscp = "cs6" }
+
+[[class]]
+id = 5
+name = "bulk"
+shaping = { rate = "500mbit", ceil = "1gbit", burst = "128kb" }
+
+[[class]]
+id = 6
+name = "scavenger"
+shaping = { rate = "1mbit", ceil = "1gbit", over_limit = "demote", demote_to = "bulk" }
+
+[[rule]]
+priority = 10
+protocol = "tcp"
+class = "bulk"
+"#;
+
+fn parse(text: &str) -> Result<Policy, PolicyError> {
+    Policy::parse(text, "test.toml")
+}
+
+fn problem(text: &str) -> (usize, Problem) {
+    let e = parse(text).expect_err("policy must be refused");
+    (
+        e.position().expect("position").line,
+        e.problem().expect("problem").clone(),
+    )
+}
+
+#[test]
+fn full_shaping_parses_into_plan_and_table() {
+    let p = parse(BASE).expect("valid").shaping.expect("shaping");
+    assert_eq!((p.link_bits, p.mtu), (1_000_000_000, 1500));
+    let control = p.class(3).expect("control");
+    assert_eq!(
+        (control.rate_bits, control.ceil_bits, control.prio),
+        (10_000_000, 100_000_000, 0)
+    );
+    assert_eq!(
+        (control.over, control.dscp, control.burst_bytes),
+        (OverAction::Drop, Some(48), DEFAULT_BURST)
+    );
+    let bulk = p.class(5).expect("bulk");
+    assert_eq!(
+        (bulk.burst_bytes, bulk.prio, bulk.over),
+        (128 * 1024, DEFAULT_PRIO, OverAction::EcnMark)
+    );
+    assert_eq!(p.class(6).expect("scavenger").over, OverAction::Demote(5));
+
+    let plan = p.htb_plan();
+    assert!(plan.validate().is_ok());
+    let default = plan.leaf(0).expect("default leaf");
+    assert_eq!(
+        default.rate_bits,
+        1_000_000_000 - 10_000_000 - 500_000_000 - 1_000_000
+    );
+    assert_eq!(plan.leaf(3).expect("control leaf").prio, 0);
+
+    let entries = p.shaping_table().map_entries();
+    assert_eq!(entries[3].priority, leaf_classid(3));
+    assert_eq!(
+        entries[3].rate_bytes_per_sec,
+        100_000_000 / 8,
+        "the bucket polices the ceiling"
+    );
+    assert_eq!(entries[6].demote_class, 5);
+    assert_eq!(entries[0].flags, 0, "class 0 is not shaped by the program");
+}
+
+#[test]
+fn policies_without_shaping_have_none() {
+    let text = "[[class]]\nid = 1\nname = \"a\"\n";
+    assert_eq!(parse(text).expect("valid").shaping, None);
+}
+
+#[test]
+fn bad_values_are_refused_with_their_line() {
+    let cases: Vec<(&str, &str, usize, fn(&Problem) -> bool)> = vec![
+        ("ceil = \"100mbit\"", "ceil = \"1mbit\"", 8, |p| {
+            matches!(
+                p,
+                Problem::ClassShaping {
+                    index: 1,
+                    kind: ShapingProblem::CeilBelowRate { .. },
+                    ..
+                }
+            )
+        }),
+        ("rate = \"500mbit\"", "rate = \"fast\"", 13, |p| {
+            matches!(
+                p,
+                Problem::ClassShaping {
+                    kind: ShapingProblem::BadRate { field: "rate", .. },
+                    ..
+                }
+            )
+        }),
+        ("burst = \"128kb\"", "burst = \"1000\"", 13, |p| {
+            matches!(
+                p,
+                Problem::ClassShaping {
+                    kind: ShapingProblem::Bucket(BucketError::BurstBelowFrame { .. }),
+                    ..
+                }
+            )
+        }),
+        (
+            "ceil = \"1gbit\", burst",
+            "ceil = \"2gbit\", burst",
+            13,
+            |p| {
+                matches!(
+                    p,
+                    Problem::ClassShaping {
+                        kind: ShapingProblem::CeilAboveLink { .. },
+                        ..
+                    }
+                )
+            },
+        ),
+        ("priority = 0", "priority = 9", 8, |p| {
+            matches!(
+                p,
+                Problem::ClassShaping {
+                    kind: ShapingProblem::BadPriority(9),
+                    ..
+                }
+            )
+        }),
+        (
+            "demote_to = \"bulk\"",
+            "demote_to = \"scavenger\"",
+            18,
+            |p| {
+                matches!(
+                    p,
+                    Problem::ClassShaping {
+                        kind: ShapingProblem::DemoteLoop(_),
+                        ..
+                    }
+                )
+            },
+        ),
+        ("demote_to = \"bulk\"", "demote_to = \"nope\"", 18, |p| {
+            matches!(
+                p,
+                Problem::ClassShaping {
+                    kind: ShapingProblem::BadDemoteTarget { .. },
+                    ..
+                }
+            )
+        }),
+        ("over_limit = \"drop\"", "over_limit = \"shout\"", 8, |p| {
+            matches!(
+                p,
+                Problem::ClassShaping {
+                    kind: ShapingProblem::BadAction(_),
+                    ..
+                }
+            )
+        }),
+        (
+            "link_rate = \"1gbit\"",
+            "link_rate = \"500mbit\"",
+            13,
+            |p| {
+                matches!(
+                    p,
+                    Problem::ClassShaping {
+                        kind: ShapingProblem::CeilAboveLink { .. },
+                        ..
+                    }
+                )
+            },
+        ),
+        ("rate = \"500mbit\"", "rate = \"999mbit\"", 3, |p| {
+            matches!(
+                p,
+                Problem::LinkShaping(ShapingProblem::Oversubscribed { .. })
+            )
+        }),
+    ];
+    for (from, to, line, check) in cases {
+        let text = BASE.replacen(from, to, 1);
+        let (at, p) = problem(&text);
+        assert!(check(&p), "{to}: unexpected problem {p}");
+        assert_eq!(at, line, "{to}: {p}");
+    }
+    let no_link = BASE.replacen("[shaping]\nlink_rate = \"1gbit\"\n", "", 1);
+    assert!(matches!(
+        problem(&no_link).1,
+        Problem::ClassShaping {
+            kind: ShapingProblem::NoLink,
+            ..
+        }
+    ));
+    let unknown = BASE.replacen("priority = 0,", "prio = 0,", 1);
+    assert!(matches!(problem(&unknown).1, Problem::Syntax(_)));
+}
+
+#[test]
+fn rates_and_sizes_parse() {
+    assert_eq!(parse_rate_str("100mbit"), Ok(100_000_000));
+    assert_eq!(parse_rate_str("1.5Gbit"), Ok(1_500_000_000));
+    assert_eq!(parse_rate_str("64000"), Ok(64_000));
+    assert_eq!(parse_rate_str(" 10kbit "), Ok(10_000));
+    assert!(parse_rate_str("0").is_err());
+    assert!(parse_rate_str("-5mbit").is_err());
+    assert!(parse_rate_str("1e30gbit").is_err());
+    assert!(parse_rate_str("mbit").is_err());
+    assert_eq!(parse_size_str("64kb"), Ok(65_536));
+    assert_eq!(parse_size_str("1MiB"), Ok(1 << 20));
+    assert_eq!(parse_size_str("1514"), Ok(1514));
+    assert!(parse_size_str("0").is_err());
+    assert!(parse_size_str("99999999999999999999mb").is_err());
+}
