@@ -36,7 +36,8 @@ fn main() -> Result<()> {
         }
     };
     let (r, n) = (comm.rank(), comm.world_size());
-    println!("{}", json!({"event": "ready", "rank": r, "world": n, "domain": comm.domain_of(r), "init_s": t.elapsed().as_secs_f64()}));
+    println!("{}", json!({"event": "ready", "rank": r, "world": n, "domain": comm.domain_of(r),
+        "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems)), "init_s": t.elapsed().as_secs_f64()}));
     for it in 0..iters {
         // Small integers: every sum is exact, so the check is exact too.
         let mut v: Vec<f32> = (0..elems).map(|i| ((i + r * 7 + it) % 13) as f32).collect();
