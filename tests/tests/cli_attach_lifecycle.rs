@@ -142,6 +142,7 @@ fn reattach_is_idempotent_and_detach_leaves_nothing() {
     let ns = h.ns.name().to_string();
     let attached = Attachment::new(&ns, &h.iface, &["--mode", "driver"]);
     let (prog, link) = ids(&ns, &h.iface);
+    assert_eq!(status(&ns)[0]["same_build"], true);
     assert_eq!(xdp_on(&h.ns, &h.iface), [(prog, "driver".to_string())]);
     assert_eq!(links_of(prog), 1);
     let info = bpftool(&["prog", "show", "id", &prog.to_string()]).expect("prog exists");
@@ -270,4 +271,90 @@ fn equal_interface_names_in_two_namespaces_do_not_clash() {
     wait_gone("prog", p1);
     assert_eq!(ids(h2.ns.name(), &name).0, p2);
     assert_eq!(xdp_on(&h2.ns, &name)[0].0, p2);
+}
+
+/// Detaches with custom roots, unmounts the bpffs and removes the
+/// directories, also when the test fails.
+struct CustomRoots {
+    base: PathBuf,
+    ns: String,
+    iface: String,
+}
+
+impl CustomRoots {
+    fn args<'a>(&'a self, pins: &'a str, state: &'a str) -> Vec<&'a str> {
+        vec![
+            "--pin-root",
+            pins,
+            "--state-dir",
+            state,
+            "--netns",
+            &self.ns,
+        ]
+    }
+}
+
+impl Drop for CustomRoots {
+    fn drop(&mut self) {
+        let pins = self.base.join("pins");
+        let state = self.base.join("state");
+        let (pins, state) = (pins.to_str().unwrap(), state.to_str().unwrap());
+        let mut args = self.args(pins, state);
+        args.extend(["detach", "--iface", &self.iface]);
+        let _ = causeway(&args);
+        let _ = Command::new("umount").arg(pins).status();
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+#[test]
+fn a_pin_root_outside_sys_gets_its_own_bpffs() {
+    if !is_root() {
+        eprintln!("SKIP: a_pin_root_outside_sys_gets_its_own_bpffs needs root");
+        return;
+    }
+    let h = host_with_iface(&unique_name("pr"));
+    let roots = CustomRoots {
+        base: std::env::temp_dir().join(format!("causeway-roots-{}", std::process::id())),
+        ns: h.ns.name().to_string(),
+        iface: h.iface.clone(),
+    };
+    let pins_dir = roots.base.join("pins");
+    let state_dir = roots.base.join("state");
+    let (pins, state) = (pins_dir.to_str().unwrap(), state_dir.to_str().unwrap());
+    let mut attach = roots.args(pins, state);
+    attach.extend(["attach", "--iface", &h.iface]);
+    causeway_ok(&attach);
+
+    // A bpffs was mounted at the custom root (/tmp is not one), and the
+    // pins are there, not under /sys/fs/bpf.
+    let fs = nix::sys::statfs::statfs(&pins_dir).unwrap();
+    assert_eq!(fs.filesystem_type(), nix::sys::statfs::BPF_FS_MAGIC);
+    let scope = format!("netns-{}", h.ns.name());
+    assert!(pins_dir
+        .join(&scope)
+        .join(&h.iface)
+        .join("link/causeway_xdp")
+        .exists());
+    assert!(state_dir
+        .join(&scope)
+        .join(&h.iface)
+        .join("attach.json")
+        .exists());
+    assert!(!pin_dir(h.ns.name(), &h.iface).exists());
+    assert!(status(h.ns.name()).is_empty());
+    let mut st = roots.args(pins, state);
+    st.extend(["status", "--json"]);
+    let listed: Value = serde_json::from_str(&causeway_ok(&st)).unwrap();
+    let prog = listed[0]["prog_id"]
+        .as_u64()
+        .expect("listed under the custom root");
+    assert_eq!(xdp_on(&h.ns, &h.iface)[0].0, prog);
+
+    let mut detach = roots.args(pins, state);
+    detach.extend(["detach", "--iface", &h.iface]);
+    causeway_ok(&detach);
+    wait_gone("prog", prog);
+    assert!(!pins_dir.join(&scope).exists());
+    assert!(!state_dir.join(&scope).exists());
 }

@@ -83,6 +83,8 @@ pub struct Attached {
     pub replaced_stale: Option<String>,
     /// Classifier generation after applying the rules, if rules were given.
     pub generation: Option<u64>,
+    /// Something the operator should know about an adopted attachment.
+    pub warning: Option<String>,
 }
 
 /// What the pins of an interface say.
@@ -177,6 +179,7 @@ pub fn attach(
         prog_id: link.prog_id,
         link_id: link.link_id,
         attached_at_unix: state::now_unix(),
+        object_digest: Some(state::object_digest()),
     };
     state::write_json(&paths.attach_record(), &record)?;
     Ok(Attached {
@@ -188,6 +191,7 @@ pub fn attach(
         adopted: false,
         replaced_stale,
         generation,
+        warning: None,
     })
 }
 
@@ -200,6 +204,15 @@ fn adopt(
     rules: Option<&RuleSet>,
 ) -> Result<Attached, DatapathError> {
     let record: Option<AttachRecord> = state::read_json(&paths.attach_record())?;
+    let warning = match record.as_ref().and_then(|r| r.object_digest.clone()) {
+        Some(d) if d != state::object_digest() => Some(format!(
+            "the attached program was loaded from another build of the eBPF object \
+             ({d}, this build: {}); detach and attach again to load this one",
+            state::object_digest()
+        )),
+        Some(_) => None,
+        None => Some("no attach record: mode and build of the attached program are unknown".into()),
+    };
     let attached_mode = record.map_or(AttachMode::Auto, |r| r.mode);
     if mode != AttachMode::Auto && mode != attached_mode {
         return Err(DatapathError::ModeMismatch {
@@ -220,6 +233,7 @@ fn adopt(
         adopted: true,
         replaced_stale: None,
         generation,
+        warning,
     })
 }
 
@@ -241,8 +255,10 @@ fn attach_fresh(
         .map_err(|e| DatapathError::Load(Box::new(e)))?;
     for (name, map) in ebpf.maps() {
         let path = paths.maps_dir.join(name);
-        map.pin(&path)
-            .map_err(|source| DatapathError::Pin { path, source: Box::new(source) })?;
+        map.pin(&path).map_err(|source| DatapathError::Pin {
+            path,
+            source: Box::new(source),
+        })?;
     }
     let generation = rules
         .map(|r| rules::apply(&paths.maps_dir, r))

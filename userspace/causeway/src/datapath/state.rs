@@ -21,6 +21,20 @@ pub struct AttachRecord {
     pub prog_id: u32,
     pub link_id: u32,
     pub attached_at_unix: u64,
+    /// [`object_digest`] of the eBPF object the program was loaded from.
+    #[serde(default)]
+    pub object_digest: Option<String>,
+}
+
+/// FNV-1a (64 bit) of the embedded eBPF object, in hex: tells whether a
+/// pinned program was loaded by this build of Causeway.
+pub fn object_digest() -> String {
+    let hash = crate::ebpf_object::EBPF_OBJECT
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    format!("{hash:016x}")
 }
 
 /// The policy last applied to an interface (`policy.json`).
@@ -101,6 +115,14 @@ impl StateLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_digest_is_stable_hex() {
+        let d = object_digest();
+        assert_eq!(d.len(), 16);
+        assert_eq!(d, object_digest());
+        assert!(d.chars().all(|c| c.is_ascii_hexdigit()));
+    }
 
     #[test]
     fn records_round_trip_through_json_files() {

@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::{
     attach::{inspect, AttachMode, PinState},
     layout::Layout,
+    link,
     netns::NetnsScope,
     rules,
     state::{self, AttachRecord, PolicyRecord},
@@ -32,6 +33,9 @@ pub struct InterfaceStatus {
     /// The policy file last applied, if any.
     pub policy_source: Option<String>,
     pub attached_at_unix: Option<u64>,
+    /// Whether the program was loaded from this build's eBPF object
+    /// (unknown without an attach record).
+    pub same_build: Option<bool>,
 }
 
 /// The status of every attachment (only `scope`'s when given).
@@ -46,7 +50,11 @@ pub fn status(
         let policy: Option<PolicyRecord> = state::read_json(&paths.policy_record()).ok().flatten();
         let (health, link) = match inspect(&paths, None) {
             PinState::Live(link) => ("live".to_string(), Some(link)),
-            PinState::Stale(why) => (format!("stale: {why}"), None),
+            // Show the ids of a defunct link too, when it is still pinned.
+            PinState::Stale(why) => (
+                format!("stale: {why}"),
+                link::read_pinned(&paths.xdp_link()).ok(),
+            ),
             PinState::Absent => continue,
         };
         let config = rules::config(&paths.maps_dir).ok();
@@ -63,7 +71,10 @@ pub fn status(
             rule_count: config.map(|c| c.rule_count),
             active_set: config.map(|c| c.active_set),
             policy_source: policy.map(|p| p.source),
-            attached_at_unix: record.map(|r| r.attached_at_unix),
+            attached_at_unix: record.as_ref().map(|r| r.attached_at_unix),
+            same_build: record
+                .and_then(|r| r.object_digest)
+                .map(|d| d == state::object_digest()),
         });
     }
     Ok(out)
