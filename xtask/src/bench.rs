@@ -25,6 +25,8 @@ pub enum Which {
     Netsim,
     /// Clock sync error per timestamp source and profile.
     Clock,
+    /// Allreduce on the two-domain testbed, Causeway vs PyTorch Gloo side by side.
+    Allreduce,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -33,6 +35,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Which::Classifier => cargo_bench("causeway", "classifier", &args.args),
         Which::Shaper => cargo_bench("causeway", "shaper", &args.args),
         Which::Clock => cargo_bench("causeway", "clock", &args.args),
+        Which::Allreduce => crate::bench_allreduce::run(&args.args),
         Which::Netsim => {
             build::package_bin("causeway-netsim", "causeway-netsim", true)?;
             cmd::run(

@@ -2,11 +2,14 @@
 //! prerequisites, testing, benchmarking and running the demo.
 
 mod bench;
+mod bench_allreduce;
 mod build;
 mod cmd;
 mod demo;
+mod gloo;
 mod setup;
 mod test;
+mod testbed;
 
 use clap::{Parser, Subcommand};
 

@@ -1,0 +1,146 @@
+//! `cargo xtask bench allreduce`: Causeway vs PyTorch Gloo, same testbed,
+//! same run. For each WAN profile it brings up 2 domains x 2 hosts, runs
+//! `causeway-allreduce-bench` and `gloo_allreduce.py` as four ranks each (one
+//! per host namespace, torchrun's variables), and prints per size the median
+//! time, algbw and busbw (NCCL's definitions), the ratio to the WAN lower
+//! bound (each WAN direction must carry S bytes: T >= S*8/B) and to the RTT,
+//! and Gloo's time divided by ours.
+
+use std::{
+    path::Path,
+    process::{Command, Stdio},
+};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::{cmd, gloo, testbed::Testbed};
+
+const SIZES: &str = "4K,64K,1M,16M,64M";
+const MASTER_PORT: &str = "29500";
+
+pub fn run(extra: &[String]) -> Result<()> {
+    if !cmd::is_root() {
+        bail!("the allreduce bench builds network namespaces: run it as root");
+    }
+    let profiles: Vec<String> = if extra.is_empty() {
+        vec!["wan40".into(), "lossy80".into()]
+    } else {
+        extra.to_vec()
+    };
+    let python = gloo::python()?;
+    cmd::run(cmd::cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "causeway",
+        "-p",
+        "causeway-netsim",
+        "-p",
+        "causeway-collective",
+        "--bins",
+    ]))?;
+    let ours = cmd::bin_path("causeway-allreduce-bench", true);
+    let script = cmd::root().join("userspace/collective/bench/gloo_allreduce.py");
+    for profile in &profiles {
+        let bed = Testbed::up("bench", profile)?;
+        eprintln!("bench: profile {profile}: causeway");
+        let c = run_world(&bed, |_| {
+            let mut c = Command::new(&ours);
+            c.args(["--sizes", SIZES, "--iters", "5", "--warmup", "1"]);
+            c
+        })?;
+        eprintln!("bench: profile {profile}: gloo");
+        let g = run_world(&bed, |_| gloo_command(&python, &script))?;
+        print_table(profile, &bed, &c, &g);
+    }
+    Ok(())
+}
+
+fn gloo_command(python: &Path, script: &Path) -> Command {
+    let mut c = Command::new(python);
+    c.arg(script)
+        .args(["--sizes", SIZES, "--iters", "5", "--warmup", "1"]);
+    c
+}
+
+/// Runs one rank per host; returns rank 0's JSON lines with a `bytes` field.
+fn run_world(bed: &Testbed, command: impl Fn(usize) -> Command) -> Result<Vec<Value>> {
+    let world = bed.hosts.len();
+    let mut children = Vec::new();
+    for (rank, host) in bed.hosts.iter().enumerate() {
+        let inner = command(rank);
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &host.netns])
+            .arg(inner.get_program())
+            .args(inner.get_args());
+        c.env("RANK", rank.to_string())
+            .env("LOCAL_RANK", "0")
+            .env("WORLD_SIZE", world.to_string())
+            .env("MASTER_ADDR", &bed.hosts[0].ip)
+            .env("MASTER_PORT", MASTER_PORT)
+            .env("CAUSEWAY_DOMAIN", format!("d{}", host.domain))
+            .env("GLOO_SOCKET_IFNAME", "eth0")
+            .env("OMP_NUM_THREADS", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        children.push(c.spawn().with_context(|| format!("starting rank {rank}"))?);
+    }
+    let mut rows = Vec::new();
+    for (rank, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "rank {rank} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        if rank == 0 {
+            rows = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|v| v.get("bytes").is_some())
+                .collect();
+        }
+    }
+    Ok(rows)
+}
+
+fn print_table(profile: &str, bed: &Testbed, ours: &[Value], gloo: &[Value]) {
+    let rtt = 2.0 * bed.delay_ms / 1e3;
+    println!("\nallreduce, 2 domains x 2 hosts, profile {profile} ({:.0} Mbit/s, RTT {:.0} ms), float32, median of 5", bed.rate_mbit, rtt * 1e3);
+    println!(
+        "| size | causeway s | algbw GB/s | busbw GB/s | vs WAN bound | vs RTT | algorithm | gloo s | gloo busbw GB/s | gloo / causeway |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|");
+    for row in ours {
+        let bytes = row["bytes"].as_u64().unwrap_or(0);
+        let t = row["median_s"].as_f64().unwrap_or(f64::NAN);
+        let bound = bytes as f64 * 8.0 / (bed.rate_mbit * 1e6);
+        let g = gloo.iter().find(|g| g["bytes"].as_u64() == Some(bytes));
+        let gt = g.and_then(|g| g["median_s"].as_f64()).unwrap_or(f64::NAN);
+        let gbus = g.and_then(|g| g["busbw_GBps"].as_f64()).unwrap_or(f64::NAN);
+        println!(
+            "| {} | {:.4} | {:.4} | {:.4} | {:.2}x | {:.2}x | {} | {:.4} | {:.4} | {:.2}x |",
+            human(bytes),
+            t,
+            row["algbw_GBps"].as_f64().unwrap_or(f64::NAN),
+            row["busbw_GBps"].as_f64().unwrap_or(f64::NAN),
+            t / bound,
+            t / rtt,
+            row["algorithm"].as_str().unwrap_or("?"),
+            gt,
+            gbus,
+            gt / t
+        );
+    }
+}
+
+fn human(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}

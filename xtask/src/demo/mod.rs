@@ -1,0 +1,257 @@
+//! `cargo xtask demo`: the main job on a built-in default.
+//!
+//! 1. installs or checks the prerequisites and builds the release binaries;
+//! 2. brings up a two-domain testbed in network namespaces (2 hosts per
+//!    domain, a WAN path emulated by `causeway-wanem`, profile `wan40`);
+//! 3. attaches Causeway's eBPF classifier to both gateways' WAN interfaces
+//!    with the demo policy (`policy.toml` beside this file);
+//! 4. runs a training-like gradient sync (the `gradient_sync` example of the
+//!    collective library) on all four hosts, with live progress;
+//! 5. prints a report: step times against the WAN's lower bound, what the
+//!    kernel counted per traffic class on the WAN, the emulator's counters,
+//!    and whether every rank ended with bit-identical parameters;
+//! 6. tears everything down (also on failure).
+
+mod report;
+
+use std::{
+    io::{BufRead, BufReader, IsTerminal},
+    process::{Child, Command, Stdio},
+    time::Instant,
+};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+
+use crate::{cmd, setup, testbed};
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// WAN profile of the testbed: wan40 (RTT 40 ms, 200 Mbit/s), lossy80, dual.
+    #[arg(long, default_value = "wan40")]
+    pub profile: String,
+    /// Training steps (one gradient allreduce each).
+    #[arg(long, default_value_t = 12)]
+    pub steps: usize,
+    /// Gradient size per step, MiB of f32.
+    #[arg(long, default_value_t = 16)]
+    pub mib: usize,
+    /// Gradient buckets per step (DDP-style, allreduced as they become ready).
+    #[arg(long, default_value_t = 4)]
+    pub buckets: usize,
+    /// Simulated backward compute per bucket, milliseconds.
+    #[arg(long, default_value_t = 25)]
+    pub compute_ms: u64,
+}
+
+const MASTER_PORT: &str = "29500";
+
+pub fn run(args: &DemoArgs) -> Result<()> {
+    if !cmd::is_root() {
+        bail!("the demo builds network namespaces and attaches eBPF programs: run it as root");
+    }
+    setup::run(setup::Mode::Install)?;
+    cmd::run(cmd::cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "causeway",
+        "-p",
+        "causeway-netsim",
+        "--bins",
+    ]))?;
+    cmd::run(cmd::cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "causeway-collective",
+        "--example",
+        "gradient_sync",
+    ]))?;
+
+    println!(
+        "\n== testbed: 2 domains x 2 hosts, WAN profile {} ==",
+        args.profile
+    );
+    let bed = testbed::Testbed::up("demo", &args.profile)?;
+    println!(
+        "WAN: {:.0} Mbit/s, RTT {:.1} ms; hosts: {}",
+        bed.rate_mbit,
+        2.0 * bed.delay_ms,
+        bed.hosts
+            .iter()
+            .map(|h| format!("{} (d{})", h.ip, h.domain))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let policy = cmd::root().join("xtask/src/demo/policy.toml");
+    println!("\n== eBPF: attaching the classifier to the gateways' WAN ports ==");
+    bed.attach(&policy)?;
+
+    println!(
+        "\n== gradient sync: {} steps x {} MiB ==",
+        args.steps, args.mib
+    );
+    let started = Instant::now();
+    let outcome = run_ranks(&bed, args);
+    let wall = started.elapsed();
+    let stats = bed.stats();
+    let emulator = bed.emulator_status();
+    let outcome = outcome?;
+    report::print(&report::Inputs {
+        args,
+        bed: &bed,
+        outcome: &outcome,
+        wall,
+        stats: &stats,
+        emulator: emulator.as_ref(),
+    });
+    if !outcome.consistent {
+        bail!("ranks ended with different parameters");
+    }
+    Ok(())
+}
+
+/// What the ranks reported.
+pub struct Outcome {
+    pub algorithm: String,
+    pub step_secs: Vec<f64>,
+    pub exposed_comm_secs: Vec<f64>,
+    pub digests: Vec<String>,
+    pub consistent: bool,
+}
+
+fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs) -> Result<Outcome> {
+    let exe = cmd::root().join("target/release/examples/gradient_sync");
+    let world = bed.hosts.len();
+    let master = &bed.hosts[0].ip;
+    let mut children: Vec<Child> = Vec::new();
+    for (rank, host) in bed.hosts.iter().enumerate() {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &host.netns])
+            .arg(&exe)
+            .args([
+                "--mib",
+                &args.mib.to_string(),
+                "--steps",
+                &args.steps.to_string(),
+            ])
+            .args([
+                "--buckets",
+                &args.buckets.to_string(),
+                "--compute-ms",
+                &args.compute_ms.to_string(),
+            ])
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", "0")
+            .env("WORLD_SIZE", world.to_string())
+            .env("MASTER_ADDR", master)
+            .env("MASTER_PORT", MASTER_PORT)
+            .env("CAUSEWAY_DOMAIN", format!("d{}", host.domain))
+            .env("CAUSEWAY_TIMEOUT_MS", "30000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting rank {rank} in {}", host.netns))?;
+        children.push(child);
+    }
+    let bar = progress_bar(args.steps as u64);
+    let mut outcome = Outcome {
+        algorithm: String::new(),
+        step_secs: vec![],
+        exposed_comm_secs: vec![],
+        digests: vec![],
+        consistent: true,
+    };
+    // Rank 0 drives the progress display; the others are read after it ends.
+    let rank0 = children[0].stdout.take().context("rank 0 stdout")?;
+    for line in BufReader::new(rank0).lines() {
+        let line = line.context("reading rank 0")?;
+        let Ok(ev) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        match ev["event"].as_str() {
+            Some("ready") => {
+                outcome.algorithm = ev["algorithm"].as_str().unwrap_or("?").to_string();
+                bar.println(format!(
+                    "rank 0 ready in {:.2} s, algorithm {}",
+                    ev["init_s"].as_f64().unwrap_or(0.0),
+                    outcome.algorithm
+                ));
+            }
+            Some("step") => {
+                let s = ev["s"].as_f64().unwrap_or(0.0);
+                outcome.step_secs.push(s);
+                outcome
+                    .exposed_comm_secs
+                    .push(ev["exposed_comm_s"].as_f64().unwrap_or(0.0));
+                let gbit = (args.mib as f64 * 8.0 * 1.048_576e6) / s / 1e9;
+                bar.set_message(format!("last step {:.3} s, {:.3} Gbit/s algbw", s, gbit));
+                bar.inc(1);
+                if bar.is_hidden() {
+                    println!(
+                        "step {:>3}/{}: {:.3} s ({:.3} Gbit/s algbw)",
+                        outcome.step_secs.len(),
+                        args.steps,
+                        s,
+                        gbit
+                    );
+                }
+            }
+            Some("done") => outcome
+                .digests
+                .push(ev["digest"].as_str().unwrap_or("?").to_string()),
+            _ => {}
+        }
+    }
+    bar.finish_and_clear();
+    let mut failures = Vec::new();
+    for (rank, child) in children.into_iter().enumerate() {
+        let out = child
+            .wait_with_output()
+            .with_context(|| format!("waiting for rank {rank}"))?;
+        if rank > 0 {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if let Ok(ev) = serde_json::from_str::<Value>(line) {
+                    if ev["event"] == "done" {
+                        outcome
+                            .digests
+                            .push(ev["digest"].as_str().unwrap_or("?").to_string());
+                        outcome.consistent &= ev["consistent"] == true;
+                    }
+                }
+            }
+        }
+        if !out.status.success() {
+            failures.push(format!(
+                "rank {rank} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    if !failures.is_empty() {
+        bail!("the gradient sync failed:\n{}", failures.join("\n"));
+    }
+    outcome.consistent &=
+        outcome.digests.len() == world && outcome.digests.windows(2).all(|w| w[0] == w[1]);
+    Ok(outcome)
+}
+
+fn progress_bar(steps: u64) -> ProgressBar {
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::new(steps)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} step {pos}/{len} [{bar:30}] {elapsed_precise} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    bar
+}

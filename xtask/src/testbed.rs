@@ -1,0 +1,198 @@
+//! The testbed of the demo and the benchmarks, driven through the release binaries `causeway-netsim`
+//! and `causeway`; torn down (programs detached, namespaces deleted) when the
+//! guard drops, also on error or Ctrl-C's unwinding.
+
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::cmd;
+
+/// A rank's host: its namespace, address and domain.
+pub struct Host {
+    pub netns: String,
+    pub ip: String,
+    pub domain: u64,
+}
+
+/// A gateway's WAN interface, where the eBPF programs are attached.
+pub struct WanPort {
+    pub netns: String,
+    pub iface: String,
+}
+
+pub struct Testbed {
+    /// Name of the testbed (`causeway-netsim --tag`).
+    pub tag: String,
+    pub hosts: Vec<Host>,
+    pub wan_ports: Vec<WanPort>,
+    /// Rate (Mbit/s) and one-way delay (ms) of the default path.
+    pub rate_mbit: f64,
+    pub delay_ms: f64,
+}
+
+impl Testbed {
+    /// Brings the testbed up with `profile` and reads back its plan.
+    pub fn up(tag: &str, profile: &str) -> Result<Self> {
+        // Leftovers of an interrupted run first (idempotent).
+        let _ = Command::new(cmd::bin_path("causeway-netsim", true))
+            .args(["down", "--tag", tag])
+            .status();
+        cmd::run(cmd::cargo_bin("causeway-netsim", true).args([
+            "up",
+            "--tag",
+            tag,
+            "--profile",
+            profile,
+        ]))?;
+        let status = cmd::output(
+            cmd::cargo_bin("causeway-netsim", true).args(["status", "--tag", tag, "--json"]),
+        )
+        .context("causeway-netsim status --json failed")?;
+        let mut bed = Self::from_status(&status)
+            .context("reading the testbed plan from `causeway-netsim status --json`");
+        if let Ok(b) = &mut bed {
+            b.tag = tag.to_string();
+        } else {
+            let _ = Command::new(cmd::bin_path("causeway-netsim", true))
+                .args(["down", "--tag", tag])
+                .status();
+        }
+        bed
+    }
+
+    fn from_status(text: &str) -> Result<Self> {
+        let v: Value = serde_json::from_str(text)?;
+        let plan = find_key(&v, "hosts").context("no `hosts` in the status")?;
+        let hosts = plan
+            .as_array()
+            .context("`hosts` is not a list")?
+            .iter()
+            .map(|h| {
+                Ok(Host {
+                    netns: h["netns"]
+                        .as_str()
+                        .context("host without netns")?
+                        .to_string(),
+                    ip: h["ip"].as_str().context("host without ip")?.to_string(),
+                    domain: h["domain"].as_u64().context("host without domain")?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let gateways = find_key(&v, "gateways")
+            .and_then(Value::as_array)
+            .context("no `gateways`")?;
+        let paths = find_key(&v, "paths")
+            .and_then(Value::as_array)
+            .context("no `paths`")?;
+        let default = paths
+            .iter()
+            .find(|p| p["default"].as_bool() == Some(true))
+            .context("no default WAN path")?;
+        let index = default["index"].as_u64().context("path without index")?;
+        let mut wan_ports = Vec::new();
+        for side in ["domain_a", "domain_b"] {
+            let d = default[side].as_u64().context("path without domains")? as usize;
+            let gw = gateways
+                .get(d)
+                .and_then(Value::as_str)
+                .context("gateway name")?;
+            wan_ports.push(WanPort {
+                netns: gw.to_string(),
+                iface: format!("wan{index}"),
+            });
+        }
+        let params = &default["params"];
+        let rate_bps =
+            find_number(params, &["rate_bps", "rate_bit_s"]).context("path without rate")?;
+        let delay_ns = find_number(params, &["delay_ns"]).context("path without delay")?;
+        if hosts.is_empty() {
+            bail!("the testbed has no hosts");
+        }
+        Ok(Self {
+            tag: String::new(),
+            hosts,
+            wan_ports,
+            rate_mbit: rate_bps / 1e6,
+            delay_ms: delay_ns / 1e6,
+        })
+    }
+
+    /// Attaches the classifier to every gateway WAN port with `policy`.
+    pub fn attach(&self, policy: &std::path::Path) -> Result<()> {
+        for port in &self.wan_ports {
+            cmd::run(
+                cmd::cargo_bin("causeway", true)
+                    .args([
+                        "--netns",
+                        &port.netns,
+                        "attach",
+                        "--iface",
+                        &port.iface,
+                        "--policy",
+                    ])
+                    .arg(policy),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `causeway stats --json` of every WAN port.
+    pub fn stats(&self) -> Vec<(String, Value)> {
+        self.wan_ports
+            .iter()
+            .filter_map(|port| {
+                let text = cmd::output(cmd::cargo_bin("causeway", true).args([
+                    "--netns",
+                    &port.netns,
+                    "stats",
+                    "--iface",
+                    &port.iface,
+                    "--json",
+                ]))?;
+                Some((
+                    format!("{}:{}", port.netns, port.iface),
+                    serde_json::from_str(&text).ok()?,
+                ))
+            })
+            .collect()
+    }
+
+    /// The emulators' counters, as `causeway-netsim status --json` prints them.
+    pub fn emulator_status(&self) -> Option<Value> {
+        let text = cmd::output(
+            cmd::cargo_bin("causeway-netsim", true).args(["status", "--tag", &self.tag, "--json"]),
+        )?;
+        serde_json::from_str(&text).ok()
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        for port in &self.wan_ports {
+            let _ = cmd::cargo_bin("causeway", true)
+                .args(["--netns", &port.netns, "detach", "--iface", &port.iface])
+                .status();
+        }
+        let _ = cmd::cargo_bin("causeway-netsim", true)
+            .args(["down", "--tag", &self.tag])
+            .status();
+    }
+}
+
+/// The first value under `key`, searching depth-first.
+pub fn find_key<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    match v {
+        Value::Object(map) => map
+            .get(key)
+            .or_else(|| map.values().find_map(|x| find_key(x, key))),
+        Value::Array(items) => items.iter().find_map(|x| find_key(x, key)),
+        _ => None,
+    }
+}
+
+fn find_number(v: &Value, keys: &[&str]) -> Option<f64> {
+    keys.iter()
+        .find_map(|k| find_key(v, k).and_then(Value::as_f64))
+}
