@@ -32,17 +32,26 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args> {
-    let mut a = Args { mib: 16, steps: 10, buckets: 4, compute_ms: 20 };
+    let mut a = Args {
+        mib: 16,
+        steps: 10,
+        buckets: 4,
+        compute_ms: 20,
+    };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
-        let n: usize = value.parse().with_context(|| format!("{flag} {value}: not a number"))?;
+        let n: usize = value
+            .parse()
+            .with_context(|| format!("{flag} {value}: not a number"))?;
         match flag.as_str() {
             "--mib" => a.mib = n,
             "--steps" => a.steps = n,
             "--buckets" => a.buckets = n.max(1),
             "--compute-ms" => a.compute_ms = n as u64,
-            other => bail!("unknown option {other} (expected --mib, --steps, --buckets, --compute-ms)"),
+            other => {
+                bail!("unknown option {other} (expected --mib, --steps, --buckets, --compute-ms)")
+            }
         }
     }
     Ok(a)
@@ -67,7 +76,8 @@ fn backward(bucket: &mut [f32], offset: usize, rank: usize, step: usize, ms: u64
 fn main() -> Result<()> {
     let args = parse_args()?;
     let t0 = Instant::now();
-    let comm = Communicator::from_env().context("joining the job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")?;
+    let comm = Communicator::from_env()
+        .context("joining the job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")?;
     let (rank, world) = (comm.rank(), comm.world_size());
     let elems = args.mib * (1 << 20) / 4;
     let per_bucket = elems.div_ceil(args.buckets);
@@ -94,7 +104,9 @@ fn main() -> Result<()> {
         let mut comm_wait = Duration::ZERO;
         for (start, h) in handles {
             let w = Instant::now();
-            let summed = h.wait().with_context(|| format!("step {step}: allreduce of bucket at {start}"))?;
+            let summed = h
+                .wait()
+                .with_context(|| format!("step {step}: allreduce of bucket at {start}"))?;
             comm_wait += w.elapsed();
             for (k, g) in summed.iter().enumerate() {
                 let i = start + k;
@@ -117,10 +129,14 @@ fn main() -> Result<()> {
     });
     let halves = [(digest >> 32) as u32 as i64, (digest & 0xffff_ffff) as i64];
     let mut all = vec![0i64; 2 * world];
-    comm.allgather(&halves, &mut all).context("comparing parameter digests")?;
+    comm.allgather(&halves, &mut all)
+        .context("comparing parameter digests")?;
     let consistent = all.chunks(2).all(|c| c == halves);
-    println!("{}", json!({"event": "done", "rank": rank, "digest": format!("{digest:016x}"), "consistent": consistent,
-                           "total_s": t0.elapsed().as_secs_f64()}));
+    println!(
+        "{}",
+        json!({"event": "done", "rank": rank, "digest": format!("{digest:016x}"), "consistent": consistent,
+                           "total_s": t0.elapsed().as_secs_f64()})
+    );
     if !consistent {
         bail!("parameters differ between ranks: {all:?}");
     }
