@@ -35,7 +35,8 @@ pub const SHAPE_FLAG_PRIORITY: u32 = 1 << 2;
 
 /// Over-limit actions ([`ShaperClassConfig::over_action`]).
 pub const OVER_DROP: u32 = 0;
-/// Set ECN CE on ECT frames; frames that are not ECT are dropped.
+/// Set ECN CE on ECT frames; frames that are not ECT pass unchanged (the
+/// qdisc enforces the ceiling by queueing them).
 pub const OVER_ECN_MARK: u32 = 1;
 /// Send the frame as class `demote_class` (its priority and DSCP).
 pub const OVER_DEMOTE: u32 = 2;

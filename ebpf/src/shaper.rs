@@ -111,6 +111,8 @@ pub enum Outcome {
     Sent,
     Dropped,
     Marked,
+    /// Over the limit, not ECN-capable: sent unchanged, counted as shaped.
+    Unmarked,
     Demoted,
 }
 
@@ -128,7 +130,7 @@ pub fn count(class: u32, sent_in: u32, bytes: u64, outcome: Outcome) {
                     Outcome::Dropped => (*c).dropped += 1,
                     Outcome::Marked => (*c).marked += 1,
                     Outcome::Demoted => (*c).demoted += 1,
-                    Outcome::Sent => {}
+                    Outcome::Sent | Outcome::Unmarked => {}
                 }
             }
         }

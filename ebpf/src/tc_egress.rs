@@ -3,7 +3,9 @@
 //! `skb->priority` (an HTB class id) so that the qdisc finishes the job.
 //!
 //! Over-limit actions: drop; ECN CE-mark for ECT (or already CE) frames
-//! (frames that are not ECN-capable are dropped instead); or demote to the
+//! (frames that are not ECN-capable are left to the qdisc, which enforces
+//! the ceiling by queueing: a drop here, before the qdisc, would stall a
+//! TCP sender until its retransmission timer); or demote to the
 //! configured class (its DSCP and priority; it is counted as sent there but
 //! not charged to that class's bucket, the qdisc limits it). Non-IP and
 //! unparseable frames pass untouched, counted in `UNCLASSIFIED_SLOT`; their
@@ -84,9 +86,12 @@ pub fn tc_egress(ctx: &TcContext) -> i32 {
     let mut ecn = tos.ecn();
     if cfg.flags & SHAPE_FLAG_BUCKET != 0 && !admit(class, len, cfg) {
         outcome = Outcome::Dropped;
-        if cfg.over_action == OVER_ECN_MARK && ecn != 0 {
-            ecn = ECN_CE;
-            outcome = Outcome::Marked;
+        if cfg.over_action == OVER_ECN_MARK {
+            outcome = Outcome::Unmarked;
+            if ecn != 0 {
+                ecn = ECN_CE;
+                outcome = Outcome::Marked;
+            }
         } else if cfg.over_action == OVER_DEMOTE {
             if let Some(demoted) = class_config(cfg.demote_class) {
                 out = demoted;

@@ -74,7 +74,9 @@ pub enum Command {
     /// interfaces (adopting pinned ones), sync clocks with the configured
     /// peers, publish the estimates, serve the control socket. Stops on
     /// SIGTERM/SIGINT, leaving the programs attached.
-    #[command(after_help = "Example:\n  causeway --netns dc1 agent --config /etc/causeway/agent.toml")]
+    #[command(
+        after_help = "Example:\n  causeway --netns dc1 agent --config /etc/causeway/agent.toml"
+    )]
     Agent(super::agent_cmd::AgentArgs),
 
     /// Clock synchronisation status, from the local agent.
@@ -141,6 +143,15 @@ pub enum PolicyCommand {
         #[arg(long, value_name = "IF")]
         iface: Option<String>,
     },
+    /// Change one class's egress rate live on one attached interface (or
+    /// every one): HTB class change and one map write, no reload, no flow
+    /// dropped. Refused as a whole (nothing changed) for an unknown class,
+    /// a class without shaping, a zero or absurd rate, a rate above the
+    /// link rate, or a burst smaller than one frame.
+    #[command(
+        after_help = "Examples:\n  causeway --netns dc1 policy set-rate bulk 50mbit --iface veth0\n  causeway policy set-rate gradient 2gbit --burst 256kb"
+    )]
+    SetRate(super::shaper::SetRateArgs),
     /// Print a complete, commented example policy.
     #[command(after_help = "Example:\n  causeway policy example > policy.toml")]
     Example,

@@ -6,6 +6,7 @@ mod args;
 mod clock_cmd;
 mod interfaces;
 mod policy_cmd;
+mod shaper;
 mod stats_cmd;
 mod table;
 

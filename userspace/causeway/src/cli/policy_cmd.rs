@@ -61,6 +61,7 @@ pub fn run(ctx: &Context, command: PolicyCommand) -> Result<()> {
         }
         PolicyCommand::Apply { iface, file } => apply(ctx, iface.as_deref(), &file),
         PolicyCommand::Show { iface } => show(ctx, iface.as_deref()),
+        PolicyCommand::SetRate(args) => super::shaper::set_rate(ctx, &args),
         PolicyCommand::Example => {
             print!("{}", policy::EXAMPLE);
             Ok(())
@@ -99,7 +100,10 @@ fn apply(ctx: &Context, iface: Option<&str>, file: &Path) -> Result<()> {
         let paths = ctx.layout.iface(&ctx.scope, iface)?;
         let ifindex = nix::net::if_::if_nametoindex(iface.as_str()).ok();
         match datapath::attach::inspect(&paths, ifindex) {
-            PinState::Live(_) => live.push((iface, paths)),
+            PinState::Live(_) => {
+                super::shaper::precheck(iface, &loaded.policy)?;
+                live.push((iface, paths))
+            }
             PinState::Absent => bail!(
                 "{iface} is not attached in the {}; nothing was changed (attach it first)",
                 ctx.scope
@@ -114,6 +118,7 @@ fn apply(ctx: &Context, iface: Option<&str>, file: &Path) -> Result<()> {
         let generation = rules::apply(&paths.maps_dir, &loaded.policy.rules)
             .with_context(|| format!("cannot apply {} to {iface}", loaded.source))?;
         record(ctx, iface, &loaded, generation)?;
+        super::shaper::apply(iface, &paths, &loaded.policy)?;
         println!(
             "applied {} to {iface} in the {}: {} rules, generation {generation}",
             loaded.source,
@@ -155,6 +160,7 @@ fn show(ctx: &Context, iface: Option<&str>) -> Result<()> {
                 for line in policy.describe().lines() {
                     println!("  {line}");
                 }
+                super::shaper::show(ctx, &iface)?;
             }
         }
     }

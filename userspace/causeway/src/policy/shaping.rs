@@ -13,11 +13,15 @@
 //! ```
 //!
 //! `rate` is guaranteed (HTB rate); `ceil` (default: `rate`) is the most the
-//! class may send, enforced by the TC program's token bucket (with `burst`,
-//! default 64 KiB) and by HTB's ceiling. `priority` 0..=7 (default 4) is the
+//! class may send, enforced by the TC program's token bucket (with `burst`)
+//! and by HTB's ceiling. `priority` 0..=7 (default 4) is the
 //! HTB priority: 0 is strict priority, for control and clock classes.
-//! `over_limit`: `"ecn"` (default: CE-mark ECN-capable frames, drop the
-//! rest), `"drop"`, or `"demote"` with `demote_to = "<class>"`. Note that
+//! The burst is the backlog a class may build above its ceiling before the
+//! over-limit action applies (the program sits in front of HTB, so it sees
+//! arrivals, not departures): size it to the queue you accept; the default
+//! (`default_burst`) leaves room for what one TCP sender queues.
+//! `over_limit`: `"ecn"` (default: CE-mark ECN-capable frames; the rest
+//! pass to HTB, which holds them to the ceiling by queueing), `"drop"`, or `"demote"` with `demote_to = "<class>"`. Note that
 //! `"drop"` discards whole GSO super-frames of TCP flows (tens of segments
 //! at once), which TCP survives badly; `"ecn"` suits TCP, `"drop"` suits
 //! unresponsive UDP. `dscp` rewrites the DSCP of every frame of the class.
@@ -37,8 +41,19 @@ use super::{class::ClassTable, field};
 
 /// Bytes of link header counted on top of the MTU (Ethernet).
 pub const LINK_HEADER: u64 = 14;
-/// Default burst.
-pub const DEFAULT_BURST: u64 = 64 * 1024;
+/// Smallest default burst.
+pub const DEFAULT_BURST: u64 = 256 * 1024;
+/// The default burst also covers this much time at the ceiling.
+pub const DEFAULT_BURST_NS: u64 = 10_000_000;
+
+/// The default burst of a class whose ceiling is `ceil_bits`: the backlog
+/// one TCP sender keeps in the qdisc (TSQ allows about two 64 KiB GSO
+/// frames, or ~1 ms at its pacing rate) must not trigger the over-limit
+/// action, or the program would drop frames that HTB would have queued.
+pub fn default_burst(ceil_bits: u64) -> u64 {
+    let at_ceil = (u128::from(ceil_bits) * u128::from(DEFAULT_BURST_NS) / 8_000_000_000) as u64;
+    DEFAULT_BURST.max(at_ceil)
+}
 /// Default HTB priority.
 pub const DEFAULT_PRIO: u8 = 4;
 
@@ -288,7 +303,7 @@ pub(super) fn check(
             ));
         }
         let (burst_bytes, burst_at) = match &raw.burst {
-            None => (DEFAULT_BURST.max(frame), spanned.span().start),
+            None => (default_burst(ceil_bits).max(frame), spanned.span().start),
             Some(b) => (
                 parse_size(b.get_ref()).map_err(|reason| {
                     fail(

@@ -49,7 +49,7 @@ fn full_shaping_parses_into_plan_and_table() {
     );
     assert_eq!(
         (control.over, control.dscp, control.burst_bytes),
-        (OverAction::Drop, Some(48), DEFAULT_BURST)
+        (OverAction::Drop, Some(48), default_burst(100_000_000))
     );
     let bulk = p.class(5).expect("bulk");
     assert_eq!(
@@ -207,6 +207,12 @@ fn bad_values_are_refused_with_their_line() {
     ));
     let unknown = BASE.replacen("priority = 0,", "prio = 0,", 1);
     assert!(matches!(problem(&unknown).1, Problem::Syntax(_)));
+}
+
+#[test]
+fn default_burst_covers_a_tcp_backlog_and_10ms() {
+    assert_eq!(default_burst(10_000_000), 256 * 1024);
+    assert_eq!(default_burst(10_000_000_000), 12_500_000);
 }
 
 #[test]

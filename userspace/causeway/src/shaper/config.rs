@@ -17,7 +17,7 @@ const CLASSES: usize = MAX_CLASSES as usize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OverAction {
     Drop,
-    /// CE-mark ECN-capable frames; frames that are not ECN-capable are dropped.
+    /// CE-mark ECN-capable frames; other frames pass to the qdisc unchanged.
     EcnMark,
     /// Send it as this class (its DSCP and priority).
     Demote(u8),

@@ -5,6 +5,7 @@
 pub mod bucket;
 pub mod config;
 pub mod htb;
+pub mod live;
 pub mod maps;
 
 pub use bucket::{BucketError, BucketParams, Decision, SharedBucket};

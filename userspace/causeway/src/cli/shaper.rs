@@ -1,0 +1,285 @@
+//! Egress shaping on the command line: `policy set-rate`, and the shaping
+//! steps of `policy apply`, `policy show`, `attach --policy` and `detach`.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{bail, Context as _, Result};
+use clap::Args;
+
+use causeway::{
+    agent::tc,
+    datapath::{state, state::PolicyRecord, IfacePaths},
+    policy::{
+        shaping::{parse_rate_str, parse_size_str, ShapingPolicy},
+        Policy,
+    },
+    shaper::{
+        htb::{Htb, RootOwner},
+        live::{self, RateOverrides},
+        OverAction, ShaperMaps,
+    },
+};
+
+use super::{table, Context};
+
+#[derive(Debug, Args)]
+pub struct SetRateArgs {
+    /// Class, by name or id (required); it must have shaping in the
+    /// applied policy.
+    pub class: String,
+    /// New rate, e.g. "50mbit", "1gbit" or bit/s (required). It becomes
+    /// the class's ceiling (token bucket and HTB ceil); the guaranteed rate
+    /// is lowered to it when higher.
+    pub rate: String,
+    /// New burst, e.g. "64kb" or bytes. Optional; default: unchanged. At
+    /// least one frame (MTU + 14 bytes).
+    #[arg(long, value_name = "SIZE")]
+    pub burst: Option<String>,
+    /// Interface. Optional; default: every attached interface.
+    #[arg(long, value_name = "IF")]
+    pub iface: Option<String>,
+}
+
+fn overrides_path(paths: &IfacePaths) -> PathBuf {
+    paths.state_dir.join("shaping-overrides.json")
+}
+
+/// Refuses, before anything is changed, a policy with shaping for an
+/// interface whose root qdisc Causeway does not own and may not replace.
+pub fn precheck(iface: &str, policy: &Policy) -> Result<()> {
+    if policy.shaping.is_none() {
+        return Ok(());
+    }
+    if let RootOwner::Foreign { kind, handle } = Htb::new(iface, None).owner()? {
+        bail!("{iface} has a root qdisc {kind} {handle} that Causeway did not install; remove it first (nothing was changed)");
+    }
+    Ok(())
+}
+
+/// Installs (or, for a policy without shaping, removes) the shaping of
+/// `policy` on an attached interface: HTB, the TC program, the table.
+/// Rate changes made with `set-rate` before are dropped.
+pub fn apply(iface: &str, paths: &IfacePaths, policy: &Policy) -> Result<()> {
+    let htb = Htb::new(iface, None);
+    if let Some(shaping) = &policy.shaping {
+        let ifindex = nix::net::if_::if_nametoindex(iface)
+            .with_context(|| format!("no interface {iface}"))?;
+        tc::ensure(paths, iface, ifindex)
+            .with_context(|| format!("cannot attach the TC egress program to {iface}"))?;
+        let mut maps = ShaperMaps::from_pins(&paths.maps_dir)?;
+        live::install(&htb, &mut maps, Some(shaping))
+            .with_context(|| format!("cannot install shaping on {iface}"))?;
+        println!(
+            "shaping {iface}: link {}, {} shaped classes, HTB ca: installed",
+            rate(shaping.link_bits),
+            shaping.classes.len()
+        );
+    } else if let Ok(mut maps) = ShaperMaps::from_pins(&paths.maps_dir) {
+        live::install(&htb, &mut maps, None)
+            .with_context(|| format!("cannot remove shaping from {iface}"))?;
+    }
+    remove_overrides(paths)
+}
+
+fn remove_overrides(paths: &IfacePaths) -> Result<()> {
+    match std::fs::remove_file(overrides_path(paths)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).context("cannot remove the recorded rate changes")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Removes Causeway's HTB from `iface` (a foreign root qdisc stays).
+pub fn detach(iface: &str) -> Result<()> {
+    if nix::net::if_::if_nametoindex(iface).is_err() {
+        return Ok(());
+    }
+    if Htb::new(iface, None)
+        .remove()
+        .with_context(|| format!("cannot remove the HTB qdisc of {iface}"))?
+    {
+        println!("removed Causeway's HTB qdisc from {iface}");
+    }
+    Ok(())
+}
+
+/// The applied policy of an interface and its live shaping.
+struct Live {
+    iface: String,
+    paths: IfacePaths,
+    policy: Policy,
+    overrides: RateOverrides,
+}
+
+fn load_live(ctx: &Context, iface: &str) -> Result<Live> {
+    let paths = ctx.layout.iface(&ctx.scope, iface)?;
+    if !paths.pin_dir.exists() {
+        bail!(
+            "{iface} is not attached in the {}; nothing was changed",
+            ctx.scope
+        );
+    }
+    let record: PolicyRecord = state::read_json(&paths.policy_record())?
+        .with_context(|| format!("{iface} has no applied policy; apply one with shaping first"))?;
+    let policy = Policy::parse(&record.text, &record.source)
+        .with_context(|| format!("the recorded policy of {iface} no longer parses"))?;
+    let overrides = state::read_json(&overrides_path(&paths))?.unwrap_or_default();
+    Ok(Live {
+        iface: iface.to_string(),
+        paths,
+        policy,
+        overrides,
+    })
+}
+
+fn shaping_of(live: &Live) -> Option<ShapingPolicy> {
+    live.policy
+        .shaping
+        .as_ref()
+        .map(|s| live::effective(s, &live.overrides))
+}
+
+/// `policy set-rate`: checks the change on every target, then applies it
+/// to each (HTB class change + one map flip): no program is reloaded, no
+/// queued frame or flow is dropped.
+pub fn set_rate(ctx: &Context, args: &SetRateArgs) -> Result<()> {
+    let rate_bits = parse_rate_str(&args.rate).map_err(anyhow::Error::msg)?;
+    let burst = args
+        .burst
+        .as_deref()
+        .map(parse_size_str)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let _lock = state::StateLock::acquire(&ctx.layout.lock_file())?;
+    let targets: Vec<String> = match &args.iface {
+        Some(i) => vec![i.clone()],
+        None => ctx
+            .layout
+            .attachments(Some(&ctx.scope))?
+            .into_iter()
+            .map(|(_, i)| i)
+            .collect(),
+    };
+    if targets.is_empty() {
+        bail!("no interface is attached in the {}", ctx.scope);
+    }
+    let mut plans = Vec::new();
+    for iface in &targets {
+        let live = load_live(ctx, iface)?;
+        let class = live
+            .policy
+            .classes
+            .by_name(&args.class)
+            .or_else(|| {
+                args.class
+                    .parse()
+                    .ok()
+                    .and_then(|id| live.policy.classes.by_id(id))
+            })
+            .with_context(|| {
+                format!(
+                    "unknown class '{}' on {iface} (classes: {}); nothing was changed",
+                    args.class,
+                    live.policy.classes.names()
+                )
+            })?
+            .id;
+        let old = shaping_of(&live).with_context(|| {
+            format!("the policy applied to {iface} has no shaping; nothing was changed")
+        })?;
+        let change = live::check_set_rate(&old, class, &args.class, rate_bits, burst)
+            .with_context(|| format!("{iface}: nothing was changed"))?;
+        let mut overrides = live.overrides.clone();
+        overrides.classes.insert(class, change);
+        plans.push((live, class, old, overrides));
+    }
+    for (live, class, old, overrides) in plans {
+        let shaping = live.policy.shaping.as_ref().context("checked above")?;
+        let new = live::effective(shaping, &overrides);
+        let mut maps = ShaperMaps::from_pins(&live.paths.maps_dir)?;
+        live::change_class(&Htb::new(&live.iface, None), &mut maps, &old, &new, class)
+            .with_context(|| {
+                format!(
+                    "cannot change the rate of '{}' on {}",
+                    args.class, live.iface
+                )
+            })?;
+        state::write_json(&overrides_path(&live.paths), &overrides)?;
+        let c = new.class(class).context("checked above")?;
+        println!(
+            "{}: class '{}' now at most {} (guaranteed {}, burst {} bytes)",
+            live.iface,
+            live.policy.classes.name_of(class),
+            rate(c.ceil_bits),
+            rate(c.rate_bits),
+            c.burst_bytes
+        );
+    }
+    Ok(())
+}
+
+/// The shaping part of `policy show`: configured vs measured rate per
+/// class, measured from the egress counters over one second.
+pub fn show(ctx: &Context, iface: &str) -> Result<()> {
+    let Ok(live) = load_live(ctx, iface) else {
+        return Ok(());
+    };
+    let Some(shaping) = shaping_of(&live) else {
+        println!("  no shaping");
+        return Ok(());
+    };
+    let maps = ShaperMaps::from_pins(&live.paths.maps_dir)?;
+    let first = maps.counters()?;
+    let start = std::time::Instant::now();
+    std::thread::sleep(Duration::from_secs(1));
+    let second = maps.counters()?;
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "  shaping: link {}, measured over {secs:.1} s",
+        rate(shaping.link_bits)
+    );
+    let mut rows = Vec::new();
+    for c in &shaping.classes {
+        let (a, b) = (first[usize::from(c.class)], second[usize::from(c.class)]);
+        let measured = (b.sent_bytes - a.sent_bytes) as f64 * 8.0 / secs;
+        rows.push(vec![
+            live.policy.classes.name_of(c.class),
+            rate(c.rate_bits),
+            rate(c.ceil_bits),
+            c.burst_bytes.to_string(),
+            c.prio.to_string(),
+            match c.over {
+                OverAction::Drop => "drop".to_string(),
+                OverAction::EcnMark => "ecn".to_string(),
+                OverAction::Demote(to) => format!("demote:{}", live.policy.classes.name_of(to)),
+            },
+            table::opt(c.dscp),
+            rate(measured.round() as u64),
+            b.sent_packets.to_string(),
+            b.shaped.to_string(),
+            b.dropped.to_string(),
+            b.marked.to_string(),
+            b.demoted.to_string(),
+        ]);
+    }
+    let header = [
+        "CLASS", "RATE", "CEIL", "BURST", "PRIO", "OVER", "DSCP", "MEASURED", "SENT", "SHAPED",
+        "DROPPED", "MARKED", "DEMOTED",
+    ];
+    for line in table::render(&header, &rows).lines() {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
+/// `123.4 Mbit/s`.
+fn rate(bits: u64) -> String {
+    let b = bits as f64;
+    match bits {
+        0..=999 => format!("{bits} bit/s"),
+        1_000..=999_999 => format!("{:.1} kbit/s", b / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1} Mbit/s", b / 1e6),
+        _ => format!("{:.2} Gbit/s", b / 1e9),
+    }
+}
