@@ -62,7 +62,7 @@ impl EmulatorConfig {
             a_to_b: params,
             b_to_a: params,
             seed: 1,
-            spin_ns: 50_000,
+            spin_ns: 0,
             disable_offloads: true,
             realtime_priority: Some(10),
         }
@@ -93,6 +93,8 @@ pub struct DirStats {
     pub gso_dropped: u64,
     /// Frames whose L4 checksum was left to offload and completed here.
     pub checksums_fixed: u64,
+    /// Frames dropped by the kernel before the emulator read them (receive buffer full).
+    pub rx_socket_drops: u64,
     /// Frames the kernel refused to send.
     pub tx_errors: u64,
     /// How late frames left relative to their scheduled departure: sum and max, ns.

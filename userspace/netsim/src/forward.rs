@@ -88,6 +88,7 @@ impl DirectionIo {
         let mut pending: Vec<(Box<[u8]>, u32)> = Vec::with_capacity(BATCH);
         let mut seen_generation = ctl.generation.load(Ordering::Acquire);
         let mut extra = DirStats::default();
+        let mut next_drop_poll = 0u64;
         while !ctl.stop.load(Ordering::Acquire) {
             let generation = ctl.generation.load(Ordering::Acquire);
             if generation != seen_generation {
@@ -156,6 +157,10 @@ impl DirectionIo {
                 for (frame, _) in pending.drain(..sent) {
                     pool.push(frame);
                 }
+            }
+            if now >= next_drop_poll {
+                extra.rx_socket_drops += self.rx.take_drops()?;
+                next_drop_poll = now + 100_000_000;
             }
             self.publish(&core, &extra, now, ctl);
             if !pending.is_empty() || core.next_departure().is_some_and(|t| t <= now) {

@@ -24,5 +24,6 @@ pub mod testbed;
 pub use testbed::{NsChild, Testbed, TestbedBuilder, TestbedError};
 pub mod control;
 pub mod csum;
+pub mod load;
 pub mod network;
 pub mod probe;

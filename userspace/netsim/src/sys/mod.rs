@@ -114,3 +114,20 @@ pub fn set_socket_mark(fd: std::os::fd::BorrowedFd<'_>, mark: u32) -> io::Result
     })?;
     Ok(())
 }
+
+/// Receive buffer of `bytes`, above net.core.rmem_max (SO_RCVBUFFORCE, needs root).
+pub fn set_rcvbuf_force(fd: std::os::fd::BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: v is a live c_int and its size is passed.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}

@@ -8,6 +8,7 @@ use super::check;
 
 const ETH_P_ALL: u16 = 0x0003;
 const SOL_PACKET: libc::c_int = 263;
+const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_VNET_HDR: libc::c_int = 15;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
@@ -100,80 +101,125 @@ impl PacketSocket {
     /// `lens[i]` is its real length, which is larger than `bufs[i].len()` if it was
     /// truncated. Returns the number of frames (0 when none is waiting).
     pub fn recv_batch(&self, bufs: &mut [Box<[u8]>], lens: &mut [usize]) -> io::Result<usize> {
-        let n = bufs.len().min(lens.len()).min(64);
-        let mut iovs: [libc::iovec; 64] = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; 64];
-        // SAFETY: mmsghdr is plain old data; all-zero is valid.
-        let mut msgs: [libc::mmsghdr; 64] = unsafe { std::mem::zeroed() };
-        for i in 0..n {
-            iovs[i] = libc::iovec {
-                iov_base: bufs[i].as_mut_ptr().cast(),
-                iov_len: bufs[i].len(),
-            };
-            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
-        }
-        // SAFETY: msgs[..n] point at iovecs that describe live, writable buffers
-        // which outlive the call; MSG_TRUNC makes msg_len the real frame length.
-        let ret = unsafe {
-            libc::recvmmsg(
-                self.fd.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                n as libc::c_uint,
-                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-                std::ptr::null_mut(),
-            )
-        };
-        match check(ret) {
-            Ok(got) => {
-                for i in 0..got as usize {
-                    lens[i] = msgs[i].msg_len as usize;
-                }
-                Ok(got as usize)
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-            Err(e) => Err(e),
-        }
+        recv_batch(self.fd.as_fd(), bufs, lens)
     }
 
     /// Send frames without blocking; returns how many were sent (a prefix of
     /// `frames`; 0 when the device queue is full and the caller should retry).
     pub fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
-        let n = frames.len().min(64);
-        if n == 0 {
-            return Ok(0);
-        }
-        let mut iovs: [libc::iovec; 64] = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; 64];
-        // SAFETY: mmsghdr is plain old data; all-zero is valid.
-        let mut msgs: [libc::mmsghdr; 64] = unsafe { std::mem::zeroed() };
-        for i in 0..n {
-            iovs[i] = libc::iovec {
-                iov_base: frames[i].as_ptr() as *mut _,
-                iov_len: frames[i].len(),
-            };
-            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
-        }
-        // SAFETY: msgs[..n] point at iovecs over live buffers that the kernel only
-        // reads; the socket is bound, so no destination address is needed.
-        let ret = unsafe {
-            libc::sendmmsg(
-                self.fd.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                n as libc::c_uint,
-                libc::MSG_DONTWAIT,
-            )
+        send_batch(self.fd.as_fd(), frames)
+    }
+}
+
+/// `recvmmsg` of up to 64 datagrams/frames without blocking, on any socket.
+/// `lens[i]` is each one's real length (MSG_TRUNC), larger than `bufs[i].len()` if
+/// it was truncated. Returns the count (0 when none is waiting).
+pub fn recv_batch(
+    fd: BorrowedFd<'_>,
+    bufs: &mut [Box<[u8]>],
+    lens: &mut [usize],
+) -> io::Result<usize> {
+    let n = bufs.len().min(lens.len()).min(64);
+    let mut iovs: [libc::iovec; 64] = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 64];
+    // SAFETY: mmsghdr is plain old data; all-zero is valid.
+    let mut msgs: [libc::mmsghdr; 64] = unsafe { std::mem::zeroed() };
+    for i in 0..n {
+        iovs[i] = libc::iovec {
+            iov_base: bufs[i].as_mut_ptr().cast(),
+            iov_len: bufs[i].len(),
         };
-        match check(ret) {
-            Ok(sent) => Ok(sent as usize),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) => Ok(0),
-            Err(e) => Err(e),
+        msgs[i].msg_hdr.msg_iov = &mut iovs[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: msgs[..n] point at iovecs that describe live, writable buffers
+    // which outlive the call; MSG_TRUNC makes msg_len the real length.
+    let ret = unsafe {
+        libc::recvmmsg(
+            fd.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            std::ptr::null_mut(),
+        )
+    };
+    match check(ret) {
+        Ok(got) => {
+            for i in 0..got as usize {
+                lens[i] = msgs[i].msg_len as usize;
+            }
+            Ok(got as usize)
         }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// `sendmmsg` of up to 64 buffers without blocking on a bound or connected
+/// socket; returns how many were sent (0 when the queue is full: retry).
+pub fn send_batch(fd: BorrowedFd<'_>, frames: &[&[u8]]) -> io::Result<usize> {
+    let n = frames.len().min(64);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut iovs: [libc::iovec; 64] = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 64];
+    // SAFETY: mmsghdr is plain old data; all-zero is valid.
+    let mut msgs: [libc::mmsghdr; 64] = unsafe { std::mem::zeroed() };
+    for i in 0..n {
+        iovs[i] = libc::iovec {
+            iov_base: frames[i].as_ptr() as *mut _,
+            iov_len: frames[i].len(),
+        };
+        msgs[i].msg_hdr.msg_iov = &mut iovs[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    // SAFETY: msgs[..n] point at iovecs over live buffers that the kernel only
+    // reads; the socket is bound/connected, so no destination address is needed.
+    let ret = unsafe {
+        libc::sendmmsg(
+            fd.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    match check(ret) {
+        Ok(sent) => Ok(sent as usize),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+impl PacketSocket {
+    /// Frames the kernel dropped because the receive buffer was full, since the
+    /// last call (PACKET_STATISTICS resets on read).
+    pub fn take_drops(&self) -> io::Result<u64> {
+        #[repr(C)]
+        struct TpacketStats {
+            packets: u32,
+            drops: u32,
+        }
+        let mut st = TpacketStats {
+            packets: 0,
+            drops: 0,
+        };
+        let mut len = std::mem::size_of::<TpacketStats>() as libc::socklen_t;
+        // SAFETY: st is a live tpacket_stats and len holds its size.
+        check(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                SOL_PACKET,
+                PACKET_STATISTICS,
+                (&mut st as *mut TpacketStats).cast(),
+                &mut len,
+            )
+        })?;
+        Ok(u64::from(st.drops))
     }
 }
 

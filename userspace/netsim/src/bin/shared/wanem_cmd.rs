@@ -29,7 +29,7 @@ pub struct WanemArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Busy-wait this many µs before each departure instead of sleeping.
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 0)]
     pub spin_us: u64,
     /// SCHED_FIFO priority of the forwarding threads; 0 = normal scheduling.
     #[arg(long, default_value_t = 10)]
