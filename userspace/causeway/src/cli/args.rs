@@ -90,7 +90,7 @@ pub struct AttachArgs {
     #[arg(long, value_name = "IF")]
     pub iface: String,
     /// XDP mode: auto (the kernel picks native when the driver has it),
-    /// skb (generic) or driver (native). Optional; default: auto.
+    /// skb (generic) or driver (native). Optional.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub mode: AttachMode,
     /// Policy file to apply before the first frame is classified. Optional;
@@ -165,7 +165,7 @@ pub struct StatsArgs {
     /// Print again every --interval seconds, with rates, until interrupted.
     #[arg(long)]
     pub watch: bool,
-    /// Seconds between samples with --watch. Optional; default: 1.
+    /// Seconds between samples with --watch. Optional.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub interval: f64,
     /// Print JSON (one document per sample with --watch). Optional.
