@@ -51,6 +51,8 @@ pub struct Options {
     pub cost_overrides: Option<String>,
     /// SO_SNDBUF/SO_RCVBUF for connections to other domains (`None`: autotuning).
     pub wan_socket_buffer: Option<usize>,
+    /// TCP congestion control for connections to other domains (when the kernel allows it).
+    pub wan_congestion: Option<String>,
 }
 
 impl Default for Options {
@@ -58,7 +60,7 @@ impl Default for Options {
         Options {
             timeout: Duration::from_secs(60),
             rendezvous_timeout: Duration::from_secs(120),
-            streams_wan: 4,
+            streams_wan: 2,
             streams_lan: 2,
             shm: true,
             shm_ring_bytes: 4 << 20,
@@ -70,6 +72,7 @@ impl Default for Options {
             cost: CostModel::default(),
             cost_overrides: None,
             wan_socket_buffer: Some(8 << 20),
+            wan_congestion: Some("bbr".into()),
         }
     }
 }
@@ -95,7 +98,8 @@ impl Options {
     /// `CAUSEWAY_STREAMS_WAN`, `CAUSEWAY_STREAMS_LAN`, `CAUSEWAY_SHM` (0/1),
     /// `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW`, `CAUSEWAY_ALGO` (ring|tree|hier),
     /// `CAUSEWAY_PROBE` (0/1), `CAUSEWAY_PROBE_BYTES`, `CAUSEWAY_COST`
-    /// (`wan=LAT_US:GBITPS,domain=…,host=…`), `CAUSEWAY_SOCKET_BUFFER` (bytes, 0 = autotune).
+    /// (`wan=LAT_US:GBITPS,domain=…,host=…`), `CAUSEWAY_SOCKET_BUFFER` (bytes, 0 = autotune),
+    /// `CAUSEWAY_TCP_CC` (congestion control across domains, `default` = the system's).
     pub fn from_env() -> Result<Self, ConfigError> {
         let mut o = Options::default();
         if let Some(ms) = parse_var::<u64>("CAUSEWAY_TIMEOUT_MS")? {
@@ -121,6 +125,9 @@ impl Options {
         if let Some(spec) = var("CAUSEWAY_COST") {
             o.cost.apply_overrides(&spec)?;
             o.cost_overrides = Some(spec);
+        }
+        if let Some(cc) = var("CAUSEWAY_TCP_CC") {
+            o.wan_congestion = (cc != "default").then_some(cc);
         }
         if let Some(n) = parse_var::<usize>("CAUSEWAY_SOCKET_BUFFER")? {
             o.wan_socket_buffer = (n > 0).then_some(n);

@@ -114,6 +114,12 @@ impl Engine {
                 p.send_control(FrameKind::Goodbye, &[]);
                 p.close_after_flush();
             }
+            // An operation is complete here once everything was received; what we
+            // still send to slower peers must leave before the process may exit.
+            let deadline = std::time::Instant::now() + self.opts.timeout;
+            while !self.peers.iter().flatten().all(PeerLink::flushed) && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
         }
         self.linger(std::time::Duration::from_secs(2));
     }

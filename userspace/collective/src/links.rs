@@ -30,6 +30,7 @@ pub(crate) struct PeerLink {
     data: Vec<Sender<Out>>,
     all: Vec<Sender<Out>>,
     next: usize,
+    writers: Vec<thread::JoinHandle<()>>,
     /// Connections not yet closed by the peer.
     pub open: usize,
 }
@@ -50,6 +51,11 @@ impl PeerLink {
         }
     }
 
+    /// True once every writer has written its queue and closed (or failed).
+    pub fn flushed(&self) -> bool {
+        self.writers.iter().all(|w| w.is_finished())
+    }
+
     pub fn connections(&self) -> usize {
         self.all.len()
     }
@@ -64,7 +70,7 @@ impl PeerLink {
 
 /// Starts the threads for `peer`'s connections.
 pub(crate) fn start(peer: Rank, conns: Vec<Conn>, events: &Sender<Event>, pool: &BufferPool, max_frame: u32) -> Result<PeerLink> {
-    let mut link = PeerLink { data: Vec::new(), all: Vec::new(), next: 0, open: conns.len() };
+    let mut link = PeerLink { data: Vec::new(), all: Vec::new(), next: 0, writers: Vec::new(), open: conns.len() };
     for (i, c) in conns.into_iter().enumerate() {
         let what = c.transport.describe();
         let (r, w, closer) = c.transport.split().map_err(|e| CollectiveError::io(format!("split {what}"), e))?;
@@ -75,7 +81,7 @@ pub(crate) fn start(peer: Rank, conns: Vec<Conn>, events: &Sender<Event>, pool: 
         };
         spawn(format!("cw-rx-{peer}-{i}"), Box::new(move || reader(peer, r, ev, pool, max_frame, c2)))?;
         let c3 = closer.clone();
-        spawn(format!("cw-tx-{peer}-{i}"), Box::new(move || writer(peer, w, rx, ev2, c3)))?;
+        link.writers.push(spawn(format!("cw-tx-{peer}-{i}"), Box::new(move || writer(peer, w, rx, ev2, c3)))?);
         if c.data {
             link.data.push(tx.clone());
         }

@@ -53,6 +53,7 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
             let p = h.encode();
             write_frame(&mut s, &FrameHeader::control(FrameKind::Hello, p.len() as u32), &p)
                 .map_err(|e| CollectiveError::io(format!("hello to rank {q}"), e))?;
+            tune_wan(j, opts, me, q, &s);
             Ok(s)
         };
         if shm {
@@ -104,6 +105,7 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
         }
         seen[q][i] = true;
         expected[q] -= 1;
+        tune_wan(j, opts, me, q, &stream);
         match (h.role, h.shm) {
             (ConnRole::TcpControl, Some((theirs, ours))) => {
                 let shm_err = |e: std::io::Error| CollectiveError::Shm(format!("map ring of rank {q}: {e}"));
@@ -123,6 +125,15 @@ fn read_hello(s: &mut (impl Read + ?Sized), pool: &BufferPool) -> Option<Hello> 
     let mut s = s;
     let f = read_frame(&mut s, 4096, pool).ok()?;
     (f.header.kind == FrameKind::Hello).then(|| Hello::decode(&f.payload).ok()).flatten()
+}
+
+/// Inter-domain connections get the configured congestion control.
+fn tune_wan(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream) {
+    if let (LinkClass::InterDomain, Some(cc)) = (j.topology.class(me, q), &opts.wan_congestion) {
+        if !tcp::set_congestion(s, cc) {
+            tracing::debug!(cc, "congestion control not available; keeping the default");
+        }
+    }
 }
 
 fn tcp_transport(s: TcpStream, q: Rank) -> Result<Box<dyn Transport>> {

@@ -55,6 +55,14 @@ pub fn connect(addr: SocketAddr, tuning: TcpTuning, timeout: Duration) -> io::Re
     Ok(s)
 }
 
+/// Picks a congestion control for one connection (e.g. `bbr`, which paces and
+/// keeps queues short on long fat pipes) if the kernel allows it for this user.
+/// Returns whether it was applied.
+pub fn set_congestion(s: &TcpStream, name: &str) -> bool {
+    let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
+    allowed.split_whitespace().any(|a| a == name) && SockRef::from(s).set_tcp_congestion(name.as_bytes()).is_ok()
+}
+
 pub struct TcpTransport {
     stream: TcpStream,
 }
