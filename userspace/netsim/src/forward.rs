@@ -157,6 +157,11 @@ impl DirectionIo {
                 for (frame, _) in pending.drain(..sent) {
                     pool.push(frame);
                 }
+                if sent == 0 {
+                    // The device queue is full: back off briefly instead of
+                    // spinning (this thread may be SCHED_FIFO).
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
             }
             if now >= next_drop_poll {
                 extra.rx_socket_drops += self.rx.take_drops()?;

@@ -15,8 +15,9 @@ mod link_args;
 mod wanem_cmd;
 
 mod bench;
-mod commands;
+mod inspect;
 mod state;
+mod up_down;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -37,18 +38,18 @@ enum Cmd {
     ///
     /// Example: `causeway-netsim up --tag demo --domains 2 --hosts 2 --profile dual`
     /// or with explicit paths: `--path delay_ms=20,rate_mbit=200 --path delay_ms=30,rate_mbit=100,loss=0.001`.
-    Up(commands::UpArgs),
+    Up(up_down::UpArgs),
     /// Stop the emulators and delete every namespace of a testbed (idempotent).
     ///
     /// Example: `causeway-netsim down --tag demo`, or `--all` for every testbed and
     /// every leftover `cw-*` namespace (including those of killed tests).
-    Down(commands::DownArgs),
+    Down(up_down::DownArgs),
     /// Show namespaces, addresses, paths and emulator counters.
-    Status(commands::StatusArgs),
+    Status(inspect::StatusArgs),
     /// Change a path of a running testbed (rate, delay, loss, cut/restore).
     ///
     /// Example: `causeway-netsim set --path 0 --rate-mbit 50`, `causeway-netsim set --path 1 --cut`.
-    Set(commands::SetArgs),
+    Set(inspect::SetArgs),
     /// Measure the emulator's fidelity: rate, RTT, loss, highest sustained rate.
     Bench(bench::BenchArgs),
     /// Run an emulator process (what `up` starts; same as `causeway-wanem`).
@@ -58,10 +59,10 @@ enum Cmd {
 
 fn main() -> Result<()> {
     match Cli::parse().command {
-        Cmd::Up(a) => commands::up(a),
-        Cmd::Down(a) => commands::down(a),
-        Cmd::Status(a) => commands::status(a),
-        Cmd::Set(a) => commands::set(a),
+        Cmd::Up(a) => up_down::up(a),
+        Cmd::Down(a) => up_down::down(a),
+        Cmd::Status(a) => inspect::status(a),
+        Cmd::Set(a) => inspect::set(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Wanem(a) => wanem_cmd::run(a),
     }

@@ -1,4 +1,4 @@
-//! `up`, `down`, `status` and `set`.
+//! `up` and `down`.
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use causeway_netsim::control::{self, Request};
 use causeway_netsim::params::default_queue_bytes;
-use causeway_netsim::{netns, network, sys, Dir, LinkParams, ParamsPatch, Plan, Profile};
+use causeway_netsim::{netns, network, sys, LinkParams, Plan, Profile};
 use clap::Args;
 
 use crate::state::{self, EmulatorProc, State};
@@ -105,7 +105,7 @@ pub fn up(args: UpArgs) -> Result<()> {
             args.tag
         )));
     }
-    print_status(&st);
+    crate::inspect::print_status(&st);
     Ok(())
 }
 
@@ -242,205 +242,6 @@ pub fn down(args: DownArgs) -> Result<()> {
         println!("nothing to remove");
     } else {
         println!("removed {} item(s): {}", removed.len(), removed.join(", "));
-    }
-    Ok(())
-}
-
-#[derive(Debug, Args)]
-pub struct StatusArgs {
-    /// Testbed to show (default: all that are up).
-    #[arg(long)]
-    pub tag: Option<String>,
-    /// Print JSON (plan + counters) instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-pub fn status(args: StatusArgs) -> Result<()> {
-    let tags = match args.tag {
-        Some(t) => vec![t],
-        None => state::tags(),
-    };
-    if tags.is_empty() {
-        println!("no testbed is up");
-    }
-    for tag in tags {
-        let Some(st) = State::load(&tag)? else {
-            println!("testbed {tag:?} is not up");
-            continue;
-        };
-        if args.json {
-            let stats: Vec<_> = st
-                .emulators
-                .iter()
-                .map(|e| control::request(&e.control, &Request::Stats).ok())
-                .collect();
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&serde_json::json!({ "state": st, "stats": stats }))?
-            );
-        } else {
-            print_status(&st);
-        }
-    }
-    Ok(())
-}
-
-fn fmt_params(p: &LinkParams) -> String {
-    format!(
-        "delay {:.3} ms ±{:.3}, rate {}, loss {}, queue {} B{}{}",
-        p.delay_ns as f64 / 1e6,
-        p.jitter_ns as f64 / 1e6,
-        if p.rate_bps == 0 {
-            "unlimited".into()
-        } else {
-            format!("{} Mbit/s", p.rate_bps as f64 / 1e6)
-        },
-        p.loss,
-        p.queue_bytes,
-        if p.reorder > 0.0 {
-            format!(", reorder {}", p.reorder)
-        } else {
-            String::new()
-        },
-        if p.up { "" } else { ", CUT" }
-    )
-}
-
-fn print_status(st: &State) {
-    let plan = &st.plan;
-    println!(
-        "testbed {} (profile {}), {} domains",
-        plan.tag,
-        st.profile,
-        plan.domains()
-    );
-    for (d, gw) in plan.gateways.iter().enumerate() {
-        println!("  domain {d}: gateway {gw} (10.{d}.0.1)");
-        for h in plan.hosts.iter().filter(|h| h.domain == d) {
-            let via: Vec<String> = h
-                .path_ips
-                .iter()
-                .map(|(p, ip)| format!("path{p}={ip}"))
-                .collect();
-            println!(
-                "    host {:<18} {:<12} {}",
-                h.netns,
-                h.ip.to_string(),
-                via.join(" ")
-            );
-        }
-    }
-    for p in &plan.paths {
-        println!(
-            "  path {} d{}<->d{}{} ns {} {}<->{} mark {:#x} table {}",
-            p.index,
-            p.domain_a,
-            p.domain_b,
-            if p.default { " (default)" } else { "" },
-            p.emulator_netns,
-            p.gw_a_ip,
-            p.gw_b_ip,
-            p.mark,
-            p.table
-        );
-        let Some(e) = st.emulators.iter().find(|e| e.path == p.index) else {
-            println!("    emulator not started");
-            continue;
-        };
-        match control::request(&e.control, &Request::Stats) {
-            Ok(s) => {
-                for (name, d) in [("a->b", &s.a_to_b), ("b->a", &s.b_to_a)] {
-                    let c = d.counters;
-                    println!(
-                        "    {name}: {} | fwd {} ({} B) lost {} qdrop {} cut {} in-flight {}",
-                        d.params.map(|p| fmt_params(&p)).unwrap_or_default(),
-                        c.forwarded,
-                        c.forwarded_bytes,
-                        c.dropped_loss,
-                        c.dropped_queue,
-                        c.dropped_down,
-                        d.in_flight
-                    );
-                }
-                if let Some(err) = s.error {
-                    println!("    ERROR: {err}");
-                }
-            }
-            Err(err) => println!("    emulator pid {} not answering: {err}", e.pid),
-        }
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct SetArgs {
-    #[arg(long, default_value = "demo")]
-    pub tag: String,
-    /// Path index (see `status`).
-    #[arg(long)]
-    pub path: usize,
-    /// Direction: both, a-to-b (from the lower-numbered domain), b-to-a.
-    #[arg(long, default_value = "both", value_parser = ["both", "a-to-b", "b-to-a"])]
-    pub dir: String,
-    #[arg(long)]
-    pub delay_ms: Option<f64>,
-    #[arg(long)]
-    pub jitter_ms: Option<f64>,
-    #[arg(long)]
-    pub rate_mbit: Option<f64>,
-    #[arg(long)]
-    pub loss: Option<f64>,
-    #[arg(long)]
-    pub queue_bytes: Option<u64>,
-    #[arg(long)]
-    pub reorder: Option<f64>,
-    /// Cut the path (drop everything).
-    #[arg(long, conflicts_with = "restore")]
-    pub cut: bool,
-    /// Restore a cut path.
-    #[arg(long)]
-    pub restore: bool,
-}
-
-pub fn set(a: SetArgs) -> Result<()> {
-    let st = State::load(&a.tag)?.with_context(|| format!("testbed {:?} is not up", a.tag))?;
-    let e = st
-        .emulators
-        .iter()
-        .find(|e| e.path == a.path)
-        .with_context(|| format!("testbed {} has no path {}", a.tag, a.path))?;
-    let ms = |v: Option<f64>| v.map(|x| (x * 1e6).round() as u64);
-    let patch = ParamsPatch {
-        delay_ns: ms(a.delay_ms),
-        jitter_ns: ms(a.jitter_ms),
-        rate_bps: a.rate_mbit.map(|r| (r * 1e6).round() as u64),
-        loss: a.loss,
-        queue_bytes: a.queue_bytes,
-        reorder: a.reorder,
-        up: if a.cut {
-            Some(false)
-        } else if a.restore {
-            Some(true)
-        } else {
-            None
-        },
-    };
-    anyhow::ensure!(
-        patch != ParamsPatch::default(),
-        "nothing to change: give at least one option"
-    );
-    let dir = match a.dir.as_str() {
-        "a-to-b" => Dir::AToB,
-        "b-to-a" => Dir::BToA,
-        _ => Dir::Both,
-    };
-    let s = control::request(&e.control, &Request::Set { dir, patch })?;
-    for (name, d) in [("a->b", s.a_to_b), ("b->a", s.b_to_a)] {
-        println!(
-            "path {} {name}: {}",
-            a.path,
-            d.params.map(|p| fmt_params(&p)).unwrap_or_default()
-        );
     }
     Ok(())
 }
