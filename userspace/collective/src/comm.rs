@@ -32,6 +32,7 @@ pub struct Communicator {
     pub(crate) store: Mutex<StoreClient>,
     model: CostModel,
     opts: Options,
+    pool: BufferPool,
     _server: Option<StoreServer>,
 }
 
@@ -124,7 +125,7 @@ impl Communicator {
             peers.push(if q == id.rank { None } else { Some(links::start(q, c, &ev_tx, &pool, max_frame)?) });
         }
         drop(ev_tx);
-        let engine = Engine::new(id.rank, joined.topology.clone(), opts.clone(), peers, ev_rx, pool);
+        let engine = Engine::new(id.rank, joined.topology.clone(), opts.clone(), peers, ev_rx, pool.clone());
         let (jobs, job_rx) = channel();
         let worker = std::thread::Builder::new()
             .name(format!("cw-engine-{}", id.rank))
@@ -140,6 +141,7 @@ impl Communicator {
             store: Mutex::new(joined.store),
             model: opts.cost,
             opts: opts.clone(),
+            pool,
             _server: joined.server,
         };
         if opts.probe && id.world > 1 {
@@ -169,6 +171,10 @@ impl Communicator {
     /// The link costs the algorithm choice uses (probed or configured).
     pub fn cost_model(&self) -> CostModel {
         self.model
+    }
+    /// Chunk buffers allocated so far (they are pooled: this stops growing once warm).
+    pub fn buffer_allocations(&self) -> usize {
+        self.pool.allocations()
     }
     /// The algorithm an allreduce of `count` elements of `T` runs with.
     pub fn allreduce_algorithm<T: Element>(&self, count: usize) -> Algorithm {
