@@ -12,7 +12,7 @@ use std::{
 
 use causeway_tests::{
     causeway_cli::{causeway, causeway_ok, Attachment},
-    netns::{is_root, unique_name, Netns},
+    netns::{is_root, run, unique_name, Netns},
 };
 use serde_json::Value;
 
@@ -357,4 +357,40 @@ fn a_pin_root_outside_sys_gets_its_own_bpffs() {
     wait_gone("prog", prog);
     assert!(!pins_dir.join(&scope).exists());
     assert!(!state_dir.join(&scope).exists());
+}
+
+#[test]
+fn pins_of_a_deleted_namespace_can_still_be_removed() {
+    if !is_root() {
+        eprintln!("SKIP: pins_of_a_deleted_namespace_can_still_be_removed needs root");
+        return;
+    }
+    let h = host_with_iface(&unique_name("gn"));
+    let ns = h.ns.name().to_string();
+    let _attached = Attachment::new(&ns, &h.iface, &[]);
+    let (prog, _) = ids(&ns, &h.iface);
+    run("ip", &["netns", "del", &ns]);
+
+    // The kernel destroys the namespace's devices in the background; the
+    // link then becomes defunct. status works without the namespace.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = status(&ns);
+        if s[0]["health"].as_str().unwrap().contains("defunct") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "link never became defunct: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Attaching needs the namespace and says so; detaching does not.
+    let out = causeway(&["--netns", &ns, "attach", "--iface", &h.iface]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot enter network namespace"));
+    causeway_ok(&["--netns", &ns, "detach", "--iface", &h.iface]);
+    wait_gone("prog", prog);
+    assert!(!pin_dir(&ns, &h.iface).exists());
+    assert!(status(&ns).is_empty());
 }

@@ -20,7 +20,11 @@ pub fn attach(ctx: &Context, args: &AttachArgs) -> Result<()> {
     .with_context(|| format!("cannot attach to {} in the {}", args.iface, ctx.scope))?;
     if let (Some(loaded), Some(generation)) = (&policy, attached.generation) {
         policy_cmd::record(ctx, &args.iface, loaded, generation)?;
-        super::shaper::apply(&args.iface, &ctx.layout.iface(&ctx.scope, &args.iface)?, &loaded.policy)?;
+        super::shaper::apply(
+            &args.iface,
+            &ctx.layout.iface(&ctx.scope, &args.iface)?,
+            &loaded.policy,
+        )?;
     }
     if let Some(warning) = &attached.warning {
         eprintln!("warning: {warning}");
@@ -50,7 +54,9 @@ pub fn attach(ctx: &Context, args: &AttachArgs) -> Result<()> {
 
 pub fn detach(ctx: &Context, iface: &str) -> Result<()> {
     let _lock = state::StateLock::acquire(&ctx.layout.lock_file())?;
-    super::shaper::detach(iface)?;
+    if !ctx.netns_gone {
+        super::shaper::detach(iface)?;
+    }
     let detached = datapath::detach(&ctx.layout, &ctx.scope, iface)
         .with_context(|| format!("cannot detach {iface}"))?;
     match detached.link {

@@ -10,6 +10,8 @@ mod shaper;
 mod stats_cmd;
 mod table;
 
+use std::path::Path;
+
 use anyhow::{Context as _, Result};
 use clap::Parser as _;
 
@@ -22,6 +24,9 @@ use args::Command;
 pub struct Context {
     pub layout: Layout,
     pub scope: NetnsScope,
+    /// `--netns` named a namespace that no longer exists: the command works
+    /// on its pins only and must not touch interfaces (of this namespace).
+    pub netns_gone: bool,
 }
 
 /// Runs the command line of this process.
@@ -32,8 +37,21 @@ pub fn main() -> Result<()> {
 /// Enters `--netns` (before anything else, while the process has one
 /// thread) and runs the command.
 pub fn run(cli: Cli) -> Result<()> {
+    let mut netns_gone = false;
     if let Some(name) = &cli.netns {
-        netns::enter(name)?;
+        match netns::enter(name) {
+            Ok(()) => {}
+            // The pins of a deleted namespace can still be listed and
+            // removed: nothing else about them needs the namespace.
+            Err(e)
+                if matches!(cli.command, Command::Detach(_) | Command::Status(_))
+                    && !Path::new(netns::NETNS_RUN_DIR).join(name).exists() =>
+            {
+                eprintln!("warning: {e}; working on its pins only");
+                netns_gone = true;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     let ctx = Context {
         layout: Layout {
@@ -42,6 +60,7 @@ pub fn run(cli: Cli) -> Result<()> {
         },
         scope: NetnsScope::current(cli.netns.as_deref())
             .context("cannot tell which network namespace this is")?,
+        netns_gone,
     };
     match cli.command {
         Command::Attach(a) => interfaces::attach(&ctx, &a),
