@@ -112,7 +112,11 @@ impl Communicator {
             return Err(crate::error::ConfigError::EmptyWorld.into());
         }
         if id.rank >= id.world {
-            return Err(crate::error::ConfigError::RankOutOfRange { rank: id.rank, world: id.world }.into());
+            return Err(crate::error::ConfigError::RankOutOfRange {
+                rank: id.rank,
+                world: id.world,
+            }
+            .into());
         }
         let joined = crate::rendezvous::join(&id, &opts, host_store)?;
         let conns = crate::mesh::connect_all(&joined, &opts, id.rank)?;
@@ -122,10 +126,21 @@ impl Communicator {
         let max_frame = opts.chunk_bytes.max(64 << 10) as u32;
         let mut peers = Vec::with_capacity(id.world);
         for (q, c) in conns.into_iter().enumerate() {
-            peers.push(if q == id.rank { None } else { Some(links::start(q, c, &ev_tx, &pool, max_frame)?) });
+            peers.push(if q == id.rank {
+                None
+            } else {
+                Some(links::start(q, c, &ev_tx, &pool, max_frame)?)
+            });
         }
         drop(ev_tx);
-        let engine = Engine::new(id.rank, joined.topology.clone(), opts.clone(), peers, ev_rx, pool.clone());
+        let engine = Engine::new(
+            id.rank,
+            joined.topology.clone(),
+            opts.clone(),
+            peers,
+            ev_rx,
+            pool.clone(),
+        );
         let (jobs, job_rx) = channel();
         let worker = std::thread::Builder::new()
             .name(format!("cw-engine-{}", id.rank))
@@ -151,7 +166,8 @@ impl Communicator {
             }
         }
         let model = comm.model;
-        comm.submit::<u8, ()>(JobKind::SetCost(model), ReduceOp::Sum, Vec::new(), |_| ()).wait()?;
+        comm.submit::<u8, ()>(JobKind::SetCost(model), ReduceOp::Sum, Vec::new(), |_| ())
+            .wait()?;
         Ok(comm)
     }
 
@@ -182,7 +198,15 @@ impl Communicator {
         let chunk = (self.opts.chunk_bytes / T::DTYPE.size()).max(1);
         match self.opts.algorithm {
             Some(a) if Algorithm::candidates(kind, &self.topo).contains(&a) => a,
-            _ => crate::cost::choose(kind, count, T::DTYPE.size(), &self.topo, &self.model, chunk, self.opts.window),
+            _ => {
+                let s = crate::cost::Setting {
+                    topo: &self.topo,
+                    model: &self.model,
+                    chunk,
+                    window: self.opts.window,
+                };
+                crate::cost::choose(kind, count, T::DTYPE.size(), &s)
+            }
         }
     }
     /// The elements of a `len`-element buffer that `rank` owns after a reduce-scatter.
@@ -200,18 +224,40 @@ impl Communicator {
     ) -> Handle<R> {
         let (reply, rx) = channel();
         let progress = Arc::new(Progress::default());
-        let job = Job { kind, dtype: T::DTYPE, op, buf: Box::new(buf), progress: progress.clone(), reply: reply.clone() };
-        if self.jobs.as_ref().map(|j| j.send(job)).is_none_or(|r| r.is_err()) {
+        let waker = Arc::new(Mutex::new(None));
+        let job = Job {
+            kind,
+            dtype: T::DTYPE,
+            op,
+            buf: Box::new(buf),
+            progress: progress.clone(),
+            reply: reply.clone(),
+            waker: waker.clone(),
+        };
+        if self
+            .jobs
+            .as_ref()
+            .map(|j| j.send(job))
+            .is_none_or(|r| r.is_err())
+        {
             let _ = reply.send(Err(CollectiveError::Closed));
         }
         let map = Box::new(move |b: Box<dyn Any + Send>| -> Result<R> {
-            b.downcast::<Vec<T>>().map(|v| map(*v)).map_err(|_| CollectiveError::Closed)
+            b.downcast::<Vec<T>>()
+                .map(|v| map(*v))
+                .map_err(|_| CollectiveError::Closed)
         });
-        Handle { rx, map, progress }
+        Handle {
+            rx,
+            map: Some(map),
+            progress,
+            waker,
+        }
     }
 
     pub(crate) fn run_plan(&self, plan: Plan, len: usize) -> Result<()> {
-        self.submit::<u8, ()>(JobKind::Plan(plan), ReduceOp::Sum, vec![0u8; len], |_| ()).wait()
+        self.submit::<u8, ()>(JobKind::Plan(plan), ReduceOp::Sum, vec![0u8; len], |_| ())
+            .wait()
     }
 
     /// In-place allreduce: every rank ends with the same, bit-identical result.
@@ -221,7 +267,12 @@ impl Communicator {
         Ok(())
     }
     /// Out-of-place allreduce; `recv.len()` must equal `send.len()`.
-    pub fn allreduce_into<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+    pub fn allreduce_into<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
         same_len(send.len(), recv.len(), "allreduce: recv")?;
         recv.copy_from_slice(send);
         self.allreduce(recv, op)
@@ -238,24 +289,46 @@ impl Communicator {
     }
     pub fn broadcast_async<T: Element>(&self, buf: Vec<T>, root: Rank) -> Result<Handle<Vec<T>>> {
         if root >= self.world {
-            return Err(CollectiveError::InvalidArgument(format!("root {root} ≥ world size {}", self.world)));
+            return Err(CollectiveError::InvalidArgument(format!(
+                "root {root} ≥ world size {}",
+                self.world
+            )));
         }
-        Ok(self.submit(JobKind::Op(OpKind::Broadcast { root }), ReduceOp::Sum, buf, |v| v))
+        Ok(self.submit(
+            JobKind::Op(OpKind::Broadcast { root }),
+            ReduceOp::Sum,
+            buf,
+            |v| v,
+        ))
     }
 
     /// Gathers every rank's `send` into `recv` (rank r's part at `r * send.len()`).
     pub fn allgather<T: Element>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        same_len(recv.len(), send.len() * self.world, "allgather: recv (world × send)")?;
+        same_len(
+            recv.len(),
+            send.len() * self.world,
+            "allgather: recv (world × send)",
+        )?;
         let v = self.allgather_async(send.to_vec()).wait()?;
         recv.copy_from_slice(&v);
         Ok(())
     }
     /// In-place allgather: `buf` holds `world` blocks, this rank's block is filled in.
     pub fn allgather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
-        if buf.len() % self.world != 0 {
-            return Err(CollectiveError::InvalidArgument(format!("allgather: {} elements is not a multiple of the world size", buf.len())));
+        if !buf.len().is_multiple_of(self.world) {
+            return Err(CollectiveError::InvalidArgument(format!(
+                "allgather: {} elements is not a multiple of the world size",
+                buf.len()
+            )));
         }
-        let v = self.submit(JobKind::Op(OpKind::Allgather), ReduceOp::Sum, buf.to_vec(), |v| v).wait()?;
+        let v = self
+            .submit(
+                JobKind::Op(OpKind::Allgather),
+                ReduceOp::Sum,
+                buf.to_vec(),
+                |v| v,
+            )
+            .wait()?;
         buf.copy_from_slice(&v);
         Ok(())
     }
@@ -268,22 +341,35 @@ impl Communicator {
 
     /// Reduces `send` across ranks and leaves this rank's shard
     /// ([`Communicator::shard`]) in `recv`.
-    pub fn reduce_scatter<T: Element>(&self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+    pub fn reduce_scatter<T: Element>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
         let mine = self.shard(send.len(), self.rank);
-        same_len(recv.len(), mine.len(), "reduce_scatter: recv (this rank's shard)")?;
+        same_len(
+            recv.len(),
+            mine.len(),
+            "reduce_scatter: recv (this rank's shard)",
+        )?;
         let v = self.reduce_scatter_async(send.to_vec(), op).wait()?;
         recv.copy_from_slice(&v);
         Ok(())
     }
     /// In-place reduce-scatter: afterwards only `buf[shard(len, rank)]` is meaningful.
     pub fn reduce_scatter_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
-        let v = self.submit(JobKind::Op(OpKind::ReduceScatter), op, buf.to_vec(), |v| v).wait()?;
+        let v = self
+            .submit(JobKind::Op(OpKind::ReduceScatter), op, buf.to_vec(), |v| v)
+            .wait()?;
         buf.copy_from_slice(&v);
         Ok(())
     }
     pub fn reduce_scatter_async<T: Element>(&self, send: Vec<T>, op: ReduceOp) -> Handle<Vec<T>> {
         let mine = self.shard(send.len(), self.rank);
-        self.submit(JobKind::Op(OpKind::ReduceScatter), op, send, move |v| v[mine].to_vec())
+        self.submit(JobKind::Op(OpKind::ReduceScatter), op, send, move |v| {
+            v[mine].to_vec()
+        })
     }
 
     /// Returns once every rank has entered the barrier.
@@ -291,13 +377,20 @@ impl Communicator {
         self.barrier_async().wait()
     }
     pub fn barrier_async(&self) -> Handle<()> {
-        self.submit(JobKind::Op(OpKind::Barrier), ReduceOp::Sum, vec![0u8; 2], |_| ())
+        self.submit(
+            JobKind::Op(OpKind::Barrier),
+            ReduceOp::Sum,
+            vec![0u8; 2],
+            |_| (),
+        )
     }
 }
 
 fn same_len(got: usize, want: usize, what: &str) -> Result<()> {
     if got != want {
-        return Err(CollectiveError::InvalidArgument(format!("{what} has {got} elements, expected {want}")));
+        return Err(CollectiveError::InvalidArgument(format!(
+            "{what} has {got} elements, expected {want}"
+        )));
     }
     Ok(())
 }
@@ -312,27 +405,70 @@ impl Drop for Communicator {
     }
 }
 
-/// An operation in flight. `wait` blocks until it is done; `progress` may be polled meanwhile.
+/// Turns the engine's buffer back into what the caller asked for.
+type Finish<R> = Box<dyn FnOnce(Box<dyn Any + Send>) -> Result<R>>;
+
+/// An operation in flight. `wait` blocks until it is done; it is also a
+/// [`Future`](std::future::Future) for async callers; `progress` may be polled meanwhile.
 #[must_use = "an operation's result is only seen through its handle"]
 pub struct Handle<R> {
     rx: Receiver<Result<Box<dyn WorkBuf>>>,
-    map: Box<dyn FnOnce(Box<dyn Any + Send>) -> Result<R>>,
+    map: Option<Finish<R>>,
     progress: Arc<Progress>,
+    waker: Arc<Mutex<Option<std::task::Waker>>>,
 }
 
 impl<R> Handle<R> {
-    pub fn wait(self) -> Result<R> {
-        match self.rx.recv() {
-            Ok(Ok(buf)) => (self.map)(buf.into_any()),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(CollectiveError::Closed),
-        }
+    pub fn wait(mut self) -> Result<R> {
+        let res = self.rx.recv().map_err(|_| CollectiveError::Closed);
+        self.finish(res)
+    }
+
+    fn finish(
+        &mut self,
+        res: std::result::Result<Result<Box<dyn WorkBuf>>, CollectiveError>,
+    ) -> Result<R> {
+        let buf = res??;
+        let map = self.map.take().ok_or(CollectiveError::Closed)?;
+        map(buf.into_any())
     }
 
     /// (bytes received so far, bytes this rank receives in total) for this
     /// operation; both 0 while it is still queued.
     pub fn progress(&self) -> (u64, u64) {
-        (self.progress.done.load(Ordering::Relaxed), self.progress.total.load(Ordering::Relaxed))
+        (
+            self.progress.done.load(Ordering::Relaxed),
+            self.progress.total.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl<R> std::future::Future for Handle<R> {
+    type Output = Result<R>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<R>> {
+        use std::sync::mpsc::TryRecvError;
+        use std::task::Poll;
+        let this = self.get_mut();
+        for attempt in 0..2 {
+            match this.rx.try_recv() {
+                Ok(res) => return Poll::Ready(this.finish(Ok(res))),
+                Err(TryRecvError::Disconnected) => {
+                    return Poll::Ready(Err(CollectiveError::Closed))
+                }
+                Err(TryRecvError::Empty) if attempt == 0 => {
+                    // Register, then look again: the engine may have replied in between.
+                    if let Ok(mut w) = this.waker.lock() {
+                        *w = Some(cx.waker().clone());
+                    }
+                }
+                Err(TryRecvError::Empty) => {}
+            }
+        }
+        Poll::Pending
     }
 }
 

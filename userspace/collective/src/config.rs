@@ -110,10 +110,14 @@ impl Options {
         }
         o.streams_wan = parse_var("CAUSEWAY_STREAMS_WAN")?.unwrap_or(o.streams_wan);
         o.streams_lan = parse_var("CAUSEWAY_STREAMS_LAN")?.unwrap_or(o.streams_lan);
-        o.shm = parse_var::<u8>("CAUSEWAY_SHM")?.map(|v| v != 0).unwrap_or(o.shm);
+        o.shm = parse_var::<u8>("CAUSEWAY_SHM")?
+            .map(|v| v != 0)
+            .unwrap_or(o.shm);
         o.chunk_bytes = parse_var("CAUSEWAY_CHUNK_BYTES")?.unwrap_or(o.chunk_bytes);
         o.window = parse_var("CAUSEWAY_WINDOW")?.unwrap_or(o.window);
-        o.probe = parse_var::<u8>("CAUSEWAY_PROBE")?.map(|v| v != 0).unwrap_or(o.probe);
+        o.probe = parse_var::<u8>("CAUSEWAY_PROBE")?
+            .map(|v| v != 0)
+            .unwrap_or(o.probe);
         o.probe_bytes = parse_var("CAUSEWAY_PROBE_BYTES")?.unwrap_or(o.probe_bytes);
         if let Some(a) = var("CAUSEWAY_ALGO") {
             o.algorithm = Some(Algorithm::parse(&a).ok_or_else(|| ConfigError::InvalidVar {
@@ -138,7 +142,11 @@ impl Options {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |what: &str| Err(ConfigError::Invalid(what.into()));
-        if self.streams_wan == 0 || self.streams_lan == 0 || self.streams_wan > 64 || self.streams_lan > 64 {
+        if self.streams_wan == 0
+            || self.streams_lan == 0
+            || self.streams_wan > 64
+            || self.streams_lan > 64
+        {
             return bad("streams per peer must be 1..=64");
         }
         if !(64..=(16 << 20)).contains(&self.chunk_bytes) {
@@ -188,7 +196,9 @@ impl Identity {
             (None, Some(path)) => domain_from_file(&path, rank)?,
             (None, None) => "default".into(),
         };
-        let listen_ip = var("CAUSEWAY_ADDR").map(|a| parse::<IpAddr>("CAUSEWAY_ADDR", &a)).transpose()?;
+        let listen_ip = var("CAUSEWAY_ADDR")
+            .map(|a| parse::<IpAddr>("CAUSEWAY_ADDR", &a))
+            .transpose()?;
         Ok(Identity {
             rank,
             world,
@@ -206,13 +216,18 @@ impl Identity {
 /// (the emulated testbed) are different hosts, as their traffic must cross the network.
 pub fn default_host_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
     format!("{}/{}", host.trim(), netns)
 }
 
 /// Looks `rank` up in a topology file: lines `RANKS DOMAIN`, RANKS being `3` or `0-3`.
 pub fn domain_from_file(path: &str, rank: Rank) -> Result<String, ConfigError> {
-    let err = |reason: String| ConfigError::Topology { path: path.into(), reason };
+    let err = |reason: String| ConfigError::Topology {
+        path: path.into(),
+        reason,
+    };
     let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
     domain_from_text(&text, rank).map_err(err)
 }
@@ -228,7 +243,10 @@ pub(crate) fn domain_from_text(text: &str, rank: Rank) -> Result<String, String>
         let (Some(ranks), Some(domain), None) = (it.next(), it.next(), it.next()) else {
             return Err(format!("line {}: expected `RANKS DOMAIN`", no + 1));
         };
-        let num = |s: &str| s.parse::<usize>().map_err(|_| format!("line {}: {s:?} is not a rank", no + 1));
+        let num = |s: &str| {
+            s.parse::<usize>()
+                .map_err(|_| format!("line {}: {s:?} is not a rank", no + 1))
+        };
         let (lo, hi) = match ranks.split_once('-') {
             Some((a, b)) => (num(a)?, num(b)?),
             None => (num(ranks)?, num(ranks)?),
@@ -256,7 +274,9 @@ mod tests {
         assert_eq!(domain_from_text(t, 1).as_deref(), Ok("east"));
         assert_eq!(domain_from_text(t, 3).as_deref(), Ok("west"));
         assert!(domain_from_text(t, 4).is_err());
-        assert!(domain_from_text("0-2 a\n2 b\n", 2).unwrap_err().contains("twice"));
+        assert!(domain_from_text("0-2 a\n2 b\n", 2)
+            .unwrap_err()
+            .contains("twice"));
         assert!(domain_from_text("x a\n", 0).is_err());
         assert!(domain_from_text("0 a b\n", 0).is_err());
     }
@@ -264,7 +284,17 @@ mod tests {
     #[test]
     fn options_validate() {
         assert!(Options::default().validate().is_ok());
-        assert!(Options { window: 0, ..Options::default() }.validate().is_err());
-        assert!(Options { chunk_bytes: 1, ..Options::default() }.validate().is_err());
+        assert!(Options {
+            window: 0,
+            ..Options::default()
+        }
+        .validate()
+        .is_err());
+        assert!(Options {
+            chunk_bytes: 1,
+            ..Options::default()
+        }
+        .validate()
+        .is_err());
     }
 }

@@ -18,9 +18,18 @@ impl Default for CostModel {
     /// a 10 Gbit/s LAN, a 1 Gbit/s WAN with 20 ms one-way delay.
     fn default() -> Self {
         CostModel {
-            intra_host: LinkCost { alpha: 5e-6, beta: 1.0 / 5e9 },
-            intra_domain: LinkCost { alpha: 50e-6, beta: 8.0 / 10e9 },
-            inter_domain: LinkCost { alpha: 20e-3, beta: 8.0 / 1e9 },
+            intra_host: LinkCost {
+                alpha: 5e-6,
+                beta: 1.0 / 5e9,
+            },
+            intra_domain: LinkCost {
+                alpha: 50e-6,
+                beta: 8.0 / 10e9,
+            },
+            inter_domain: LinkCost {
+                alpha: 20e-3,
+                beta: 8.0 / 1e9,
+            },
         }
     }
 }
@@ -51,20 +60,30 @@ impl CostModel {
             reason: reason.into(),
         };
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (class, rest) = item.split_once('=').ok_or_else(|| bad("expected CLASS=LATENCY_US:GBITPS"))?;
+            let (class, rest) = item
+                .split_once('=')
+                .ok_or_else(|| bad("expected CLASS=LATENCY_US:GBITPS"))?;
             let class = match class {
                 "host" => LinkClass::IntraHost,
                 "domain" => LinkClass::IntraDomain,
                 "wan" => LinkClass::InterDomain,
                 _ => return Err(bad("class must be host, domain or wan")),
             };
-            let (a, b) = rest.split_once(':').ok_or_else(|| bad("expected LATENCY_US:GBITPS"))?;
+            let (a, b) = rest
+                .split_once(':')
+                .ok_or_else(|| bad("expected LATENCY_US:GBITPS"))?;
             let alpha_us: f64 = a.parse().map_err(|_| bad("latency is not a number"))?;
             let gbps: f64 = b.parse().map_err(|_| bad("bandwidth is not a number"))?;
             if !(alpha_us >= 0.0 && gbps > 0.0 && alpha_us.is_finite() && gbps.is_finite()) {
                 return Err(bad("latency must be ≥ 0 and bandwidth > 0"));
             }
-            self.set(class, LinkCost { alpha: alpha_us * 1e-6, beta: 8.0 / (gbps * 1e9) });
+            self.set(
+                class,
+                LinkCost {
+                    alpha: alpha_us * 1e-6,
+                    beta: 8.0 / (gbps * 1e9),
+                },
+            );
         }
         Ok(())
     }
@@ -72,12 +91,18 @@ impl CostModel {
     /// Encodes as 6 f64 (for sharing the probe result).
     pub fn to_f64s(&self) -> [f64; 6] {
         let c = [self.intra_host, self.intra_domain, self.inter_domain];
-        [c[0].alpha, c[0].beta, c[1].alpha, c[1].beta, c[2].alpha, c[2].beta]
+        [
+            c[0].alpha, c[0].beta, c[1].alpha, c[1].beta, c[2].alpha, c[2].beta,
+        ]
     }
 
     pub fn from_f64s(v: [f64; 6]) -> Self {
         let lc = |a, b| LinkCost { alpha: a, beta: b };
-        CostModel { intra_host: lc(v[0], v[1]), intra_domain: lc(v[2], v[3]), inter_domain: lc(v[4], v[5]) }
+        CostModel {
+            intra_host: lc(v[0], v[1]),
+            intra_domain: lc(v[2], v[3]),
+            inter_domain: lc(v[4], v[5]),
+        }
     }
 }
 
@@ -94,12 +119,23 @@ impl Network for CostedNet<'_> {
     }
     fn resource(&self, from: Rank, to: Rank) -> (usize, usize) {
         match self.topo.class(from, to) {
-            LinkClass::InterDomain => {
-                (usize::MAX - self.topo.domain_of(from) as usize, self.topo.domain_of(to) as usize)
-            }
+            LinkClass::InterDomain => (
+                usize::MAX - self.topo.domain_of(from) as usize,
+                self.topo.domain_of(to) as usize,
+            ),
             _ => (from, to),
         }
     }
+}
+
+/// What a prediction is made for: the topology, its link costs, and the engine's
+/// pipelining (chunk size in elements, lanes in flight).
+#[derive(Debug, Clone, Copy)]
+pub struct Setting<'a> {
+    pub topo: &'a Topology,
+    pub model: &'a CostModel,
+    pub chunk: usize,
+    pub window: usize,
 }
 
 /// Predicted time of `algo` for `kind` on `count` elements, or `None` if it does not apply.
@@ -107,31 +143,27 @@ pub fn predict(
     kind: OpKind,
     count: usize,
     elem_bytes: usize,
-    topo: &Topology,
-    model: &CostModel,
     algo: Algorithm,
-    chunk: usize,
-    window: usize,
+    s: &Setting<'_>,
 ) -> Option<f64> {
-    let plans: Option<Vec<_>> = (0..topo.world()).map(|r| build(kind, count, topo, algo, chunk, r)).collect();
-    let net = CostedNet { topo, model };
-    simulate(&plans?, elem_bytes, &net, window, None).ok().map(|o| o.time)
+    let plans: Option<Vec<_>> = (0..s.topo.world())
+        .map(|r| build(kind, count, s.topo, algo, s.chunk, r))
+        .collect();
+    let net = CostedNet {
+        topo: s.topo,
+        model: s.model,
+    };
+    simulate(&plans?, elem_bytes, &net, s.window, None)
+        .ok()
+        .map(|o| o.time)
 }
 
 /// The fastest applicable algorithm by simulation (ties go to the earlier candidate).
-pub fn choose(
-    kind: OpKind,
-    count: usize,
-    elem_bytes: usize,
-    topo: &Topology,
-    model: &CostModel,
-    chunk: usize,
-    window: usize,
-) -> Algorithm {
-    let cands = Algorithm::candidates(kind, topo);
+pub fn choose(kind: OpKind, count: usize, elem_bytes: usize, s: &Setting<'_>) -> Algorithm {
+    let cands = Algorithm::candidates(kind, s.topo);
     let mut best = (cands[0], f64::INFINITY);
     for a in cands {
-        if let Some(t) = predict(kind, count, elem_bytes, topo, model, a, chunk, window) {
+        if let Some(t) = predict(kind, count, elem_bytes, a, s) {
             if t < best.1 {
                 best = (a, t);
             }
@@ -147,7 +179,8 @@ mod tests {
     #[test]
     fn overrides_parse_and_reject_nonsense() {
         let mut m = CostModel::default();
-        m.apply_overrides("wan=40000:0.1, host=1:100").expect("valid");
+        m.apply_overrides("wan=40000:0.1, host=1:100")
+            .expect("valid");
         assert_eq!(m.inter_domain.alpha, 0.04);
         assert!((m.inter_domain.beta - 8e-8).abs() < 1e-15);
         assert_eq!(m.intra_host.alpha, 1e-6);
@@ -162,12 +195,64 @@ mod tests {
         let m = CostModel::default();
         let flat = Topology::flat(8);
         // Small messages: latency dominates, the tree's log2(n) steps win.
-        assert_eq!(choose(OpKind::Allreduce, 16, 4, &flat, &m, 1 << 16, 4), Algorithm::Tree);
+        assert_eq!(
+            choose(
+                OpKind::Allreduce,
+                16,
+                4,
+                &Setting {
+                    topo: &flat,
+                    model: &m,
+                    chunk: 1 << 16,
+                    window: 4
+                }
+            ),
+            Algorithm::Tree
+        );
         // Large messages: bandwidth dominates, the ring wins.
-        assert_eq!(choose(OpKind::Allreduce, 16 << 20, 4, &flat, &m, 1 << 16, 4), Algorithm::Ring);
+        assert_eq!(
+            choose(
+                OpKind::Allreduce,
+                16 << 20,
+                4,
+                &Setting {
+                    topo: &flat,
+                    model: &m,
+                    chunk: 1 << 16,
+                    window: 4
+                }
+            ),
+            Algorithm::Ring
+        );
         // Two domains: hierarchical for large messages.
         let two = Topology::grid(2, 4);
-        assert_eq!(choose(OpKind::Allreduce, 16 << 20, 4, &two, &m, 1 << 16, 4), Algorithm::Hierarchical);
-        assert_eq!(choose(OpKind::Barrier, 2, 1, &two, &m, 1, 1), Algorithm::Dissemination);
+        assert_eq!(
+            choose(
+                OpKind::Allreduce,
+                16 << 20,
+                4,
+                &Setting {
+                    topo: &two,
+                    model: &m,
+                    chunk: 1 << 16,
+                    window: 4
+                }
+            ),
+            Algorithm::Hierarchical
+        );
+        assert_eq!(
+            choose(
+                OpKind::Barrier,
+                2,
+                1,
+                &Setting {
+                    topo: &two,
+                    model: &m,
+                    chunk: 1,
+                    window: 1
+                }
+            ),
+            Algorithm::Dissemination
+        );
     }
 }

@@ -21,8 +21,15 @@ pub enum DType {
 }
 
 impl DType {
-    pub const ALL: [DType; 7] =
-        [DType::F32, DType::F64, DType::F16, DType::Bf16, DType::I32, DType::I64, DType::U8];
+    pub const ALL: [DType; 7] = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::Bf16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+    ];
 
     /// Size of one element in bytes.
     pub fn size(self) -> usize {
@@ -48,12 +55,19 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
-    pub const ALL: [ReduceOp; 5] =
-        [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max, ReduceOp::Prod];
+    pub const ALL: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Avg,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Prod,
+    ];
 }
 
 /// A Rust type that can travel through a collective. Sealed: exactly the dtypes above.
-pub trait Element: bytemuck::Pod + Send + Sync + PartialEq + std::fmt::Debug + sealed::Sealed {
+pub trait Element:
+    bytemuck::Pod + Send + Sync + PartialEq + std::fmt::Debug + sealed::Sealed
+{
     const DTYPE: DType;
 }
 
@@ -98,13 +112,69 @@ pub fn reduce_into(dtype: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) {
         }};
     }
     match dtype {
-        DType::F32 => kernel!(4, ld_f32, st_f32, |a: f32, b: f32| a + b, f32::min, f32::max, |a, b| a * b),
-        DType::F64 => kernel!(8, ld_f64, st_f64, |a: f64, b: f64| a + b, f64::min, f64::max, |a, b| a * b),
-        DType::F16 => kernel!(2, ld_f16, st_f16, |a: f32, b: f32| a + b, f32::min, f32::max, |a, b| a * b),
-        DType::Bf16 => kernel!(2, ld_bf16, st_bf16, |a: f32, b: f32| a + b, f32::min, f32::max, |a, b| a * b),
-        DType::I32 => kernel!(4, ld_i32, st_i32, i32::wrapping_add, i32::min, i32::max, i32::wrapping_mul),
-        DType::I64 => kernel!(8, ld_i64, st_i64, i64::wrapping_add, i64::min, i64::max, i64::wrapping_mul),
-        DType::U8 => kernel!(1, ld_u8, st_u8, u8::wrapping_add, u8::min, u8::max, u8::wrapping_mul),
+        DType::F32 => kernel!(
+            4,
+            ld_f32,
+            st_f32,
+            |a: f32, b: f32| a + b,
+            f32::min,
+            f32::max,
+            |a, b| a * b
+        ),
+        DType::F64 => kernel!(
+            8,
+            ld_f64,
+            st_f64,
+            |a: f64, b: f64| a + b,
+            f64::min,
+            f64::max,
+            |a, b| a * b
+        ),
+        DType::F16 => kernel!(
+            2,
+            ld_f16,
+            st_f16,
+            |a: f32, b: f32| a + b,
+            f32::min,
+            f32::max,
+            |a, b| a * b
+        ),
+        DType::Bf16 => kernel!(
+            2,
+            ld_bf16,
+            st_bf16,
+            |a: f32, b: f32| a + b,
+            f32::min,
+            f32::max,
+            |a, b| a * b
+        ),
+        DType::I32 => kernel!(
+            4,
+            ld_i32,
+            st_i32,
+            i32::wrapping_add,
+            i32::min,
+            i32::max,
+            i32::wrapping_mul
+        ),
+        DType::I64 => kernel!(
+            8,
+            ld_i64,
+            st_i64,
+            i64::wrapping_add,
+            i64::min,
+            i64::max,
+            i64::wrapping_mul
+        ),
+        DType::U8 => kernel!(
+            1,
+            ld_u8,
+            st_u8,
+            u8::wrapping_add,
+            u8::min,
+            u8::max,
+            u8::wrapping_mul
+        ),
     }
 }
 
@@ -219,10 +289,20 @@ mod tests {
     #[test]
     fn half_types_round_through_f32() {
         let mut acc = bytes(&[f16::from_f32(1.5), f16::from_f32(-2.0)]);
-        reduce_into(DType::F16, ReduceOp::Sum, &mut acc, &bytes(&[f16::from_f32(0.25), f16::ONE]));
+        reduce_into(
+            DType::F16,
+            ReduceOp::Sum,
+            &mut acc,
+            &bytes(&[f16::from_f32(0.25), f16::ONE]),
+        );
         assert_eq!(acc, bytes(&[f16::from_f32(1.75), f16::from_f32(-1.0)]));
         let mut acc = bytes(&[bf16::from_f32(3.0)]);
-        reduce_into(DType::Bf16, ReduceOp::Max, &mut acc, &bytes(&[bf16::from_f32(4.0)]));
+        reduce_into(
+            DType::Bf16,
+            ReduceOp::Max,
+            &mut acc,
+            &bytes(&[bf16::from_f32(4.0)]),
+        );
         assert_eq!(acc, bytes(&[bf16::from_f32(4.0)]));
     }
 }

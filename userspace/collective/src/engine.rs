@@ -8,7 +8,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
 use crate::config::Options;
-use crate::cost::{choose, CostModel};
+use crate::cost::{choose, CostModel, Setting};
 use crate::dtype::{finish, DType, ReduceOp};
 use crate::error::{CollectiveError, Rank, Result};
 use crate::links::{Event, PeerLink};
@@ -56,6 +56,8 @@ pub(crate) struct Job {
     pub buf: Box<dyn WorkBuf>,
     pub progress: Arc<Progress>,
     pub reply: Sender<Result<Box<dyn WorkBuf>>>,
+    /// Woken after the reply is sent (for handles polled as futures).
+    pub waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
 }
 
 pub(crate) struct Engine {
@@ -108,6 +110,9 @@ impl Engine {
         while let Ok(mut job) = jobs.recv() {
             let res = self.run_job(&mut job);
             let _ = job.reply.send(res.map(|()| job.buf));
+            if let Some(w) = job.waker.lock().ok().and_then(|mut w| w.take()) {
+                w.wake();
+            }
         }
         if self.failure.is_none() {
             for p in self.peers.iter().flatten() {
@@ -117,7 +122,9 @@ impl Engine {
             // An operation is complete here once everything was received; what we
             // still send to slower peers must leave before the process may exit.
             let deadline = std::time::Instant::now() + self.opts.timeout;
-            while !self.peers.iter().flatten().all(PeerLink::flushed) && std::time::Instant::now() < deadline {
+            while !self.peers.iter().flatten().all(PeerLink::flushed)
+                && std::time::Instant::now() < deadline
+            {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
         }
@@ -151,8 +158,10 @@ impl Engine {
         };
         let esize = job.dtype.size();
         let bytes = job.buf.bytes();
-        if bytes.len() % esize != 0 {
-            return Err(CollectiveError::InvalidArgument("buffer is not a whole number of elements".into()));
+        if !bytes.len().is_multiple_of(esize) {
+            return Err(CollectiveError::InvalidArgument(
+                "buffer is not a whole number of elements".into(),
+            ));
         }
         let count = bytes.len() / esize;
         let seq = self.next_op;
@@ -175,7 +184,12 @@ impl Engine {
                 OpKind::ReduceScatter => Span::new(0, count).piece(self.world, self.me),
                 _ => Span::new(0, 0),
             };
-            finish(job.dtype, job.op, &mut bytes[span.start * esize..span.end() * esize], self.world);
+            finish(
+                job.dtype,
+                job.op,
+                &mut bytes[span.start * esize..span.end() * esize],
+                self.world,
+            );
         }
         res
     }
@@ -185,7 +199,15 @@ impl Engine {
         let cands = Algorithm::candidates(kind, &self.topo);
         let algo = match self.opts.algorithm {
             Some(a) if cands.contains(&a) => a,
-            _ => choose(kind, count, esize, &self.topo, &self.model, chunk, self.opts.window),
+            _ => {
+                let s = Setting {
+                    topo: &self.topo,
+                    model: &self.model,
+                    chunk,
+                    window: self.opts.window,
+                };
+                choose(kind, count, esize, &s)
+            }
         };
         if self.plans.len() > 64 {
             self.plans.clear();

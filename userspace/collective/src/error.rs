@@ -14,7 +14,11 @@ pub enum ConfigError {
     #[error("environment variable {0} is not set (torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")]
     MissingVar(&'static str),
     #[error("{name}={value:?} is invalid: {reason}")]
-    InvalidVar { name: String, value: String, reason: String },
+    InvalidVar {
+        name: String,
+        value: String,
+        reason: String,
+    },
     #[error("rank {rank} is out of range for world size {world}")]
     RankOutOfRange { rank: usize, world: usize },
     #[error("world size must be at least 1")]
@@ -29,7 +33,11 @@ pub enum ConfigError {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("store at {addr}: {context}: {source}")]
-    Io { addr: String, context: &'static str, source: Arc<std::io::Error> },
+    Io {
+        addr: String,
+        context: &'static str,
+        source: Arc<std::io::Error>,
+    },
     #[error("store: key {key:?} did not appear within {after:?}")]
     Timeout { key: String, after: Duration },
     #[error("store protocol violation: {0}")]
@@ -48,11 +56,19 @@ pub enum CollectiveError {
     #[error("rank {rank} was claimed by more than one process")]
     DuplicateRank { rank: Rank },
     #[error("inconsistent world: rank {rank} reports {what} = {got}, rank 0 reports {expected}")]
-    Inconsistent { rank: Rank, what: &'static str, expected: String, got: String },
+    Inconsistent {
+        rank: Rank,
+        what: &'static str,
+        expected: String,
+        got: String,
+    },
     #[error("rendezvous: {0}")]
     Rendezvous(String),
     #[error("{context}: {source}")]
-    Io { context: String, source: Arc<std::io::Error> },
+    Io {
+        context: String,
+        source: Arc<std::io::Error>,
+    },
     #[error("peer rank {peer} failed: {detail}")]
     PeerFailed { peer: Rank, detail: String },
     #[error("no progress from peer rank(s) {peers:?} within {after:?}")]
@@ -71,7 +87,10 @@ pub enum CollectiveError {
 
 impl CollectiveError {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        CollectiveError::Io { context: context.into(), source: Arc::new(source) }
+        CollectiveError::Io {
+            context: context.into(),
+            source: Arc::new(source),
+        }
     }
 
     /// The rank this error blames, if any (a dead, silent or misbehaving peer).

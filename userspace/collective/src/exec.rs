@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 
 use super::{progress_add, Engine, Job, Progress};
-use crate::dtype::{DType, ReduceOp};
 use crate::dtype::reduce_into;
+use crate::dtype::{DType, ReduceOp};
 use crate::error::{CollectiveError, Rank, Result};
 use crate::links::Event;
 use crate::schedule::{Action, Plan};
@@ -46,12 +46,24 @@ struct Run<'p> {
     early: HashMap<(usize, usize), Vec<(Rank, Frame)>>,
 }
 
-pub(super) fn execute(e: &mut Engine, seq: u64, plan: &Plan, job: &mut Job, esize: usize) -> Result<()> {
+pub(super) fn execute(
+    e: &mut Engine,
+    seq: u64,
+    plan: &Plan,
+    job: &mut Job,
+    esize: usize,
+) -> Result<()> {
     let total: usize = plan
         .lanes
         .iter()
         .flat_map(|l| l.steps.iter().flatten())
-        .map(|a| if let Action::Recv { span, .. } = a { span.len * esize } else { 0 })
+        .map(|a| {
+            if let Action::Recv { span, .. } = a {
+                span.len * esize
+            } else {
+                0
+            }
+        })
         .sum();
     job.progress.total.store(total as u64, Ordering::Relaxed);
     job.progress.done.store(0, Ordering::Relaxed);
@@ -60,19 +72,36 @@ pub(super) fn execute(e: &mut Engine, seq: u64, plan: &Plan, job: &mut Job, esiz
         seq,
         plan,
         esize,
-        lanes: (0..n).map(|_| LaneState { step: 0, recvs: Vec::new() }).collect(),
+        lanes: (0..n)
+            .map(|_| LaneState {
+                step: 0,
+                recvs: Vec::new(),
+            })
+            .collect(),
         next_lane: n.min(e.opts.window),
         done_lanes: 0,
         todo: (0..n.min(e.opts.window)).rev().map(|l| (l, 0)).collect(),
         early: HashMap::new(),
     };
-    let Job { buf: work, dtype, op, progress, .. } = job;
-    let ctx = Ctx { dtype: *dtype, op: *op, progress };
+    let Job {
+        buf: work,
+        dtype,
+        op,
+        progress,
+        ..
+    } = job;
+    let ctx = Ctx {
+        dtype: *dtype,
+        op: *op,
+        progress,
+    };
     let job = &ctx;
     let buf = work.bytes();
     pump(e, &mut run, buf, job)?;
     // Frames for this operation that arrived while earlier ones ran.
-    let (mine, later): (Vec<_>, Vec<_>) = std::mem::take(&mut e.future).into_iter().partition(|(_, f)| f.header.op == seq);
+    let (mine, later): (Vec<_>, Vec<_>) = std::mem::take(&mut e.future)
+        .into_iter()
+        .partition(|(_, f)| f.header.op == seq);
     e.future = later;
     for (peer, f) in mine {
         on_frame(e, &mut run, peer, f, buf, job)?;
@@ -81,12 +110,23 @@ pub(super) fn execute(e: &mut Engine, seq: u64, plan: &Plan, job: &mut Job, esiz
     while run.done_lanes < n {
         match e.events.recv_timeout(e.opts.timeout) {
             Ok(Event::Frame { peer, frame }) => on_frame(e, &mut run, peer, frame, buf, job)?,
-            Ok(Event::Closed { peer, graceful, detail }) => on_closed(e, &run, peer, graceful, detail)?,
+            Ok(Event::Closed {
+                peer,
+                graceful,
+                detail,
+            }) => on_closed(e, &run, peer, graceful, detail)?,
             Err(RecvTimeoutError::Timeout) => {
-                let mut peers: Vec<Rank> = run.lanes.iter().flat_map(|l| l.recvs.iter().filter(|p| p.left > 0).map(|p| p.peer)).collect();
+                let mut peers: Vec<Rank> = run
+                    .lanes
+                    .iter()
+                    .flat_map(|l| l.recvs.iter().filter(|p| p.left > 0).map(|p| p.peer))
+                    .collect();
                 peers.sort_unstable();
                 peers.dedup();
-                return Err(CollectiveError::PeerTimeout { peers, after: e.opts.timeout });
+                return Err(CollectiveError::PeerTimeout {
+                    peers,
+                    after: e.opts.timeout,
+                });
             }
             Err(RecvTimeoutError::Disconnected) => return Err(CollectiveError::Closed),
         }
@@ -115,7 +155,13 @@ fn pump(e: &mut Engine, run: &mut Run<'_>, buf: &mut [u8], job: &Ctx<'_>) -> Res
                 }
                 Action::Recv { peer, span, reduce } => {
                     let (start, end) = (span.start * run.esize, span.end() * run.esize);
-                    recvs.push(Pending { peer, start, end, reduce, left: end - start });
+                    recvs.push(Pending {
+                        peer,
+                        start,
+                        end,
+                        reduce,
+                        left: end - start,
+                    });
                 }
             }
         }
@@ -131,11 +177,22 @@ fn pump(e: &mut Engine, run: &mut Run<'_>, buf: &mut [u8], job: &Ctx<'_>) -> Res
     Ok(())
 }
 
-fn send(e: &mut Engine, seq: u64, lane: usize, step: usize, peer: Rank, bytes: &[u8]) -> Result<()> {
-    let link = e.peers.get_mut(peer).and_then(Option::as_mut).ok_or(CollectiveError::PeerFailed {
-        peer,
-        detail: "no connection".into(),
-    })?;
+fn send(
+    e: &mut Engine,
+    seq: u64,
+    lane: usize,
+    step: usize,
+    peer: Rank,
+    bytes: &[u8],
+) -> Result<()> {
+    let link =
+        e.peers
+            .get_mut(peer)
+            .and_then(Option::as_mut)
+            .ok_or(CollectiveError::PeerFailed {
+                peer,
+                detail: "no connection".into(),
+            })?;
     let frame = (e.opts.chunk_bytes / 8).max(1) * 8;
     for (i, piece) in bytes.chunks(frame).enumerate() {
         let mut p = e.pool.take(piece.len());
@@ -149,19 +206,37 @@ fn send(e: &mut Engine, seq: u64, lane: usize, step: usize, peer: Rank, bytes: &
             len: piece.len() as u32,
         };
         if !link.send_data(h, p) {
-            return Err(CollectiveError::PeerFailed { peer, detail: "connection closed".into() });
+            return Err(CollectiveError::PeerFailed {
+                peer,
+                detail: "connection closed".into(),
+            });
         }
     }
     Ok(())
 }
 
-fn on_frame(e: &mut Engine, run: &mut Run<'_>, peer: Rank, f: Frame, buf: &mut [u8], job: &Ctx<'_>) -> Result<()> {
+fn on_frame(
+    e: &mut Engine,
+    run: &mut Run<'_>,
+    peer: Rank,
+    f: Frame,
+    buf: &mut [u8],
+    job: &Ctx<'_>,
+) -> Result<()> {
     let h = f.header;
     if h.kind == FrameKind::Abort {
-        let (failed, reason) = decode_abort(&f.payload).map_err(|source| CollectiveError::Frame { peer, source })?;
+        let (failed, reason) =
+            decode_abort(&f.payload).map_err(|source| CollectiveError::Frame { peer, source })?;
         let failed = failed as usize;
-        let detail = if failed == peer { reason } else { format!("reported by rank {peer}: {reason}") };
-        return Err(CollectiveError::PeerFailed { peer: failed.min(e.world.saturating_sub(1)), detail });
+        let detail = if failed == peer {
+            reason
+        } else {
+            format!("reported by rank {peer}: {reason}")
+        };
+        return Err(CollectiveError::PeerFailed {
+            peer: failed.min(e.world.saturating_sub(1)),
+            detail,
+        });
     }
     let mismatch = |detail: String| CollectiveError::Mismatch { peer, detail };
     if h.kind != FrameKind::Data {
@@ -173,7 +248,10 @@ fn on_frame(e: &mut Engine, run: &mut Run<'_>, peer: Rank, f: Frame, buf: &mut [
     }
     let (l, s) = (h.lane as usize, h.step as usize);
     if h.op < run.seq || l >= run.lanes.len() || s >= run.plan.lanes[l].steps.len() {
-        return Err(mismatch(format!("frame for op {} lane {l} step {s} does not exist (running op {})", h.op, run.seq)));
+        return Err(mismatch(format!(
+            "frame for op {} lane {l} step {s} does not exist (running op {})",
+            h.op, run.seq
+        )));
     }
     let started = l < run.next_lane;
     let lane = &run.lanes[l];
@@ -189,21 +267,39 @@ fn on_frame(e: &mut Engine, run: &mut Run<'_>, peer: Rank, f: Frame, buf: &mut [
 }
 
 /// Applies one chunk to the pending receive of lane `l` from `peer`.
-fn apply(run: &mut Run<'_>, l: usize, peer: Rank, f: &Frame, buf: &mut [u8], job: &Ctx<'_>) -> Result<()> {
+fn apply(
+    run: &mut Run<'_>,
+    l: usize,
+    peer: Rank,
+    f: &Frame,
+    buf: &mut [u8],
+    job: &Ctx<'_>,
+) -> Result<()> {
     let mismatch = |detail: String| CollectiveError::Mismatch { peer, detail };
     let h = f.header;
     let esize = run.esize;
     let Some(p) = run.lanes[l].recvs.iter_mut().find(|p| p.peer == peer) else {
-        return Err(mismatch(format!("lane {l} step {} expects nothing from this peer", h.step)));
+        return Err(mismatch(format!(
+            "lane {l} step {} expects nothing from this peer",
+            h.step
+        )));
     };
     // Offsets are relative to the transfer, so the two sides' spans may sit at different places.
     let (rel, len) = (h.offset, f.payload.len());
-    let off = usize::try_from(rel).ok().and_then(|r| r.checked_add(p.start));
-    let fits = off.and_then(|o| o.checked_add(len)).is_some_and(|end| end <= p.end) && len <= p.left;
+    let off = usize::try_from(rel)
+        .ok()
+        .and_then(|r| r.checked_add(p.start));
+    let fits = off
+        .and_then(|o| o.checked_add(len))
+        .is_some_and(|end| end <= p.end)
+        && len <= p.left;
     let off = match off {
-        Some(o) if fits && rel as usize % esize == 0 && len % esize == 0 => o,
+        Some(o) if fits && (rel as usize).is_multiple_of(esize) && len.is_multiple_of(esize) => o,
         _ => {
-            return Err(mismatch(format!("chunk at +{rel} ({len} bytes) outside the expected {} bytes", p.end - p.start)))
+            return Err(mismatch(format!(
+                "chunk at +{rel} ({len} bytes) outside the expected {} bytes",
+                p.end - p.start
+            )))
         }
     };
     let dst = &mut buf[off..off + len];
@@ -221,7 +317,13 @@ fn apply(run: &mut Run<'_>, l: usize, peer: Rank, f: &Frame, buf: &mut [u8], job
     Ok(())
 }
 
-fn on_closed(e: &mut Engine, run: &Run<'_>, peer: Rank, graceful: bool, detail: String) -> Result<()> {
+fn on_closed(
+    e: &mut Engine,
+    run: &Run<'_>,
+    peer: Rank,
+    graceful: bool,
+    detail: String,
+) -> Result<()> {
     e.closed_seen += 1;
     if !graceful {
         return Err(CollectiveError::PeerFailed { peer, detail });
@@ -236,14 +338,19 @@ fn on_closed(e: &mut Engine, run: &Run<'_>, peer: Rank, graceful: bool, detail: 
 /// still need from it has already arrived (and waits in a stash).
 fn check_left(e: &Engine, run: &Run<'_>) -> Result<()> {
     for (peer, link) in e.peers.iter().enumerate() {
-        if !link.as_ref().is_some_and(|l| l.open == 0) {
+        if link.as_ref().is_none_or(|l| l.open != 0) {
             continue;
         }
         let mut needed = 0usize;
         for (l, st) in run.lanes.iter().enumerate() {
             let started = l < run.next_lane;
             if started {
-                needed += st.recvs.iter().filter(|p| p.peer == peer).map(|p| p.left).sum::<usize>();
+                needed += st
+                    .recvs
+                    .iter()
+                    .filter(|p| p.peer == peer)
+                    .map(|p| p.left)
+                    .sum::<usize>();
             }
             let from = if started { st.step + 1 } else { 0 };
             for a in run.plan.lanes[l].steps.iter().skip(from).flatten() {
@@ -252,9 +359,18 @@ fn check_left(e: &Engine, run: &Run<'_>) -> Result<()> {
                 }
             }
         }
-        let stashed: usize = run.early.values().flatten().filter(|(q, _)| *q == peer).map(|(_, f)| f.payload.len()).sum();
+        let stashed: usize = run
+            .early
+            .values()
+            .flatten()
+            .filter(|(q, _)| *q == peer)
+            .map(|(_, f)| f.payload.len())
+            .sum();
         if needed > stashed {
-            return Err(CollectiveError::PeerFailed { peer, detail: "left the communicator".into() });
+            return Err(CollectiveError::PeerFailed {
+                peer,
+                detail: "left the communicator".into(),
+            });
         }
     }
     Ok(())

@@ -14,9 +14,16 @@ use crate::wire::{read_frame, write_frame, Frame, FrameHeader, FrameKind, ReadEr
 
 /// What the connection threads tell the engine.
 pub(crate) enum Event {
-    Frame { peer: Rank, frame: Frame },
+    Frame {
+        peer: Rank,
+        frame: Frame,
+    },
     /// A connection ended; `graceful` after the peer's Goodbye.
-    Closed { peer: Rank, graceful: bool, detail: String },
+    Closed {
+        peer: Rank,
+        graceful: bool,
+        detail: String,
+    },
 }
 
 pub(crate) enum Out {
@@ -69,19 +76,43 @@ impl PeerLink {
 }
 
 /// Starts the threads for `peer`'s connections.
-pub(crate) fn start(peer: Rank, conns: Vec<Conn>, events: &Sender<Event>, pool: &BufferPool, max_frame: u32) -> Result<PeerLink> {
-    let mut link = PeerLink { data: Vec::new(), all: Vec::new(), next: 0, writers: Vec::new(), open: conns.len() };
+pub(crate) fn start(
+    peer: Rank,
+    conns: Vec<Conn>,
+    events: &Sender<Event>,
+    pool: &BufferPool,
+    max_frame: u32,
+) -> Result<PeerLink> {
+    let mut link = PeerLink {
+        data: Vec::new(),
+        all: Vec::new(),
+        next: 0,
+        writers: Vec::new(),
+        open: conns.len(),
+    };
     for (i, c) in conns.into_iter().enumerate() {
         let what = c.transport.describe();
-        let (r, w, closer) = c.transport.split().map_err(|e| CollectiveError::io(format!("split {what}"), e))?;
+        let (r, w, closer) = c
+            .transport
+            .split()
+            .map_err(|e| CollectiveError::io(format!("split {what}"), e))?;
         let (tx, rx) = channel();
         let (ev, ev2, pool, c2) = (events.clone(), events.clone(), pool.clone(), closer.clone());
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
-            thread::Builder::new().name(name).spawn(f).map_err(|e| CollectiveError::io("spawn connection thread", e))
+            thread::Builder::new()
+                .name(name)
+                .spawn(f)
+                .map_err(|e| CollectiveError::io("spawn connection thread", e))
         };
-        spawn(format!("cw-rx-{peer}-{i}"), Box::new(move || reader(peer, r, ev, pool, max_frame, c2)))?;
+        spawn(
+            format!("cw-rx-{peer}-{i}"),
+            Box::new(move || reader(peer, r, ev, pool, max_frame, c2)),
+        )?;
         let c3 = closer.clone();
-        link.writers.push(spawn(format!("cw-tx-{peer}-{i}"), Box::new(move || writer(peer, w, rx, ev2, c3)))?);
+        link.writers.push(spawn(
+            format!("cw-tx-{peer}-{i}"),
+            Box::new(move || writer(peer, w, rx, ev2, c3)),
+        )?);
         if c.data {
             link.data.push(tx.clone());
         }
@@ -90,13 +121,28 @@ pub(crate) fn start(peer: Rank, conns: Vec<Conn>, events: &Sender<Event>, pool: 
     Ok(link)
 }
 
-fn reader(peer: Rank, mut r: Reader, events: Sender<Event>, pool: BufferPool, max: u32, closer: Arc<dyn Closer>) {
+fn reader(
+    peer: Rank,
+    mut r: Reader,
+    events: Sender<Event>,
+    pool: BufferPool,
+    max: u32,
+    closer: Arc<dyn Closer>,
+) {
     loop {
         let ev = match read_frame(&mut r, max, &pool) {
-            Ok(f) if f.header.kind == FrameKind::Goodbye => Event::Closed { peer, graceful: true, detail: "goodbye".into() },
+            Ok(f) if f.header.kind == FrameKind::Goodbye => Event::Closed {
+                peer,
+                graceful: true,
+                detail: "goodbye".into(),
+            },
             Ok(f) if f.header.kind == FrameKind::Hello => {
                 closer.close();
-                Event::Closed { peer, graceful: false, detail: "protocol violation: second Hello".into() }
+                Event::Closed {
+                    peer,
+                    graceful: false,
+                    detail: "protocol violation: second Hello".into(),
+                }
             }
             Ok(frame) => {
                 if events.send(Event::Frame { peer, frame }).is_err() {
@@ -104,12 +150,24 @@ fn reader(peer: Rank, mut r: Reader, events: Sender<Event>, pool: BufferPool, ma
                 }
                 continue;
             }
-            Err(ReadError::Closed) => Event::Closed { peer, graceful: false, detail: "connection closed".into() },
-            Err(ReadError::Io(e)) => Event::Closed { peer, graceful: false, detail: format!("read failed: {e}") },
+            Err(ReadError::Closed) => Event::Closed {
+                peer,
+                graceful: false,
+                detail: "connection closed".into(),
+            },
+            Err(ReadError::Io(e)) => Event::Closed {
+                peer,
+                graceful: false,
+                detail: format!("read failed: {e}"),
+            },
             Err(ReadError::Frame(e)) => {
                 // Malformed input: this connection cannot be trusted any more.
                 closer.close();
-                Event::Closed { peer, graceful: false, detail: format!("malformed frame: {e}") }
+                Event::Closed {
+                    peer,
+                    graceful: false,
+                    detail: format!("malformed frame: {e}"),
+                }
             }
         };
         let _ = events.send(ev);
@@ -117,11 +175,21 @@ fn reader(peer: Rank, mut r: Reader, events: Sender<Event>, pool: BufferPool, ma
     }
 }
 
-fn writer(peer: Rank, w: crate::transport::Writer, rx: Receiver<Out>, events: Sender<Event>, closer: Arc<dyn Closer>) {
+fn writer(
+    peer: Rank,
+    w: crate::transport::Writer,
+    rx: Receiver<Out>,
+    events: Sender<Event>,
+    closer: Arc<dyn Closer>,
+) {
     let mut w = BufWriter::with_capacity(64 << 10, w);
     let fail = |e: std::io::Error| {
         closer.close();
-        let _ = events.send(Event::Closed { peer, graceful: false, detail: format!("write failed: {e}") });
+        let _ = events.send(Event::Closed {
+            peer,
+            graceful: false,
+            detail: format!("write failed: {e}"),
+        });
     };
     while let Ok(first) = rx.recv() {
         let mut next = Some(first);

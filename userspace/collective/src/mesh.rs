@@ -36,46 +36,81 @@ fn shape(j: &Joined, opts: &Options, me: Rank, q: Rank) -> (bool, usize) {
 }
 
 fn ring_path(session: u64, from: Rank, to: Rank) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/causeway-{session:016x}-{}-{from}-{to}", std::process::id()))
+    PathBuf::from(format!(
+        "/dev/shm/causeway-{session:016x}-{}-{from}-{to}",
+        std::process::id()
+    ))
 }
 
 pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Vec<Conn>>> {
     let world = j.addrs.len();
     let deadline = Instant::now() + opts.rendezvous_timeout;
-    let tuning = opts.wan_socket_buffer.map(TcpTuning::for_long_fat_pipes).unwrap_or(TcpTuning { socket_buffer: None });
+    let tuning = opts
+        .wan_socket_buffer
+        .map(TcpTuning::for_long_fat_pipes)
+        .unwrap_or(TcpTuning {
+            socket_buffer: None,
+        });
     let mut conns: Vec<Vec<Conn>> = (0..world).map(|_| Vec::new()).collect();
+    #[allow(clippy::needless_range_loop)] // q is a rank: it indexes several tables
     for q in 0..me {
         let (shm, n) = shape(j, opts, me, q);
-        let hello = |index: u32, role, shm| Hello { session: j.session, rank: me as u32, world: world as u32, index, role, shm };
+        let hello = |index: u32, role, shm| Hello {
+            session: j.session,
+            rank: me as u32,
+            world: world as u32,
+            index,
+            role,
+            shm,
+        };
         let dial = |h: Hello| -> Result<TcpStream> {
-            let mut s = tcp::connect(j.addrs[q], tuning, Duration::from_secs(10))
-                .map_err(|e| CollectiveError::io(format!("connect to rank {q} at {}", j.addrs[q]), e))?;
+            let mut s = tcp::connect(j.addrs[q], tuning, Duration::from_secs(10)).map_err(|e| {
+                CollectiveError::io(format!("connect to rank {q} at {}", j.addrs[q]), e)
+            })?;
             let p = h.encode();
-            write_frame(&mut s, &FrameHeader::control(FrameKind::Hello, p.len() as u32), &p)
-                .map_err(|e| CollectiveError::io(format!("hello to rank {q}"), e))?;
+            write_frame(
+                &mut s,
+                &FrameHeader::control(FrameKind::Hello, p.len() as u32),
+                &p,
+            )
+            .map_err(|e| CollectiveError::io(format!("hello to rank {q}"), e))?;
             tune_wan(j, opts, me, q, &s);
             Ok(s)
         };
         if shm {
             let (tx_path, rx_path) = (ring_path(j.session, me, q), ring_path(j.session, q, me));
-            let shm_err = |e: std::io::Error| CollectiveError::Shm(format!("create ring for rank {q}: {e}"));
+            let shm_err =
+                |e: std::io::Error| CollectiveError::Shm(format!("create ring for rank {q}: {e}"));
             let tx = ShmRing::create(&tx_path, opts.shm_ring_bytes).map_err(shm_err)?;
             let rx = ShmRing::create(&rx_path, opts.shm_ring_bytes).map_err(shm_err)?;
             let paths = (tx_path.display().to_string(), rx_path.display().to_string());
             let s = dial(hello(0, ConnRole::TcpControl, Some(paths)))?;
-            conns[q].push(Conn { transport: Box::new(ShmTransport::new(tx, rx)), data: true });
-            conns[q].push(Conn { transport: tcp_transport(s, q)?, data: false });
+            conns[q].push(Conn {
+                transport: Box::new(ShmTransport::new(tx, rx)),
+                data: true,
+            });
+            conns[q].push(Conn {
+                transport: tcp_transport(s, q)?,
+                data: false,
+            });
         } else {
             for i in 0..n {
                 let s = dial(hello(i as u32, ConnRole::TcpData, None))?;
-                conns[q].push(Conn { transport: tcp_transport(s, q)?, data: true });
+                conns[q].push(Conn {
+                    transport: tcp_transport(s, q)?,
+                    data: true,
+                });
             }
         }
     }
     // Accept from the higher ranks.
-    let mut expected: Vec<usize> = (0..world).map(|q| if q > me { shape(j, opts, me, q).1 } else { 0 }).collect();
+    let mut expected: Vec<usize> = (0..world)
+        .map(|q| if q > me { shape(j, opts, me, q).1 } else { 0 })
+        .collect();
     let mut seen: Vec<Vec<bool>> = expected.iter().map(|n| vec![false; *n]).collect();
-    j.listener.set_nonblocking(true).map_err(|e| CollectiveError::io("listener", e))?;
+    j.listener
+        .set_nonblocking(true)
+        .map_err(|e| CollectiveError::io("listener", e))?;
     let pool = BufferPool::new(4);
     while expected.iter().any(|n| *n > 0) {
         let stream = match j.listener.accept() {
@@ -83,7 +118,9 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
                     let missing: Vec<Rank> = (0..world).filter(|q| expected[*q] > 0).collect();
-                    return Err(CollectiveError::Rendezvous(format!("rank(s) {missing:?} never connected")));
+                    return Err(CollectiveError::Rendezvous(format!(
+                        "rank(s) {missing:?} never connected"
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(2));
                 continue;
@@ -91,9 +128,15 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
             Err(e) => return Err(CollectiveError::io("accept", e)),
         };
         let mut stream = stream;
-        stream.set_nonblocking(false).map_err(|e| CollectiveError::io("accept", e))?;
-        stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| CollectiveError::io("accept", e))?;
-        let Some(h) = read_hello(&mut stream, &pool) else { continue };
+        stream
+            .set_nonblocking(false)
+            .map_err(|e| CollectiveError::io("accept", e))?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(|e| CollectiveError::io("accept", e))?;
+        let Some(h) = read_hello(&mut stream, &pool) else {
+            continue;
+        };
         let q = h.rank as usize;
         if h.session != j.session || h.world as usize != world || q <= me || q >= world {
             // A stray or stale connection: not part of this communicator.
@@ -101,21 +144,37 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
         }
         let i = h.index as usize;
         if i >= seen[q].len() || seen[q][i] {
-            return Err(CollectiveError::Rendezvous(format!("rank {q} opened connection {i} twice or out of range")));
+            return Err(CollectiveError::Rendezvous(format!(
+                "rank {q} opened connection {i} twice or out of range"
+            )));
         }
         seen[q][i] = true;
         expected[q] -= 1;
         tune_wan(j, opts, me, q, &stream);
         match (h.role, h.shm) {
             (ConnRole::TcpControl, Some((theirs, ours))) => {
-                let shm_err = |e: std::io::Error| CollectiveError::Shm(format!("map ring of rank {q}: {e}"));
+                let shm_err =
+                    |e: std::io::Error| CollectiveError::Shm(format!("map ring of rank {q}: {e}"));
                 let rx = ShmRing::open(theirs.as_ref()).map_err(shm_err)?;
                 let tx = ShmRing::open(ours.as_ref()).map_err(shm_err)?;
-                conns[q].push(Conn { transport: Box::new(ShmTransport::new(tx, rx)), data: true });
-                conns[q].push(Conn { transport: tcp_transport(stream, q)?, data: false });
+                conns[q].push(Conn {
+                    transport: Box::new(ShmTransport::new(tx, rx)),
+                    data: true,
+                });
+                conns[q].push(Conn {
+                    transport: tcp_transport(stream, q)?,
+                    data: false,
+                });
             }
-            (ConnRole::TcpData, None) => conns[q].push(Conn { transport: tcp_transport(stream, q)?, data: true }),
-            _ => return Err(CollectiveError::Rendezvous(format!("rank {q} sent an inconsistent hello"))),
+            (ConnRole::TcpData, None) => conns[q].push(Conn {
+                transport: tcp_transport(stream, q)?,
+                data: true,
+            }),
+            _ => {
+                return Err(CollectiveError::Rendezvous(format!(
+                    "rank {q} sent an inconsistent hello"
+                )))
+            }
         }
     }
     Ok(conns)
@@ -124,7 +183,9 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
 fn read_hello(s: &mut (impl Read + ?Sized), pool: &BufferPool) -> Option<Hello> {
     let mut s = s;
     let f = read_frame(&mut s, 4096, pool).ok()?;
-    (f.header.kind == FrameKind::Hello).then(|| Hello::decode(&f.payload).ok()).flatten()
+    (f.header.kind == FrameKind::Hello)
+        .then(|| Hello::decode(&f.payload).ok())
+        .flatten()
 }
 
 /// Inter-domain connections get the configured congestion control.
@@ -137,5 +198,7 @@ fn tune_wan(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream) {
 }
 
 fn tcp_transport(s: TcpStream, q: Rank) -> Result<Box<dyn Transport>> {
-    Ok(Box::new(TcpTransport::new(s).map_err(|e| CollectiveError::io(format!("socket to rank {q}"), e))?))
+    Ok(Box::new(TcpTransport::new(s).map_err(|e| {
+        CollectiveError::io(format!("socket to rank {q}"), e)
+    })?))
 }

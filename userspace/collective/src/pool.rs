@@ -49,7 +49,10 @@ impl BufferPool {
         } else {
             buf.resize(len, 0);
         }
-        PooledBuf { buf, pool: Some(self.inner.clone()) }
+        PooledBuf {
+            buf,
+            pool: Some(self.inner.clone()),
+        }
     }
 
     /// How many buffers this pool has allocated since it was made.

@@ -18,7 +18,9 @@ const PINGS: usize = 5;
 /// The first pair (a < b) whose link is of `class`.
 pub fn pair_of(topo: &Topology, class: LinkClass) -> Option<(Rank, Rank)> {
     let n = topo.world();
-    (0..n).flat_map(|a| (a + 1..n).map(move |b| (a, b))).find(|&(a, b)| topo.class(a, b) == class)
+    (0..n)
+        .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+        .find(|&(a, b)| topo.class(a, b) == class)
 }
 
 /// `rounds` exchanges of `len` elements out (a→b) and 1 element back (b→a).
@@ -29,13 +31,30 @@ pub fn exchange_plan(me: Rank, a: Rank, b: Rank, rounds: usize, len: usize) -> P
     for _ in 0..rounds {
         if me == a {
             steps.push(vec![Action::Send { peer: b, span: out }]);
-            steps.push(vec![Action::Recv { peer: b, span: back, reduce: false }]);
+            steps.push(vec![Action::Recv {
+                peer: b,
+                span: back,
+                reduce: false,
+            }]);
         } else if me == b {
-            steps.push(vec![Action::Recv { peer: a, span: out, reduce: false }]);
-            steps.push(vec![Action::Send { peer: a, span: back }]);
+            steps.push(vec![Action::Recv {
+                peer: a,
+                span: out,
+                reduce: false,
+            }]);
+            steps.push(vec![Action::Send {
+                peer: a,
+                span: back,
+            }]);
         }
     }
-    Plan { lanes: if steps.is_empty() { Vec::new() } else { vec![Lane { steps }] } }
+    Plan {
+        lanes: if steps.is_empty() {
+            Vec::new()
+        } else {
+            vec![Lane { steps }]
+        },
+    }
 }
 
 fn timed(comm: &Communicator, plan: Plan, len: usize) -> Result<Duration> {
@@ -50,7 +69,9 @@ pub(crate) fn measure(comm: &Communicator, opts: &Options) -> Result<CostModel> 
     let mut model = opts.cost;
     let mut classes = Vec::new();
     for class in LinkClass::ALL {
-        let Some((a, b)) = pair_of(comm.topology(), class) else { continue };
+        let Some((a, b)) = pair_of(comm.topology(), class) else {
+            continue;
+        };
         classes.push(class);
         let bulk = opts.probe_bytes.max(2);
         // Warm-up (connection start, first-touch of buffers), then measure.
@@ -61,7 +82,12 @@ pub(crate) fn measure(comm: &Communicator, opts: &Options) -> Result<CostModel> 
         if me == a {
             let alpha = ping.as_secs_f64() / (2 * PINGS) as f64;
             let beta = ((bulk_t.as_secs_f64() - 2.0 * alpha) / (bulk - 1) as f64).max(1e-12);
-            tracing::info!(?class, alpha_us = alpha * 1e6, gbit_s = 8.0 / beta / 1e9, "probed");
+            tracing::info!(
+                ?class,
+                alpha_us = alpha * 1e6,
+                gbit_s = 8.0 / beta / 1e9,
+                "probed"
+            );
             store(comm)?.set(&key(class), format!("{alpha} {beta}").as_bytes())?;
         }
     }
@@ -82,5 +108,7 @@ fn key(class: LinkClass) -> String {
 }
 
 fn store(comm: &Communicator) -> Result<std::sync::MutexGuard<'_, crate::store::StoreClient>> {
-    comm.store.lock().map_err(|_| CollectiveError::Rendezvous("store lock poisoned".into()))
+    comm.store
+        .lock()
+        .map_err(|_| CollectiveError::Rendezvous("store lock poisoned".into()))
 }

@@ -31,25 +31,49 @@ pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
             reason: format!("cannot resolve: {e}"),
         })?
         .collect();
-    addrs.iter().find(|a| a.is_ipv4()).or(addrs.first()).copied().ok_or_else(|| {
-        ConfigError::InvalidVar { name: "MASTER_ADDR".into(), value: host.into(), reason: "no address".into() }.into()
-    })
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| {
+            ConfigError::InvalidVar {
+                name: "MASTER_ADDR".into(),
+                value: host.into(),
+                reason: "no address".into(),
+            }
+            .into()
+        })
 }
 
 /// Runs the rendezvous. `host_store`: rank 0 serves the store itself.
 pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<Joined> {
     let master = resolve(&id.master_addr, id.master_port)?;
     let deadline = Instant::now() + opts.rendezvous_timeout;
-    let server = if id.rank == 0 && host_store { Some(StoreServer::bind(master)?) } else { None };
+    let server = if id.rank == 0 && host_store {
+        Some(StoreServer::bind(master)?)
+    } else {
+        None
+    };
     let mut store = StoreClient::connect(master, opts.rendezvous_timeout)?;
     let ip: IpAddr = match id.listen_ip {
         Some(ip) => ip,
-        None => store.local_addr().map(|a| a.ip()).ok_or_else(|| CollectiveError::Rendezvous("no local address".into()))?,
+        None => store
+            .local_addr()
+            .map(|a| a.ip())
+            .ok_or_else(|| CollectiveError::Rendezvous("no local address".into()))?,
     };
-    let tuning = opts.wan_socket_buffer.map(TcpTuning::for_long_fat_pipes).unwrap_or(TcpTuning { socket_buffer: None });
+    let tuning = opts
+        .wan_socket_buffer
+        .map(TcpTuning::for_long_fat_pipes)
+        .unwrap_or(TcpTuning {
+            socket_buffer: None,
+        });
     let listener = tcp::listen(SocketAddr::new(ip, 0), tuning)
         .map_err(|e| CollectiveError::io(format!("listen on {ip}"), e))?;
-    let me = listener.local_addr().map_err(|e| CollectiveError::io("listener address", e))?;
+    let me = listener
+        .local_addr()
+        .map_err(|e| CollectiveError::io("listener address", e))?;
 
     if store.add(&format!("claim/{}", id.rank), 1)? > 1 {
         store.set("error", format!("dup {}", id.rank).as_bytes())?;
@@ -57,22 +81,39 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<Jo
     }
     if id.rank == 0 {
         store.set("world", id.world.to_string().as_bytes())?;
-        store.set("session", format!("{:016x}", rand::random::<u64>()).as_bytes())?;
+        store.set(
+            "session",
+            format!("{:016x}", rand::random::<u64>()).as_bytes(),
+        )?;
     }
     let left = || deadline.saturating_duration_since(Instant::now());
     let world = String::from_utf8_lossy(&store.get("world", left())?).into_owned();
     if world != id.world.to_string() {
-        store.set("error", format!("world {} {} {}", id.rank, id.world, world).as_bytes())?;
-        return Err(CollectiveError::Inconsistent { rank: id.rank, what: "WORLD_SIZE", expected: world, got: id.world.to_string() });
+        store.set(
+            "error",
+            format!("world {} {} {}", id.rank, id.world, world).as_bytes(),
+        )?;
+        return Err(CollectiveError::Inconsistent {
+            rank: id.rank,
+            what: "WORLD_SIZE",
+            expected: world,
+            got: id.world.to_string(),
+        });
     }
     let session = u64::from_str_radix(&String::from_utf8_lossy(&store.get("session", left())?), 16)
         .map_err(|_| StoreError::Protocol("session id is not hex".into()))?;
     for (what, v) in [("domain", &id.domain), ("host", &id.host_id)] {
         if v.is_empty() || v.contains('\n') {
-            return Err(ConfigError::Invalid(format!("{what} label {v:?} must be non-empty, one line")).into());
+            return Err(ConfigError::Invalid(format!(
+                "{what} label {v:?} must be non-empty, one line"
+            ))
+            .into());
         }
     }
-    store.set(&format!("rank/{}", id.rank), format!("{me}\n{}\n{}", id.domain, id.host_id).as_bytes())?;
+    store.set(
+        &format!("rank/{}", id.rank),
+        format!("{me}\n{}\n{}", id.domain, id.host_id).as_bytes(),
+    )?;
 
     let mut entries: Vec<Option<(SocketAddr, String, String)>> = vec![None; id.world];
     loop {
@@ -90,7 +131,12 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<Jo
             return Err(remote_error(&String::from_utf8_lossy(&e)));
         }
         if Instant::now() >= deadline {
-            let missing: Vec<Rank> = entries.iter().enumerate().filter(|(_, e)| e.is_none()).map(|(q, _)| q).collect();
+            let missing: Vec<Rank> = entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.is_none())
+                .map(|(q, _)| q)
+                .collect();
             return Err(CollectiveError::Rendezvous(format!(
                 "rank(s) {missing:?} did not join within {:?}",
                 opts.rendezvous_timeout
@@ -99,7 +145,10 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<Jo
         std::thread::sleep(Duration::from_millis(20));
     }
     let entries: Vec<(SocketAddr, String, String)> = entries.into_iter().flatten().collect();
-    let labels: Vec<(String, String)> = entries.iter().map(|(_, d, h)| (d.clone(), h.clone())).collect();
+    let labels: Vec<(String, String)> = entries
+        .iter()
+        .map(|(_, d, h)| (d.clone(), h.clone()))
+        .collect();
     Ok(Joined {
         session,
         topology: Topology::from_labels(&labels),

@@ -39,9 +39,15 @@ pub struct StoreServer {
 impl StoreServer {
     /// Binds `addr` (port 0 picks a free port) and serves in background threads.
     pub fn bind(addr: SocketAddr) -> Result<Self, StoreError> {
-        let io = |context, e| StoreError::Io { addr: addr.to_string(), context, source: Arc::new(e) };
+        let io = |context, e| StoreError::Io {
+            addr: addr.to_string(),
+            context,
+            source: Arc::new(e),
+        };
         let listener = TcpListener::bind(addr).map_err(|e| io("bind", e))?;
-        listener.set_nonblocking(true).map_err(|e| io("set_nonblocking", e))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| io("set_nonblocking", e))?;
         let addr = listener.local_addr().map_err(|e| io("local_addr", e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let state = Arc::new(State::default());
@@ -69,7 +75,9 @@ fn accept_loop(listener: TcpListener, state: Arc<State>, stop: Arc<AtomicBool>) 
         match listener.accept() {
             Ok((s, _)) => {
                 let (state, stop) = (state.clone(), stop.clone());
-                let _ = thread::Builder::new().name("cw-store-conn".into()).spawn(move || serve(s, state, stop));
+                let _ = thread::Builder::new()
+                    .name("cw-store-conn".into())
+                    .spawn(move || serve(s, state, stop));
             }
             Err(_) => thread::sleep(Duration::from_millis(5)),
         }
@@ -80,16 +88,32 @@ fn serve(mut s: TcpStream, state: Arc<State>, stop: Arc<AtomicBool>) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_nodelay(true);
     while !stop.load(Ordering::Relaxed) {
-        let Ok((op, key, val, timeout)) = read_request(&mut s) else { return };
+        let Ok((op, key, val, timeout)) = read_request(&mut s) else {
+            return;
+        };
         let (status, out) = handle(&state, &stop, op, key, val, timeout);
-        if write_msg(&mut s, &[&[status], &(out.len() as u32).to_le_bytes(), &out]).is_err() {
+        if write_msg(
+            &mut s,
+            &[&[status], &(out.len() as u32).to_le_bytes(), &out],
+        )
+        .is_err()
+        {
             return;
         }
     }
 }
 
-fn handle(state: &State, stop: &AtomicBool, op: u8, key: String, val: Vec<u8>, timeout: Duration) -> (u8, Vec<u8>) {
-    let Ok(mut map) = state.map.lock() else { return (FAIL, b"store lock poisoned".to_vec()) };
+fn handle(
+    state: &State,
+    stop: &AtomicBool,
+    op: u8,
+    key: String,
+    val: Vec<u8>,
+    timeout: Duration,
+) -> (u8, Vec<u8>) {
+    let Ok(mut map) = state.map.lock() else {
+        return (FAIL, b"store lock poisoned".to_vec());
+    };
     match op {
         OP_SET => {
             map.insert(key, val);
@@ -100,7 +124,9 @@ fn handle(state: &State, stop: &AtomicBool, op: u8, key: String, val: Vec<u8>, t
             let Ok(delta) = <[u8; 8]>::try_from(&val[..]).map(i64::from_le_bytes) else {
                 return (FAIL, b"add needs an 8-byte delta".to_vec());
             };
-            let cur = map.get(&key).and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok());
+            let cur = map
+                .get(&key)
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse::<i64>().ok());
             if map.contains_key(&key) && cur.is_none() {
                 return (FAIL, b"value is not a number".to_vec());
             }
@@ -150,7 +176,12 @@ fn read_request(s: &mut TcpStream) -> Result<(u8, String, Vec<u8>, Duration), St
     let mut val = vec![0u8; vlen];
     s.read_exact(&mut val).map_err(|e| proto(e.to_string()))?;
     s.read_exact(&mut l).map_err(|e| proto(e.to_string()))?;
-    Ok((h[0], key, val, Duration::from_millis(u32::from_le_bytes(l) as u64)))
+    Ok((
+        h[0],
+        key,
+        val,
+        Duration::from_millis(u32::from_le_bytes(l) as u64),
+    ))
 }
 
 fn write_msg(s: &mut TcpStream, parts: &[&[u8]]) -> std::io::Result<()> {
@@ -176,7 +207,11 @@ impl StoreClient {
                     return Ok(StoreClient { stream, addr });
                 }
                 Err(e) if Instant::now() >= deadline => {
-                    return Err(StoreError::Io { addr: addr.to_string(), context: "connect", source: Arc::new(e) })
+                    return Err(StoreError::Io {
+                        addr: addr.to_string(),
+                        context: "connect",
+                        source: Arc::new(e),
+                    })
                 }
                 Err(_) => thread::sleep(Duration::from_millis(50)),
             }
@@ -188,28 +223,57 @@ impl StoreClient {
         self.stream.local_addr().ok()
     }
 
-    fn call(&mut self, op: u8, key: &str, val: &[u8], timeout: Duration) -> Result<(u8, Vec<u8>), StoreError> {
+    fn call(
+        &mut self,
+        op: u8,
+        key: &str,
+        val: &[u8],
+        timeout: Duration,
+    ) -> Result<(u8, Vec<u8>), StoreError> {
         if key.len() > MAX_KEY || val.len() > MAX_VALUE {
-            return Err(StoreError::Protocol(format!("key {key:?} or its value is too long")));
+            return Err(StoreError::Protocol(format!(
+                "key {key:?} or its value is too long"
+            )));
         }
-        let io = |context, e| StoreError::Io { addr: self.addr.to_string(), context, source: Arc::new(e) };
+        let io = |context, e| StoreError::Io {
+            addr: self.addr.to_string(),
+            context,
+            source: Arc::new(e),
+        };
         let ms = timeout.as_millis().min(u32::MAX as u128) as u32;
-        let req: [&[u8]; 6] =
-            [&[op], &(key.len() as u16).to_le_bytes(), key.as_bytes(), &(val.len() as u32).to_le_bytes(), val, &ms.to_le_bytes()];
-        self.stream.set_read_timeout(Some(timeout + Duration::from_secs(10))).map_err(|e| io("set timeout", e))?;
+        let req: [&[u8]; 6] = [
+            &[op],
+            &(key.len() as u16).to_le_bytes(),
+            key.as_bytes(),
+            &(val.len() as u32).to_le_bytes(),
+            val,
+            &ms.to_le_bytes(),
+        ];
+        self.stream
+            .set_read_timeout(Some(timeout + Duration::from_secs(10)))
+            .map_err(|e| io("set timeout", e))?;
         write_msg(&mut self.stream, &req).map_err(|e| io("send", e))?;
         let mut h = [0u8; 5];
-        self.stream.read_exact(&mut h).map_err(|e| io("receive", e))?;
+        self.stream
+            .read_exact(&mut h)
+            .map_err(|e| io("receive", e))?;
         let len = u32::from_le_bytes([h[1], h[2], h[3], h[4]]) as usize;
         if len > MAX_VALUE {
             return Err(StoreError::Protocol(format!("response of {len} bytes")));
         }
         let mut v = vec![0u8; len];
-        self.stream.read_exact(&mut v).map_err(|e| io("receive", e))?;
+        self.stream
+            .read_exact(&mut v)
+            .map_err(|e| io("receive", e))?;
         match h[0] {
             OK => Ok((OK, v)),
-            TIMEOUT => Err(StoreError::Timeout { key: key.into(), after: timeout }),
-            _ => Err(StoreError::Protocol(String::from_utf8_lossy(&v).into_owned())),
+            TIMEOUT => Err(StoreError::Timeout {
+                key: key.into(),
+                after: timeout,
+            }),
+            _ => Err(StoreError::Protocol(
+                String::from_utf8_lossy(&v).into_owned(),
+            )),
         }
     }
 
@@ -226,7 +290,12 @@ impl StoreClient {
     pub fn wait(&mut self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
         let deadline = Instant::now() + timeout;
         for k in keys {
-            self.call(OP_WAIT, k, &[], deadline.saturating_duration_since(Instant::now()))?;
+            self.call(
+                OP_WAIT,
+                k,
+                &[],
+                deadline.saturating_duration_since(Instant::now()),
+            )?;
         }
         Ok(())
     }
@@ -234,7 +303,9 @@ impl StoreClient {
     /// Atomically adds `delta` to the number stored at `key` (missing = 0); returns the new value.
     pub fn add(&mut self, key: &str, delta: i64) -> Result<i64, StoreError> {
         let (_, v) = self.call(OP_ADD, key, &delta.to_le_bytes(), Duration::ZERO)?;
-        <[u8; 8]>::try_from(&v[..]).map(i64::from_le_bytes).map_err(|_| StoreError::NotANumber { key: key.into() })
+        <[u8; 8]>::try_from(&v[..])
+            .map(i64::from_le_bytes)
+            .map_err(|_| StoreError::NotANumber { key: key.into() })
     }
 }
 
@@ -263,7 +334,8 @@ mod tests {
             let mut c2 = StoreClient::connect(addr, Duration::from_secs(5)).expect("connect");
             c2.set("late", b"x").expect("set");
         });
-        c.wait(&["a", "late"], Duration::from_secs(5)).expect("wait");
+        c.wait(&["a", "late"], Duration::from_secs(5))
+            .expect("wait");
         setter.join().expect("setter");
     }
 
@@ -272,8 +344,13 @@ mod tests {
         let s = server();
         let mut c = StoreClient::connect(s.addr(), Duration::from_secs(5)).expect("connect");
         let t = Instant::now();
-        let err = c.get("never", Duration::from_millis(200)).expect_err("timeout");
-        assert!(matches!(&err, StoreError::Timeout { key, .. } if key == "never"), "{err}");
+        let err = c
+            .get("never", Duration::from_millis(200))
+            .expect_err("timeout");
+        assert!(
+            matches!(&err, StoreError::Timeout { key, .. } if key == "never"),
+            "{err}"
+        );
         assert!(t.elapsed() < Duration::from_secs(3));
     }
 
@@ -284,7 +361,8 @@ mod tests {
         assert!(c.set(&"k".repeat(2000), b"").is_err());
         // A hostile client announcing a 4 GiB value is disconnected, not served.
         let mut raw = TcpStream::connect(s.addr()).expect("connect");
-        raw.write_all(&[OP_SET, 1, 0, b'k', 255, 255, 255, 255]).expect("write");
+        raw.write_all(&[OP_SET, 1, 0, b'k', 255, 255, 255, 255])
+            .expect("write");
         let mut b = [0u8; 1];
         assert!(matches!(raw.read(&mut b), Ok(0) | Err(_)));
     }

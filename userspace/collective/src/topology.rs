@@ -14,7 +14,11 @@ pub enum LinkClass {
 }
 
 impl LinkClass {
-    pub const ALL: [LinkClass; 3] = [LinkClass::IntraHost, LinkClass::IntraDomain, LinkClass::InterDomain];
+    pub const ALL: [LinkClass; 3] = [
+        LinkClass::IntraHost,
+        LinkClass::IntraDomain,
+        LinkClass::InterDomain,
+    ];
 }
 
 /// Domain and host index of every rank. Indices are dense (0..n) and ordered
@@ -42,15 +46,20 @@ impl Topology {
         }
         let domain = dense(labels.iter().map(|(d, _)| d.as_ref()));
         // A host id is only meaningful inside its domain.
-        let host_keys: Vec<String> =
-            labels.iter().map(|(d, h)| format!("{}\u{0}{}", d.as_ref(), h.as_ref())).collect();
+        let host_keys: Vec<String> = labels
+            .iter()
+            .map(|(d, h)| format!("{}\u{0}{}", d.as_ref(), h.as_ref()))
+            .collect();
         let host = dense(host_keys.iter().map(String::as_str));
         Topology { domain, host }
     }
 
     /// Everyone in one domain, each rank on its own host.
     pub fn flat(world: usize) -> Self {
-        Topology { domain: vec![0; world], host: (0..world as u32).collect() }
+        Topology {
+            domain: vec![0; world],
+            host: (0..world as u32).collect(),
+        }
     }
 
     /// `domains` × `per_domain` ranks, rank r in domain r / per_domain, one host per rank.
@@ -94,7 +103,12 @@ impl Topology {
 
     /// Members of each domain in ring order.
     pub fn domains(&self) -> Vec<Vec<Rank>> {
-        let n = self.domain.iter().map(|d| *d as usize + 1).max().unwrap_or(0);
+        let n = self
+            .domain
+            .iter()
+            .map(|d| *d as usize + 1)
+            .max()
+            .unwrap_or(0);
         let mut out = vec![Vec::new(); n];
         for r in self.ring_order() {
             out[self.domain[r] as usize].push(r);

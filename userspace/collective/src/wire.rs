@@ -57,7 +57,10 @@ pub enum FrameError {
     #[error("payload of {len} bytes exceeds the limit of {max}")]
     Oversized { len: u32, max: u32 },
     #[error("bad {kind:?} payload: {reason}")]
-    BadPayload { kind: FrameKind, reason: &'static str },
+    BadPayload {
+        kind: FrameKind,
+        reason: &'static str,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +74,9 @@ pub struct FrameHeader {
 }
 
 fn fnv1a(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5u32, |h, b| (h ^ *b as u32).wrapping_mul(0x0100_0193))
+    bytes.iter().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ *b as u32).wrapping_mul(0x0100_0193)
+    })
 }
 
 fn le<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
@@ -82,7 +87,14 @@ fn le<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
 
 impl FrameHeader {
     pub fn control(kind: FrameKind, len: u32) -> Self {
-        FrameHeader { kind, op: 0, lane: 0, step: 0, offset: 0, len }
+        FrameHeader {
+            kind,
+            op: 0,
+            lane: 0,
+            step: 0,
+            offset: 0,
+            len,
+        }
     }
 
     pub fn encode(&self) -> [u8; HEADER_LEN] {
@@ -103,7 +115,10 @@ impl FrameHeader {
     /// Validates and decodes a header; `max_payload` bounds `len`.
     pub fn decode(b: &[u8], max_payload: u32) -> Result<Self, FrameError> {
         if b.len() < HEADER_LEN {
-            return Err(FrameError::Truncated { got: b.len(), need: HEADER_LEN });
+            return Err(FrameError::Truncated {
+                got: b.len(),
+                need: HEADER_LEN,
+            });
         }
         let magic: [u8; 4] = le(b, 0);
         if magic != MAGIC {
@@ -128,7 +143,10 @@ impl FrameHeader {
         }
         let len = u32::from_le_bytes(le(b, 32));
         if len > max_payload {
-            return Err(FrameError::Oversized { len, max: max_payload });
+            return Err(FrameError::Oversized {
+                len,
+                max: max_payload,
+            });
         }
         Ok(FrameHeader {
             kind,
@@ -161,20 +179,32 @@ pub enum ReadError {
 
 /// Reads one frame. A clean end of stream before a header is `Closed`; an end of
 /// stream inside a frame is `Truncated`.
-pub fn read_frame(r: &mut impl Read, max_payload: u32, pool: &BufferPool) -> Result<Frame, ReadError> {
+pub fn read_frame(
+    r: &mut impl Read,
+    max_payload: u32,
+    pool: &BufferPool,
+) -> Result<Frame, ReadError> {
     let mut hb = [0u8; HEADER_LEN];
     let got = read_full(r, &mut hb)?;
     if got == 0 {
         return Err(ReadError::Closed);
     }
     if got < HEADER_LEN {
-        return Err(FrameError::Truncated { got, need: HEADER_LEN }.into());
+        return Err(FrameError::Truncated {
+            got,
+            need: HEADER_LEN,
+        }
+        .into());
     }
     let header = FrameHeader::decode(&hb, max_payload)?;
     let mut payload = pool.take(header.len as usize);
     let got = read_full(r, &mut payload)?;
     if got < payload.len() {
-        return Err(FrameError::Truncated { got: HEADER_LEN + got, need: HEADER_LEN + payload.len() }.into());
+        return Err(FrameError::Truncated {
+            got: HEADER_LEN + got,
+            need: HEADER_LEN + payload.len(),
+        }
+        .into());
     }
     Ok(Frame { header, payload })
 }
@@ -240,7 +270,10 @@ impl Hello {
     }
 
     pub fn decode(p: &[u8]) -> Result<Self, FrameError> {
-        let bad = |reason| FrameError::BadPayload { kind: FrameKind::Hello, reason };
+        let bad = |reason| FrameError::BadPayload {
+            kind: FrameKind::Hello,
+            reason,
+        };
         if p.len() < 21 {
             return Err(bad("shorter than 21 bytes"));
         }
@@ -255,12 +288,18 @@ impl Hello {
                 return Err(bad("truncated shared-memory path"));
             }
             let n = u16::from_le_bytes([rest[0], rest[1]]) as usize;
-            let s = rest.get(2..2 + n).ok_or(bad("truncated shared-memory path"))?;
+            let s = rest
+                .get(2..2 + n)
+                .ok_or(bad("truncated shared-memory path"))?;
             let s = std::str::from_utf8(s).map_err(|_| bad("shared-memory path is not UTF-8"))?;
             rest = &rest[2 + n..];
             Ok(s.to_string())
         };
-        let shm = if p.len() > 21 { Some((take_str()?, take_str()?)) } else { None };
+        let shm = if p.len() > 21 {
+            Some((take_str()?, take_str()?))
+        } else {
+            None
+        };
         Ok(Hello {
             session: u64::from_le_bytes(le(p, 0)),
             rank: u32::from_le_bytes(le(p, 8)),
@@ -281,9 +320,15 @@ pub fn encode_abort(failed: u32, reason: &str) -> Vec<u8> {
 
 pub fn decode_abort(p: &[u8]) -> Result<(u32, String), FrameError> {
     if p.len() < 4 {
-        return Err(FrameError::BadPayload { kind: FrameKind::Abort, reason: "shorter than 4 bytes" });
+        return Err(FrameError::BadPayload {
+            kind: FrameKind::Abort,
+            reason: "shorter than 4 bytes",
+        });
     }
-    Ok((u32::from_le_bytes(le(p, 0)), String::from_utf8_lossy(&p[4..]).into_owned()))
+    Ok((
+        u32::from_le_bytes(le(p, 0)),
+        String::from_utf8_lossy(&p[4..]).into_owned(),
+    ))
 }
 
 #[cfg(test)]

@@ -4,7 +4,14 @@ use proptest::prelude::*;
 const MAX: u32 = 1 << 20;
 
 fn data(len: u32) -> FrameHeader {
-    FrameHeader { kind: FrameKind::Data, op: 7, lane: 3, step: 2, offset: 4096, len }
+    FrameHeader {
+        kind: FrameKind::Data,
+        op: 7,
+        lane: 3,
+        step: 2,
+        offset: 4096,
+        len,
+    }
 }
 
 fn frame_bytes(h: &FrameHeader, payload: &[u8]) -> Vec<u8> {
@@ -25,11 +32,17 @@ fn round_trip() {
 #[test]
 fn clean_eof_is_closed_and_partial_header_is_truncated() {
     let pool = BufferPool::new(2);
-    assert!(matches!(read_frame(&mut &[][..], MAX, &pool), Err(ReadError::Closed)));
+    assert!(matches!(
+        read_frame(&mut &[][..], MAX, &pool),
+        Err(ReadError::Closed)
+    ));
     let bytes = frame_bytes(&data(5), b"hello");
     for cut in 1..bytes.len() {
         let err = read_frame(&mut &bytes[..cut], MAX, &pool).expect_err("truncated");
-        assert!(matches!(err, ReadError::Frame(FrameError::Truncated { got, .. }) if got == cut), "cut {cut}: {err:?}");
+        assert!(
+            matches!(err, ReadError::Frame(FrameError::Truncated { got, .. }) if got == cut),
+            "cut {cut}: {err:?}"
+        );
     }
 }
 
@@ -39,7 +52,13 @@ fn oversized_is_refused_before_reading_payload() {
     // Only the header is present: the decoder must not wait for or allocate 4 GiB.
     let h = data(u32::MAX).encode();
     let err = read_frame(&mut &h[..], MAX, &pool).expect_err("oversized");
-    assert!(matches!(err, ReadError::Frame(FrameError::Oversized { len: u32::MAX, max: MAX })));
+    assert!(matches!(
+        err,
+        ReadError::Frame(FrameError::Oversized {
+            len: u32::MAX,
+            max: MAX
+        })
+    ));
     assert_eq!(pool.allocations(), 0);
 }
 
@@ -48,10 +67,16 @@ fn each_header_field_is_checked() {
     let good = data(0).encode();
     let mut b = good;
     b[0] = b'X';
-    assert!(matches!(FrameHeader::decode(&b, MAX), Err(FrameError::BadMagic(_))));
+    assert!(matches!(
+        FrameHeader::decode(&b, MAX),
+        Err(FrameError::BadMagic(_))
+    ));
     let mut b = good;
     b[4] = 9;
-    assert_eq!(FrameHeader::decode(&b, MAX), Err(FrameError::UnsupportedVersion(9)));
+    assert_eq!(
+        FrameHeader::decode(&b, MAX),
+        Err(FrameError::UnsupportedVersion(9))
+    );
     let mut b = good;
     b[20] ^= 1;
     assert_eq!(FrameHeader::decode(&b, MAX), Err(FrameError::BadChecksum));
@@ -63,10 +88,16 @@ fn each_header_field_is_checked() {
     };
     let mut b = good;
     b[5] = 99;
-    assert_eq!(FrameHeader::decode(&reseal(b), MAX), Err(FrameError::UnknownKind(99)));
+    assert_eq!(
+        FrameHeader::decode(&reseal(b), MAX),
+        Err(FrameError::UnknownKind(99))
+    );
     let mut b = good;
     b[6] = 1;
-    assert_eq!(FrameHeader::decode(&reseal(b), MAX), Err(FrameError::Reserved(1)));
+    assert_eq!(
+        FrameHeader::decode(&reseal(b), MAX),
+        Err(FrameError::Reserved(1))
+    );
 }
 
 #[test]
@@ -91,7 +122,10 @@ fn hello_round_trip_and_bad_payloads() {
     bad_path.extend_from_slice(&[200, 0, b'x']);
     assert!(Hello::decode(&bad_path).is_err());
     assert!(decode_abort(&[1, 2]).is_err());
-    assert_eq!(decode_abort(&encode_abort(5, "gone")), Ok((5, "gone".into())));
+    assert_eq!(
+        decode_abort(&encode_abort(5, "gone")),
+        Ok((5, "gone".into()))
+    );
 }
 
 proptest! {

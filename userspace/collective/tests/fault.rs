@@ -23,11 +23,18 @@ impl Drop for Ranks {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 /// Spawns `n` worker processes; their stdout lines arrive as (rank, JSON) on the channel.
-fn spawn_world(n: usize, extra: &[(&str, &str)], args: &[&str]) -> (Ranks, Receiver<(usize, serde_json::Value)>) {
+fn spawn_world(
+    n: usize,
+    extra: &[(&str, &str)],
+    args: &[&str],
+) -> (Ranks, Receiver<(usize, serde_json::Value)>) {
     let port = free_port().to_string();
     let (tx, rx) = channel();
     let mut kids = Vec::new();
@@ -65,12 +72,18 @@ fn spawn_world(n: usize, extra: &[(&str, &str)], args: &[&str]) -> (Ranks, Recei
 fn killed_rank_is_named_by_every_survivor() {
     let n = 4;
     let victim = 2;
-    let (mut ranks, rx) = spawn_world(n, &[("CAUSEWAY_TIMEOUT_MS", "5000")], &["--elems", "2000000", "--iters", "100000"]);
+    let (mut ranks, rx) = spawn_world(
+        n,
+        &[("CAUSEWAY_TIMEOUT_MS", "5000")],
+        &["--elems", "2000000", "--iters", "100000"],
+    );
     // Wait until every rank has completed an allreduce, so the kill lands mid-stream.
     let mut iterated = vec![false; n];
     let deadline = Instant::now() + Duration::from_secs(60);
     while !iterated.iter().all(|x| *x) {
-        let (r, v) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("ranks make progress");
+        let (r, v) = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("ranks make progress");
         assert_ne!(v["event"], "wrong", "rank {r}: {v}");
         if v["event"] == "iter" {
             iterated[r] = true;
@@ -79,8 +92,14 @@ fn killed_rank_is_named_by_every_survivor() {
     ranks.0[victim].kill().expect("kill");
     let killed_at = Instant::now();
     let mut errors = vec![None; n];
-    while errors.iter().enumerate().any(|(r, e)| r != victim && e.is_none()) {
-        let (r, v) = rx.recv_timeout(Duration::from_secs(15)).expect("every survivor reports an error in time");
+    while errors
+        .iter()
+        .enumerate()
+        .any(|(r, e)| r != victim && e.is_none())
+    {
+        let (r, v) = rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("every survivor reports an error in time");
         if v["event"] == "error" {
             errors[r] = Some((v, killed_at.elapsed()));
         }
@@ -92,7 +111,11 @@ fn killed_rank_is_named_by_every_survivor() {
     }
     for (r, c) in ranks.0.iter_mut().enumerate().filter(|(r, _)| *r != victim) {
         let status = c.wait().expect("wait");
-        assert_eq!(status.code(), Some(3), "rank {r} exits with the collective-error code");
+        assert_eq!(
+            status.code(),
+            Some(3),
+            "rank {r} exits with the collective-error code"
+        );
     }
 }
 
@@ -108,12 +131,51 @@ fn rank_that_leaves_early_is_named_and_later_ops_fail_fast() {
         let first = c.allreduce(&mut v, ReduceOp::Sum);
         let t = Instant::now();
         let later = c.allreduce(&mut v, ReduceOp::Sum);
-        assert!(t.elapsed() < Duration::from_millis(100), "later operations fail fast");
+        assert!(
+            t.elapsed() < Duration::from_millis(100),
+            "later operations fail fast"
+        );
         assert!(later.is_err());
         first
     });
     for (r, res) in results.into_iter().enumerate().filter(|(r, _)| *r != 1) {
         let e = res.expect_err("allreduce without rank 1 fails");
-        assert!(matches!(e, CollectiveError::PeerFailed { peer: 1, .. }), "rank {r}: {e}");
+        assert!(
+            matches!(e, CollectiveError::PeerFailed { peer: 1, .. }),
+            "rank {r}: {e}"
+        );
+    }
+}
+
+/// Handles are futures too: poll two allreduces from a minimal executor.
+#[test]
+fn handles_work_as_futures() {
+    use std::future::Future;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    fn block_on<F: Future + Unpin>(mut f: F) -> F::Output {
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(v) = std::pin::Pin::new(&mut f).poll(&mut cx) {
+                return v;
+            }
+            std::thread::park();
+        }
+    }
+    let out = run_world(&separate_hosts(3), &test_options(), |c| {
+        let a = c.allreduce_async(vec![c.rank() as i32; 5000], ReduceOp::Sum);
+        let b = c.allreduce_async(vec![1u8; 7], ReduceOp::Max);
+        (block_on(a).expect("a"), block_on(b).expect("b"))
+    });
+    for (a, b) in out {
+        assert!(a.iter().all(|x| *x == 3) && b == vec![1u8; 7]);
     }
 }

@@ -52,8 +52,12 @@ macro_rules! float_elem {
 }
 float_elem!(f32, |v: f64| v as f32, |s: f32, n| s / n as f32);
 float_elem!(f64, |v: f64| v, |s: f64, n| s / n as f64);
-float_elem!(f16, f16::from_f64, |s: f16, n| f16::from_f32(s.to_f32() / n as f32));
-float_elem!(bf16, bf16::from_f64, |s: bf16, n| bf16::from_f32(s.to_f32() / n as f32));
+float_elem!(f16, f16::from_f64, |s: f16, n| f16::from_f32(
+    s.to_f32() / n as f32
+));
+float_elem!(bf16, bf16::from_f64, |s: bf16, n| bf16::from_f32(
+    s.to_f32() / n as f32
+));
 
 macro_rules! int_elem {
     ($t:ty) => {
@@ -65,7 +69,9 @@ macro_rules! int_elem {
                 let it = vals.iter().map(|v| *v as $t);
                 match op {
                     ReduceOp::Sum => it.fold(0, <$t>::wrapping_add),
-                    ReduceOp::Avg => (it.fold(0 as $t, <$t>::wrapping_add) as i128 / n as i128) as $t,
+                    ReduceOp::Avg => {
+                        (it.fold(0 as $t, <$t>::wrapping_add) as i128 / n as i128) as $t
+                    }
                     ReduceOp::Min => it.min().expect("nonempty"),
                     ReduceOp::Max => it.max().expect("nonempty"),
                     ReduceOp::Prod => it.fold(1, <$t>::wrapping_mul),
@@ -79,7 +85,9 @@ int_elem!(i64);
 int_elem!(u8);
 
 fn input<T: TestElem>(seed: u64, rank: usize, len: usize, prod: bool) -> Vec<T> {
-    (0..len).map(|i| T::from_i64(small(seed, rank, i, prod))).collect()
+    (0..len)
+        .map(|i| T::from_i64(small(seed, rank, i, prod)))
+        .collect()
 }
 
 fn expected<T: TestElem>(op: ReduceOp, seed: u64, n: usize, len: usize) -> Vec<T> {
@@ -109,51 +117,81 @@ fn all_ops<T: TestElem>(c: &Communicator, len: usize, seed: u64) -> Result<(), T
     let step = std::cell::Cell::new(0);
     let tag = |what: &str| {
         step.set(step.get() + 1);
-        format!("{what} #{} {} len={len} n={n} rank={r}", step.get(), std::any::type_name::<T>())
+        format!(
+            "{what} #{} {} len={len} n={n} rank={r}",
+            step.get(),
+            std::any::type_name::<T>()
+        )
     };
     for op in ReduceOp::ALL {
         let prod = op == ReduceOp::Prod;
         let mut buf = input::<T>(seed, r, len, prod);
-        c.allreduce(&mut buf, op).map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
+        c.allreduce(&mut buf, op)
+            .map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
         let want = expected::<T>(op, seed, n, len);
         eq(&buf, &want, &tag(&format!("allreduce {op:?}")))?;
 
         let send = input::<T>(seed, r, len, prod);
         let mut shard = vec![T::zeroed(); c.shard(len, r).len()];
-        c.reduce_scatter(&send, &mut shard, op).map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
-        eq(&shard, &want[c.shard(len, r)], &tag(&format!("reduce_scatter {op:?}")))?;
+        c.reduce_scatter(&send, &mut shard, op)
+            .map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
+        eq(
+            &shard,
+            &want[c.shard(len, r)],
+            &tag(&format!("reduce_scatter {op:?}")),
+        )?;
     }
     // Out-of-place and asynchronous allreduce, two in flight at once.
     let send = input::<T>(seed, r, len, false);
     let mut recv = vec![T::zeroed(); len];
-    c.allreduce_into(&send, &mut recv, ReduceOp::Sum).map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
+    c.allreduce_into(&send, &mut recv, ReduceOp::Sum)
+        .map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
     let want = expected::<T>(ReduceOp::Sum, seed, n, len);
     eq(&recv, &want, &tag("allreduce_into"))?;
     let h1 = c.allreduce_async(input::<T>(seed, r, len, false), ReduceOp::Sum);
     let h2 = c.allreduce_async(input::<T>(seed ^ 1, r, len, false), ReduceOp::Max);
     let (a, b) = (h1.wait(), h2.wait());
-    eq(&a.map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?, &want, &tag("allreduce_async 1"))?;
-    eq(&b.map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?, &expected::<T>(ReduceOp::Max, seed ^ 1, n, len), &tag("allreduce_async 2"))?;
+    eq(
+        &a.map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?,
+        &want,
+        &tag("allreduce_async 1"),
+    )?;
+    eq(
+        &b.map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?,
+        &expected::<T>(ReduceOp::Max, seed ^ 1, n, len),
+        &tag("allreduce_async 2"),
+    )?;
 
     let mut rs = input::<T>(seed, r, len, false);
-    c.reduce_scatter_in_place(&mut rs, ReduceOp::Sum).map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
-    eq(&rs[c.shard(len, r)], &want[c.shard(len, r)], &tag("reduce_scatter_in_place"))?;
+    c.reduce_scatter_in_place(&mut rs, ReduceOp::Sum)
+        .map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
+    eq(
+        &rs[c.shard(len, r)],
+        &want[c.shard(len, r)],
+        &tag("reduce_scatter_in_place"),
+    )?;
 
     let root = (seed as usize) % n;
     let mut b = input::<T>(seed, r, len, false);
-    c.broadcast(&mut b, root).map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
+    c.broadcast(&mut b, root)
+        .map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
     eq(&b, &input::<T>(seed, root, len, false), &tag("broadcast"))?;
 
     let mine = input::<T>(seed, r, len, false);
     let mut all = vec![T::zeroed(); len * n];
-    c.allgather(&mine, &mut all).map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
-    let want_all: Vec<T> = (0..n).flat_map(|q| input::<T>(seed, q, len, false)).collect();
+    c.allgather(&mine, &mut all)
+        .map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
+    let want_all: Vec<T> = (0..n)
+        .flat_map(|q| input::<T>(seed, q, len, false))
+        .collect();
     eq(&all, &want_all, &tag("allgather"))?;
     let mut inplace = vec![T::from_i64(99); len * n];
     inplace[r * len..(r + 1) * len].copy_from_slice(&mine);
-    c.allgather_in_place(&mut inplace).map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
+    c.allgather_in_place(&mut inplace)
+        .map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
     eq(&inplace, &want_all, &tag("allgather_in_place"))?;
-    c.barrier().map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
+    c.barrier()
+        .map_err(|e| TestCaseError::fail(format!("{}: {e}", tag("op"))))?;
     Ok(())
 }
 
@@ -163,15 +201,23 @@ fn run_dtype<T: TestElem>(c: &Communicator, runner: &mut TestRunner) {
         all_ops::<T>(c, len, len as u64 * 7919).unwrap_or_else(|e| panic!("edge size {len}: {e}"));
     }
     runner
-        .run(&(0usize..300, any::<u64>()), |(len, seed)| all_ops::<T>(c, len, seed))
+        .run(&(0usize..300, any::<u64>()), |(len, seed)| {
+            all_ops::<T>(c, len, seed)
+        })
         .unwrap_or_else(|e| panic!("rank {}: {e}", c.rank()));
 }
 
 fn every_dtype(c: &Communicator) {
     // The same seed on every rank: every rank draws the same cases. No shrinking,
     // which would diverge between ranks.
-    let cfg = Config { cases: 2, max_shrink_iters: 0, failure_persistence: None, ..Config::default() };
-    let mut runner = TestRunner::new_with_rng(cfg, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let cfg = Config {
+        cases: 2,
+        max_shrink_iters: 0,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(cfg, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
     run_dtype::<f32>(c, &mut runner);
     run_dtype::<f64>(c, &mut runner);
     run_dtype::<f16>(c, &mut runner);
@@ -183,8 +229,18 @@ fn every_dtype(c: &Communicator) {
 
 /// Ring allreduce and scatter-allgather broadcast: costs that make bandwidth dominate.
 fn bandwidth_bound() -> Options {
-    let lc = LinkCost { alpha: 1e-9, beta: 1e-3 };
-    Options { cost: CostModel { intra_host: lc, intra_domain: lc, inter_domain: lc }, ..test_options() }
+    let lc = LinkCost {
+        alpha: 1e-9,
+        beta: 1e-3,
+    };
+    Options {
+        cost: CostModel {
+            intra_host: lc,
+            intra_domain: lc,
+            inter_domain: lc,
+        },
+        ..test_options()
+    }
 }
 
 #[test]
@@ -196,7 +252,10 @@ fn tcp_flat_ring_world_1_to_8() {
 
 #[test]
 fn shared_memory_tree_world_1_to_8() {
-    let opts = Options { algorithm: Some(Algorithm::Tree), ..test_options() };
+    let opts = Options {
+        algorithm: Some(Algorithm::Tree),
+        ..test_options()
+    };
     for n in 1..=8 {
         run_world(&one_host(n), &opts, every_dtype);
     }
@@ -204,7 +263,10 @@ fn shared_memory_tree_world_1_to_8() {
 
 #[test]
 fn two_domains_hierarchical_world_1_to_8() {
-    let opts = Options { algorithm: Some(Algorithm::Hierarchical), ..test_options() };
+    let opts = Options {
+        algorithm: Some(Algorithm::Hierarchical),
+        ..test_options()
+    };
     for n in 1..=8 {
         run_world(&two_domains(n), &opts, every_dtype);
     }
@@ -213,16 +275,35 @@ fn two_domains_hierarchical_world_1_to_8() {
 /// Random (inexact) floats: every rank must end with the same bits.
 #[test]
 fn float_results_are_bit_identical_on_every_rank() {
-    for (layout, algo) in [(two_domains(6), Algorithm::Hierarchical), (separate_hosts(5), Algorithm::Ring), (one_host(4), Algorithm::Tree)] {
-        let opts = Options { algorithm: Some(algo), ..test_options() };
+    for (layout, algo) in [
+        (two_domains(6), Algorithm::Hierarchical),
+        (separate_hosts(5), Algorithm::Ring),
+        (one_host(4), Algorithm::Tree),
+    ] {
+        let opts = Options {
+            algorithm: Some(algo),
+            ..test_options()
+        };
         let out = run_world(&layout, &opts, |c| {
-            let v: Vec<f32> = (0..1000).map(|i| ((i * 7 + c.rank() * 13) as f32).sin() * 1e3).collect();
+            let v: Vec<f32> = (0..1000)
+                .map(|i| ((i * 7 + c.rank() * 13) as f32).sin() * 1e3)
+                .collect();
             let w: Vec<bf16> = v.iter().map(|x| bf16::from_f32(*x)).collect();
-            (c.allreduce_async(v, ReduceOp::Sum).wait().expect("f32"), c.allreduce_async(w, ReduceOp::Avg).wait().expect("bf16"))
+            (
+                c.allreduce_async(v, ReduceOp::Sum).wait().expect("f32"),
+                c.allreduce_async(w, ReduceOp::Avg).wait().expect("bf16"),
+            )
         });
         for o in &out[1..] {
-            assert!(bytemuck::cast_slice::<f32, u8>(&o.0) == bytemuck::cast_slice::<f32, u8>(&out[0].0), "{algo:?} f32");
-            assert!(bytemuck::cast_slice::<bf16, u8>(&o.1) == bytemuck::cast_slice::<bf16, u8>(&out[0].1), "{algo:?} bf16");
+            assert!(
+                bytemuck::cast_slice::<f32, u8>(&o.0) == bytemuck::cast_slice::<f32, u8>(&out[0].0),
+                "{algo:?} f32"
+            );
+            assert!(
+                bytemuck::cast_slice::<bf16, u8>(&o.1)
+                    == bytemuck::cast_slice::<bf16, u8>(&out[0].1),
+                "{algo:?} bf16"
+            );
         }
     }
 }

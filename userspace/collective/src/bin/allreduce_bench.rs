@@ -19,8 +19,12 @@ const USAGE: &str = "causeway-allreduce-bench [--sizes 64K,1M,16M] [--iters 5] [
 
 fn main() -> Result<()> {
     let args = common::Args::parse(&["sizes", "iters", "warmup"], USAGE)?;
-    let sizes: Vec<usize> =
-        args.get("sizes").unwrap_or("64K,1M,16M").split(',').map(common::parse_size).collect::<Result<_>>()?;
+    let sizes: Vec<usize> = args
+        .get("sizes")
+        .unwrap_or("64K,1M,16M")
+        .split(',')
+        .map(common::parse_size)
+        .collect::<Result<_>>()?;
     let iters: usize = args.num("iters", 5)?;
     let warmup: usize = args.num("warmup", 1)?;
     let t0 = Instant::now();
@@ -29,8 +33,11 @@ fn main() -> Result<()> {
     if r == 0 {
         let m = comm.cost_model();
         let link = |c: causeway_collective::schedule::sim::LinkCost| json!({"alpha_us": c.alpha * 1e6, "gbit_s": 8.0 / c.beta / 1e9});
-        println!("{}", json!({"impl": "causeway", "event": "init", "world": n, "init_s": t0.elapsed().as_secs_f64(),
-            "cost": {"host": link(m.intra_host), "domain": link(m.intra_domain), "wan": link(m.inter_domain)}}));
+        println!(
+            "{}",
+            json!({"impl": "causeway", "event": "init", "world": n, "init_s": t0.elapsed().as_secs_f64(),
+            "cost": {"host": link(m.intra_host), "domain": link(m.intra_domain), "wan": link(m.inter_domain)}})
+        );
     }
     for &bytes in &sizes {
         let elems = (bytes / 4).max(1);
@@ -39,7 +46,10 @@ fn main() -> Result<()> {
         for i in 0..warmup + iters {
             comm.barrier().context("barrier")?;
             let t = Instant::now();
-            buf = comm.allreduce_async(buf, ReduceOp::Sum).wait().context("allreduce")?;
+            buf = comm
+                .allreduce_async(buf, ReduceOp::Sum)
+                .wait()
+                .context("allreduce")?;
             if i >= warmup {
                 times.push(t.elapsed().as_secs_f64());
             }
@@ -50,10 +60,13 @@ fn main() -> Result<()> {
         let algbw = (elems * 4) as f64 / median / 1e9;
         let busbw = algbw * 2.0 * (n as f64 - 1.0) / n as f64;
         if r == 0 {
-            println!("{}", json!({"impl": "causeway", "world": n, "bytes": elems * 4, "dtype": "float32", "iters": iters,
+            println!(
+                "{}",
+                json!({"impl": "causeway", "world": n, "bytes": elems * 4, "dtype": "float32", "iters": iters,
                 "median_s": median, "min_s": times.first(), "max_s": times.last(),
                 "algbw_GBps": algbw, "busbw_GBps": busbw,
-                "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))}));
+                "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))})
+            );
         }
     }
     Ok(())

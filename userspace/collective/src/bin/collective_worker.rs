@@ -31,30 +31,49 @@ fn main() -> Result<()> {
     let comm = match Communicator::from_env() {
         Ok(c) => c,
         Err(e) => {
-            println!("{}", json!({"event": "error", "stage": "init", "error": e.to_string(), "peer": e.peer()}));
+            println!(
+                "{}",
+                json!({"event": "error", "stage": "init", "error": e.to_string(), "peer": e.peer()})
+            );
             std::process::exit(3);
         }
     };
     let (r, n) = (comm.rank(), comm.world_size());
-    println!("{}", json!({"event": "ready", "rank": r, "world": n, "domain": comm.domain_of(r),
-        "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems)), "init_s": t.elapsed().as_secs_f64()}));
+    println!(
+        "{}",
+        json!({"event": "ready", "rank": r, "world": n, "domain": comm.domain_of(r),
+        "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems)), "init_s": t.elapsed().as_secs_f64()})
+    );
     for it in 0..iters {
         // Small integers: every sum is exact, so the check is exact too.
         let mut v: Vec<f32> = (0..elems).map(|i| ((i + r * 7 + it) % 13) as f32).collect();
         let t = Instant::now();
         if let Err(e) = comm.allreduce(&mut v, op) {
-            println!("{}", json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64()}));
+            println!(
+                "{}",
+                json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64()})
+            );
             std::process::exit(3);
         }
         let want = |i: usize| -> f32 {
             let vals = (0..n).map(|q| ((i + q * 7 + it) % 13) as f32);
-            if op == ReduceOp::Sum { vals.sum() } else { vals.fold(f32::MIN, f32::max) }
+            if op == ReduceOp::Sum {
+                vals.sum()
+            } else {
+                vals.fold(f32::MIN, f32::max)
+            }
         };
         if let Some(i) = (0..elems).find(|&i| v[i] != want(i)) {
-            println!("{}", json!({"event": "wrong", "rank": r, "iter": it, "index": i, "got": v[i], "want": want(i)}));
+            println!(
+                "{}",
+                json!({"event": "wrong", "rank": r, "iter": it, "index": i, "got": v[i], "want": want(i)})
+            );
             std::process::exit(4);
         }
-        println!("{}", json!({"event": "iter", "rank": r, "iter": it, "s": t.elapsed().as_secs_f64()}));
+        println!(
+            "{}",
+            json!({"event": "iter", "rank": r, "iter": it, "s": t.elapsed().as_secs_f64()})
+        );
     }
     println!("{}", json!({"event": "done", "rank": r}));
     Ok(())

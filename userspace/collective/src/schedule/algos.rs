@@ -7,7 +7,14 @@ use crate::topology::Topology;
 /// Builds rank `me`'s plan. `count` is the working buffer's length in elements and
 /// `chunk` the largest piece one transfer carries (≥ 1). Returns `None` when
 /// `algo` cannot compute `kind` on this topology.
-pub fn build(kind: OpKind, count: usize, topo: &Topology, algo: Algorithm, chunk: usize, me: Rank) -> Option<Plan> {
+pub fn build(
+    kind: OpKind,
+    count: usize,
+    topo: &Topology,
+    algo: Algorithm,
+    chunk: usize,
+    me: Rank,
+) -> Option<Plan> {
     let chunk = chunk.max(1);
     let order = topo.ring_order();
     let n = order.len();
@@ -56,7 +63,9 @@ pub fn build(kind: OpKind, count: usize, topo: &Topology, algo: Algorithm, chunk
             let rel = relative(&order, root)?;
             let me_rel = rel.iter().position(|&r| r == me)?;
             for r in lanes(count, chunk) {
-                plan.lanes.push(Lane { steps: binomial_bcast(&rel, me_rel, r) });
+                plan.lanes.push(Lane {
+                    steps: binomial_bcast(&rel, me_rel, r),
+                });
             }
         }
         (OpKind::Broadcast { root }, Algorithm::ScatterAllgather) => {
@@ -67,10 +76,23 @@ pub fn build(kind: OpKind, count: usize, topo: &Topology, algo: Algorithm, chunk
                 let mut scatter = Vec::new();
                 if me_rel == 0 {
                     for (i, b) in blocks.iter().enumerate().skip(1) {
-                        push(&mut scatter, Action::Send { peer: rel[i], span: *b });
+                        push(
+                            &mut scatter,
+                            Action::Send {
+                                peer: rel[i],
+                                span: *b,
+                            },
+                        );
                     }
                 } else {
-                    push(&mut scatter, Action::Recv { peer: rel[0], span: blocks[me_rel], reduce: false });
+                    push(
+                        &mut scatter,
+                        Action::Recv {
+                            peer: rel[0],
+                            span: blocks[me_rel],
+                            reduce: false,
+                        },
+                    );
                 }
                 let mut steps = vec![scatter];
                 ring_ag(&rel, &blocks, me_rel, &mut steps);
@@ -92,8 +114,15 @@ pub fn build(kind: OpKind, count: usize, topo: &Topology, algo: Algorithm, chunk
             let mut d = 1;
             while d < n {
                 steps.push(vec![
-                    Action::Send { peer: order[(pos + d) % n], span: Span::new(0, 1) },
-                    Action::Recv { peer: order[(pos + n - d) % n], span: Span::new(1, 1), reduce: false },
+                    Action::Send {
+                        peer: order[(pos + d) % n],
+                        span: Span::new(0, 1),
+                    },
+                    Action::Recv {
+                        peer: order[(pos + n - d) % n],
+                        span: Span::new(1, 1),
+                        reduce: false,
+                    },
                 ]);
                 d *= 2;
             }
@@ -107,13 +136,19 @@ pub fn build(kind: OpKind, count: usize, topo: &Topology, algo: Algorithm, chunk
 /// Contiguous lanes of at most `lane_len` elements covering `0..count`.
 fn lanes(count: usize, lane_len: usize) -> Vec<Span> {
     let all = Span::new(0, count);
-    (0..count.div_ceil(lane_len)).map(|i| all.chunk(lane_len, i)).collect()
+    (0..count.div_ceil(lane_len))
+        .map(|i| all.chunk(lane_len, i))
+        .collect()
 }
 
 /// The ring order rotated so that `root` comes first.
 fn relative(order: &[Rank], root: Rank) -> Option<Vec<Rank>> {
     let at = order.iter().position(|&r| r == root)?;
-    Some((0..order.len()).map(|i| order[(at + i) % order.len()]).collect())
+    Some(
+        (0..order.len())
+            .map(|i| order[(at + i) % order.len()])
+            .collect(),
+    )
 }
 
 fn push(step: &mut Step, a: Action) {
@@ -124,7 +159,14 @@ fn push(step: &mut Step, a: Action) {
 
 /// Ring over per-rank blocks (indexed by rank), pipelined in lanes that each take
 /// the `i`-th chunk of every block: reduce-scatter (`reduce`) or allgather.
-fn ring_of_blocks(order: &[Rank], by_rank: &[Span], pos: usize, chunk: usize, reduce: bool, plan: &mut Plan) {
+fn ring_of_blocks(
+    order: &[Rank],
+    by_rank: &[Span],
+    pos: usize,
+    chunk: usize,
+    reduce: bool,
+    plan: &mut Plan,
+) {
     let longest = by_rank.iter().map(|b| b.len).max().unwrap_or(0);
     for l in 0..longest.div_ceil(chunk) {
         let blocks: Vec<Span> = order.iter().map(|&r| by_rank[r].chunk(chunk, l)).collect();
@@ -144,8 +186,21 @@ fn ring_rs(group: &[Rank], blocks: &[Span], me: usize, steps: &mut Vec<Step>) {
     let n = group.len();
     for s in 0..n.saturating_sub(1) {
         let mut st = Vec::new();
-        push(&mut st, Action::Send { peer: group[(me + 1) % n], span: blocks[(me + 2 * n - s - 1) % n] });
-        push(&mut st, Action::Recv { peer: group[(me + n - 1) % n], span: blocks[(me + 2 * n - s - 2) % n], reduce: true });
+        push(
+            &mut st,
+            Action::Send {
+                peer: group[(me + 1) % n],
+                span: blocks[(me + 2 * n - s - 1) % n],
+            },
+        );
+        push(
+            &mut st,
+            Action::Recv {
+                peer: group[(me + n - 1) % n],
+                span: blocks[(me + 2 * n - s - 2) % n],
+                reduce: true,
+            },
+        );
         steps.push(st);
     }
 }
@@ -155,8 +210,21 @@ fn ring_ag(group: &[Rank], blocks: &[Span], me: usize, steps: &mut Vec<Step>) {
     let n = group.len();
     for s in 0..n.saturating_sub(1) {
         let mut st = Vec::new();
-        push(&mut st, Action::Send { peer: group[(me + 1) % n], span: blocks[(me + n - s) % n] });
-        push(&mut st, Action::Recv { peer: group[(me + n - 1) % n], span: blocks[(me + 2 * n - s - 1) % n], reduce: false });
+        push(
+            &mut st,
+            Action::Send {
+                peer: group[(me + 1) % n],
+                span: blocks[(me + n - s) % n],
+            },
+        );
+        push(
+            &mut st,
+            Action::Recv {
+                peer: group[(me + n - 1) % n],
+                span: blocks[(me + 2 * n - s - 1) % n],
+                reduce: false,
+            },
+        );
         steps.push(st);
     }
 }
@@ -174,9 +242,22 @@ fn binomial_reduce(group: &[Rank], me: usize, span: Span) -> Vec<Step> {
             let m = 1 << k;
             let mut st = Vec::new();
             if me & (2 * m - 1) == m {
-                push(&mut st, Action::Send { peer: group[me - m], span });
+                push(
+                    &mut st,
+                    Action::Send {
+                        peer: group[me - m],
+                        span,
+                    },
+                );
             } else if me & (2 * m - 1) == 0 && me + m < n {
-                push(&mut st, Action::Recv { peer: group[me + m], span, reduce: true });
+                push(
+                    &mut st,
+                    Action::Recv {
+                        peer: group[me + m],
+                        span,
+                        reduce: true,
+                    },
+                );
             }
             st
         })
@@ -192,9 +273,22 @@ fn binomial_bcast(group: &[Rank], me: usize, span: Span) -> Vec<Step> {
             let m = 1 << k;
             let mut st = Vec::new();
             if me & (2 * m - 1) == 0 && me + m < n {
-                push(&mut st, Action::Send { peer: group[me + m], span });
+                push(
+                    &mut st,
+                    Action::Send {
+                        peer: group[me + m],
+                        span,
+                    },
+                );
             } else if me & (2 * m - 1) == m {
-                push(&mut st, Action::Recv { peer: group[me - m], span, reduce: false });
+                push(
+                    &mut st,
+                    Action::Recv {
+                        peer: group[me - m],
+                        span,
+                        reduce: false,
+                    },
+                );
             }
             st
         })

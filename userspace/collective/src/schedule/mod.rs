@@ -57,7 +57,11 @@ pub enum Action {
     /// Send the current contents of `span` to `peer`.
     Send { peer: Rank, span: Span },
     /// Receive `span` from `peer`; combine with the reduction (`reduce`) or overwrite.
-    Recv { peer: Rank, span: Span, reduce: bool },
+    Recv {
+        peer: Rank,
+        span: Span,
+        reduce: bool,
+    },
 }
 
 impl Action {
@@ -163,7 +167,11 @@ impl Plan {
         for (li, lane) in self.lanes.iter().enumerate() {
             let mut touched = Vec::new();
             for (si, step) in lane.steps.iter().enumerate() {
-                let err = |reason: String| PlanError { lane: li, step: si, reason };
+                let err = |reason: String| PlanError {
+                    lane: li,
+                    step: si,
+                    reason,
+                };
                 let mut sends = Vec::new();
                 let mut recvs: Vec<(Rank, Span)> = Vec::new();
                 for a in step {
@@ -190,8 +198,13 @@ impl Plan {
                     }
                     touched.push(s);
                 }
-                if let Some((_, s)) = sends.iter().find(|(_, s)| recvs.iter().any(|(_, r)| r.overlaps(s))) {
-                    return Err(err(format!("send {s:?} overlaps a receive of the same step")));
+                if let Some((_, s)) = sends
+                    .iter()
+                    .find(|(_, s)| recvs.iter().any(|(_, r)| r.overlaps(s)))
+                {
+                    return Err(err(format!(
+                        "send {s:?} overlaps a receive of the same step"
+                    )));
                 }
             }
             lane_extent.push((li, touched));
@@ -199,7 +212,11 @@ impl Plan {
         for (i, (li, a)) in lane_extent.iter().enumerate() {
             for (lj, b) in &lane_extent[i + 1..] {
                 if a.iter().any(|x| b.iter().any(|y| x.overlaps(y))) {
-                    return Err(PlanError { lane: *li, step: 0, reason: format!("overlaps lane {lj}") });
+                    return Err(PlanError {
+                        lane: *li,
+                        step: 0,
+                        reason: format!("overlaps lane {lj}"),
+                    });
                 }
             }
         }

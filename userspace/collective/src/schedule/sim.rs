@@ -45,11 +45,26 @@ pub struct SimOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SimError {
     #[error("rank {rank} lane {lane} step {step}: no matching send from {peer}")]
-    Deadlock { rank: Rank, lane: usize, step: usize, peer: Rank },
+    Deadlock {
+        rank: Rank,
+        lane: usize,
+        step: usize,
+        peer: Rank,
+    },
     #[error("send from {from} to {to} in lane {lane} step {step} was never received")]
-    Unmatched { from: Rank, to: Rank, lane: usize, step: usize },
+    Unmatched {
+        from: Rank,
+        to: Rank,
+        lane: usize,
+        step: usize,
+    },
     #[error("rank {rank} lane {lane} step {step}: {detail}")]
-    Mismatch { rank: Rank, lane: usize, step: usize, detail: String },
+    Mismatch {
+        rank: Rank,
+        lane: usize,
+        step: usize,
+        detail: String,
+    },
 }
 
 struct Event {
@@ -100,7 +115,13 @@ pub fn simulate(
     for (r, p) in plans.iter().enumerate() {
         next_lane[r] = p.lanes.len().min(window);
         for l in 0..next_lane[r] {
-            heap.push(Event { t: 0.0, seq, rank: r, lane: l, step: 0 });
+            heap.push(Event {
+                t: 0.0,
+                seq,
+                rank: r,
+                lane: l,
+                step: 0,
+            });
             seq += 1;
         }
     }
@@ -109,13 +130,26 @@ pub fn simulate(
     let mut free: HashMap<(usize, usize), f64> = HashMap::new();
     let mut link_bytes = BTreeMap::new();
 
-    while let Some(Event { t, rank: r, lane: l, step: s, .. }) = heap.pop() {
+    while let Some(Event {
+        t,
+        rank: r,
+        lane: l,
+        step: s,
+        ..
+    }) = heap.pop()
+    {
         let lane = &plans[r].lanes[l];
         if s == lane.steps.len() {
             lanes_done[r] += 1;
             end = end.max(t);
             if next_lane[r] < plans[r].lanes.len() {
-                heap.push(Event { t, seq, rank: r, lane: next_lane[r], step: 0 });
+                heap.push(Event {
+                    t,
+                    seq,
+                    rank: r,
+                    lane: next_lane[r],
+                    step: 0,
+                });
                 seq += 1;
                 next_lane[r] += 1;
             }
@@ -134,9 +168,18 @@ pub fn simulate(
                     Some(d) => d.buffers[r][span.start..span.end()].to_vec(),
                     None => Vec::new(),
                 };
-                let m = Msg { arrival: *slot + c.alpha, len: span.len, data: values };
+                let m = Msg {
+                    arrival: *slot + c.alpha,
+                    len: span.len,
+                    data: values,
+                };
                 if msgs.insert((peer, r, l, s), m).is_some() {
-                    return Err(SimError::Mismatch { rank: r, lane: l, step: s, detail: format!("two sends to {peer}") });
+                    return Err(SimError::Mismatch {
+                        rank: r,
+                        lane: l,
+                        step: s,
+                        detail: format!("two sends to {peer}"),
+                    });
                 }
                 ready.push((peer, l, s));
             }
@@ -146,14 +189,25 @@ pub fn simulate(
             if let Some(&t0) = waiting.get(&(q, ql, qs)) {
                 if let Some(done) = try_complete(plans, q, ql, qs, t0, &mut msgs, data.as_mut())? {
                     waiting.remove(&(q, ql, qs));
-                    heap.push(Event { t: done, seq, rank: q, lane: ql, step: qs + 1 });
+                    heap.push(Event {
+                        t: done,
+                        seq,
+                        rank: q,
+                        lane: ql,
+                        step: qs + 1,
+                    });
                     seq += 1;
                 }
             }
         }
     }
     if let Some(((to, from, lane, step), _)) = msgs.iter().next() {
-        return Err(SimError::Unmatched { from: *from, to: *to, lane: *lane, step: *step });
+        return Err(SimError::Unmatched {
+            from: *from,
+            to: *to,
+            lane: *lane,
+            step: *step,
+        });
     }
     if let Some((&(rank, lane, step), _)) = waiting.iter().next() {
         let peer = plans[rank].lanes[lane].steps[step]
@@ -161,10 +215,21 @@ pub fn simulate(
             .find(|a| matches!(a, Action::Recv { .. }))
             .map(Action::peer)
             .unwrap_or(rank);
-        return Err(SimError::Deadlock { rank, lane, step, peer });
+        return Err(SimError::Deadlock {
+            rank,
+            lane,
+            step,
+            peer,
+        });
     }
-    debug_assert!(lanes_done.iter().zip(plans).all(|(d, p)| *d == p.lanes.len()));
-    Ok(SimOutcome { time: end, link_bytes })
+    debug_assert!(lanes_done
+        .iter()
+        .zip(plans)
+        .all(|(d, p)| *d == p.lanes.len()));
+    Ok(SimOutcome {
+        time: end,
+        link_bytes,
+    })
 }
 
 /// Completes step `s` of lane `l` at rank `r` if all its receives have arrived.
@@ -178,20 +243,29 @@ fn try_complete(
     data: Option<&mut SimData<'_>>,
 ) -> Result<Option<f64>, SimError> {
     let step = &plans[r].lanes[l].steps[s];
-    let recvs = || step.iter().filter_map(|a| match *a {
-        Action::Recv { peer, span, reduce } => Some((peer, span, reduce)),
-        Action::Send { .. } => None,
-    });
+    let recvs = || {
+        step.iter().filter_map(|a| match *a {
+            Action::Recv { peer, span, reduce } => Some((peer, span, reduce)),
+            Action::Send { .. } => None,
+        })
+    };
     if !recvs().all(|(p, ..)| msgs.contains_key(&(r, p, l, s))) {
         return Ok(None);
     }
     let mut done = t0;
     let mut data = data;
     for (p, span, reduce) in recvs() {
-        let Some(m) = msgs.remove(&(r, p, l, s)) else { continue };
+        let Some(m) = msgs.remove(&(r, p, l, s)) else {
+            continue;
+        };
         if m.len != span.len {
             let detail = format!("{p} sent {} elements, expected {}", m.len, span.len);
-            return Err(SimError::Mismatch { rank: r, lane: l, step: s, detail });
+            return Err(SimError::Mismatch {
+                rank: r,
+                lane: l,
+                step: s,
+                detail,
+            });
         }
         done = done.max(m.arrival);
         if let Some(d) = data.as_deref_mut() {

@@ -50,7 +50,11 @@ unsafe impl Sync for ShmRing {}
 impl ShmRing {
     /// Creates a new ring file (`create_new`: never reuses a stale one) and maps it.
     pub fn create(path: &Path, cap: usize) -> io::Result<Self> {
-        let f = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
         f.set_len((HEADER + cap) as u64)?;
         Self::map(f, path, cap, true)
     }
@@ -61,7 +65,10 @@ impl ShmRing {
         let f = OpenOptions::new().read(true).write(true).open(path)?;
         let len = f.metadata()?.len() as usize;
         if len <= HEADER || len > HEADER + (1 << 30) {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} has bad size {len}", path.display())));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} has bad size {len}", path.display()),
+            ));
         }
         let ring = Self::map(f, path, len - HEADER, false)?;
         let _ = std::fs::remove_file(path);
@@ -74,7 +81,13 @@ impl ShmRing {
         // and nobody truncates it while mapped.
         let mut map = unsafe { MmapMut::map_mut(&f)? };
         let base = map.as_mut_ptr();
-        Ok(ShmRing { _map: map, base, cap, path: path.to_path_buf(), owner })
+        Ok(ShmRing {
+            _map: map,
+            base,
+            cap,
+            path: path.to_path_buf(),
+            owner,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -147,10 +160,16 @@ impl ShmRing {
         let head = self.u64_at(HEAD).load(Ordering::Relaxed);
         let full = || head - self.u64_at(TAIL).load(Ordering::Acquire) >= self.cap as u64;
         if full() && !self.wait(SPACE_SEQ, WRITER_WAITING, || !full()) {
-            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "shared-memory ring closed"));
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "shared-memory ring closed",
+            ));
         }
         if self.closed() {
-            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "shared-memory ring closed"));
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "shared-memory ring closed",
+            ));
         }
         let tail = self.u64_at(TAIL).load(Ordering::Acquire);
         let free = self.cap - (head - tail) as usize;
@@ -208,19 +227,38 @@ impl Drop for ShmRing {
 }
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as _,
+    };
     // SAFETY: FUTEX_WAIT on a valid, aligned u32 in a shared mapping (not
     // FUTEX_PRIVATE: the other process waits/wakes on the same word); the kernel
     // only reads `word` and `ts`, which outlive the call.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            0usize,
+            0u32,
+        );
     }
 }
 
 fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE only uses the address as a key; it is valid and aligned.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0usize,
+            0usize,
+            0u32,
+        );
     }
 }
 
@@ -232,7 +270,10 @@ pub struct ShmTransport {
 
 impl ShmTransport {
     pub fn new(tx: ShmRing, rx: ShmRing) -> Self {
-        ShmTransport { tx: Arc::new(tx), rx: Arc::new(rx) }
+        ShmTransport {
+            tx: Arc::new(tx),
+            rx: Arc::new(rx),
+        }
     }
 }
 
@@ -272,7 +313,11 @@ impl Transport for ShmTransport {
 
     fn split(self: Box<Self>) -> io::Result<(Reader, Writer, Arc<dyn Closer>)> {
         let closer = Arc::new(ShmCloser(self.tx.clone(), self.rx.clone()));
-        Ok((Box::new(RingReader(self.rx)), Box::new(RingWriter(self.tx)), closer))
+        Ok((
+            Box::new(RingReader(self.rx)),
+            Box::new(RingWriter(self.tx)),
+            closer,
+        ))
     }
 }
 
@@ -281,7 +326,10 @@ mod tests {
     use super::*;
 
     fn path(tag: &str) -> PathBuf {
-        PathBuf::from(format!("/dev/shm/causeway-test-{}-{tag}", std::process::id()))
+        PathBuf::from(format!(
+            "/dev/shm/causeway-test-{}-{tag}",
+            std::process::id()
+        ))
     }
 
     #[test]

@@ -20,10 +20,16 @@ impl TcpTuning {
     /// Large buffers only where the kernel honours them: setting SO_RCVBUF turns
     /// Linux autotuning off, so below `net.core.rmem_max` it would only hurt.
     pub fn for_long_fat_pipes(wanted: usize) -> Self {
-        let max = |p: &str| std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse::<usize>().ok());
+        let max = |p: &str| {
+            std::fs::read_to_string(p)
+                .ok()
+                .and_then(|s| s.trim().parse::<usize>().ok())
+        };
         let ok = matches!((max("/proc/sys/net/core/rmem_max"), max("/proc/sys/net/core/wmem_max")),
             (Some(r), Some(w)) if r >= wanted && w >= wanted);
-        TcpTuning { socket_buffer: ok.then_some(wanted) }
+        TcpTuning {
+            socket_buffer: ok.then_some(wanted),
+        }
     }
 
     fn apply(&self, s: SockRef<'_>) -> io::Result<()> {
@@ -59,8 +65,10 @@ pub fn connect(addr: SocketAddr, tuning: TcpTuning, timeout: Duration) -> io::Re
 /// keeps queues short on long fat pipes) if the kernel allows it for this user.
 /// Returns whether it was applied.
 pub fn set_congestion(s: &TcpStream, name: &str) -> bool {
-    let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap_or_default();
-    allowed.split_whitespace().any(|a| a == name) && SockRef::from(s).set_tcp_congestion(name.as_bytes()).is_ok()
+    let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+        .unwrap_or_default();
+    allowed.split_whitespace().any(|a| a == name)
+        && SockRef::from(s).set_tcp_congestion(name.as_bytes()).is_ok()
 }
 
 pub struct TcpTransport {

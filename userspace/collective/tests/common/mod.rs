@@ -10,11 +10,15 @@ use causeway_collective::{Communicator, Options, Rank};
 pub type Layout = Vec<(String, String)>;
 
 pub fn separate_hosts(n: usize) -> Layout {
-    (0..n).map(|r| ("d0".to_string(), format!("h{r}"))).collect()
+    (0..n)
+        .map(|r| ("d0".to_string(), format!("h{r}")))
+        .collect()
 }
 
 pub fn one_host(n: usize) -> Layout {
-    (0..n).map(|_| ("d0".to_string(), "h0".to_string())).collect()
+    (0..n)
+        .map(|_| ("d0".to_string(), "h0".to_string()))
+        .collect()
 }
 
 pub fn test_options() -> Options {
@@ -32,7 +36,11 @@ pub fn test_options() -> Options {
 }
 
 /// Runs `f(comm)` on every rank concurrently; returns the results in rank order.
-pub fn run_world<R: Send>(layout: &Layout, opts: &Options, f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
+pub fn run_world<R: Send>(
+    layout: &Layout,
+    opts: &Options,
+    f: impl Fn(&Communicator) -> R + Sync,
+) -> Vec<R> {
     let server = StoreServer::bind("127.0.0.1:0".parse().expect("addr")).expect("store");
     let n = layout.len();
     let f = &f;
@@ -52,11 +60,15 @@ pub fn run_world<R: Send>(layout: &Layout, opts: &Options, f: impl Fn(&Communica
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread"))
+            .collect()
     })
 }
 
 /// Two domains (even/odd ranks), two ranks per host: shared memory and TCP mixed.
 pub fn two_domains(n: usize) -> Layout {
-    (0..n).map(|r| (format!("d{}", r % 2), format!("h{}", r / 4))).collect()
+    (0..n)
+        .map(|r| (format!("d{}", r % 2), format!("h{}", r / 4)))
+        .collect()
 }

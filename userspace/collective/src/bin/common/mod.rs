@@ -16,23 +16,33 @@ impl Args {
         let mut out = Vec::new();
         let mut it = raw.into_iter();
         while let Some(k) = it.next() {
-            let Some(key) = k.strip_prefix("--") else { bail!("unexpected argument {k:?}\n{usage}") };
+            let Some(key) = k.strip_prefix("--") else {
+                bail!("unexpected argument {k:?}\n{usage}")
+            };
             if !allowed.contains(&key) {
                 bail!("unknown option --{key}\n{usage}");
             }
-            let v = it.next().with_context(|| format!("--{key} needs a value"))?;
+            let v = it
+                .next()
+                .with_context(|| format!("--{key} needs a value"))?;
             out.push((key.to_string(), v));
         }
         Ok(Args(out))
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn num<T: std::str::FromStr>(&self, key: &str, default: T) -> Result<T> {
         match self.get(key) {
-            Some(v) => v.parse().map_err(|_| anyhow::anyhow!("--{key} {v:?} is not a number")),
+            Some(v) => v
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--{key} {v:?} is not a number")),
             None => Ok(default),
         }
     }
