@@ -11,7 +11,7 @@ use causeway::shaper::OverAction;
 use causeway_tests::netns::VethLink;
 use shaper_common::*;
 
-const LINK_BITS: u64 = 200_000_000;
+const LINK_BITS: u64 = 100_000_000;
 const PROBES: usize = 1500;
 const GAP: Duration = Duration::from_micros(2000);
 
@@ -22,7 +22,7 @@ fn classes() -> Vec<ClassSpec> {
         ceil_bits: LINK_BITS,
         prio,
         over,
-        burst_bytes: 64 * 1024,
+        burst_bytes: causeway::policy::shaping::default_burst(LINK_BITS),
         police: true,
     };
     vec![
@@ -32,37 +32,46 @@ fn classes() -> Vec<ClassSpec> {
     ]
 }
 
+/// Rounds of (idle probes, then probes under a bulk flow): pooling rounds
+/// that alternate keeps slow changes in the shared machine's load from
+/// landing on one side of the comparison.
+const ROUNDS: usize = 3;
+
 /// (idle p99, loaded p99) in µs of control probes over `link`.
 fn p99_idle_and_loaded(link: &VethLink) -> (f64, f64) {
     let _echo = EchoServer::start(&link.b, &link.b_addr);
-    let mut idle = probe_rtts(&link.a, &link.b_addr, PROBES, GAP);
-    let _server = Iperf3Server::start(&link.b);
-    let client = iperf3_client(&link.a, &link.b_addr, 8);
-    std::thread::sleep(Duration::from_secs(2));
-    let mut loaded = probe_rtts(&link.a, &link.b_addr, PROBES, GAP);
-    let out = client.wait_with_output().expect("iperf3 client");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("iperf3 JSON");
-    let goodput = report["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0);
+    let per_round = PROBES / ROUNDS;
+    let (mut idle, mut loaded) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        idle.extend(probe_rtts(&link.a, &link.b_addr, per_round, GAP));
+        let _server = Iperf3Server::start(&link.b);
+        let client = iperf3_client(&link.a, &link.b_addr, 4);
+        std::thread::sleep(Duration::from_millis(1500));
+        loaded.extend(probe_rtts(&link.a, &link.b_addr, per_round, GAP));
+        let out = client.wait_with_output().expect("iperf3 client");
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("iperf3 JSON");
+        let goodput = report["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap_or(0.0);
+        assert!(
+            goodput > LINK_BITS as f64 * 0.8,
+            "the bulk flow did not saturate the link: {goodput:.0} bit/s"
+        );
+    }
     assert!(
         loaded.len() > PROBES * 9 / 10,
         "{} of {PROBES} probes answered under load",
         loaded.len()
     );
-    assert!(
-        goodput > LINK_BITS as f64 * 0.8,
-        "the bulk flow did not saturate the link: {goodput:.0} bit/s"
-    );
     (quantile(&mut idle, 0.99), quantile(&mut loaded, 0.99))
 }
 
-/// A link whose A side sends whole MTU frames (no GSO super-frames, which
-/// HTB would charge and send as one 64 KiB unit).
+/// A link whose A side negotiates ECN (the bulk class's over-limit
+/// action). GSO stays on: a control leaf below its own rate is served by
+/// HTB without waiting for its parent's tokens, so bulk super-frames do
+/// not delay it, and they keep the CPU cost of the bulk flow low.
 fn link(subnet: u8) -> VethLink {
     let link = VethLink::new(subnet);
-    link.a
-        .ip(&["link", "set", "dev", &link.a_if, "gso_max_segs", "1"]);
     link.a.exec(&["sysctl", "-qw", "net.ipv4.tcp_ecn=1"]);
     link
 }
@@ -100,7 +109,7 @@ fn control_p99_under_bulk_load_stays_within_twice_idle() {
             ],
             vec![
                 "class", "add", "dev", &link.a_if, "parent", "1:", "classid", "1:1", "htb", "rate",
-                &rate, "ceil", &rate,
+                &rate, "ceil", &rate, "quantum", "60000",
             ],
         ] {
             let status = Command::new("tc")

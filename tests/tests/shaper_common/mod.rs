@@ -321,6 +321,18 @@ pub fn probe_rtts(ns: &Netns, server: &str, count: usize, gap: Duration) -> Vec<
     .expect("probe thread")
 }
 
+/// Puts the calling thread in SCHED_FIFO, so that RTT probes measure the
+/// network path (queues, qdisc), not how long a shared 2-core machine
+/// takes to schedule the prober and the echo server next to iperf3.
+pub fn make_realtime() {
+    let tid = nix::unistd::gettid().to_string();
+    let status = Command::new("chrt")
+        .args(["-f", "-p", "50", &tid])
+        .status()
+        .expect("run chrt");
+    assert!(status.success(), "chrt -f -p 50 {tid} failed");
+}
+
 /// The `q`-quantile of `samples` (sorted in place).
 pub fn quantile(samples: &mut [f64], q: f64) -> f64 {
     assert!(!samples.is_empty(), "no samples");
