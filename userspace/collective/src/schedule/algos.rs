@@ -50,11 +50,37 @@ pub fn build(
             let counterparts: Vec<Rank> = domains.iter().map(|d| d[local]).collect();
             for r in lanes(count, n * chunk) {
                 let parts = r.split(domains[my_dom].len());
-                let sub = parts[local].split(domains.len());
                 let mut steps = Vec::new();
                 ring_rs(&domains[my_dom], &parts, local, &mut steps);
-                ring_rs(&counterparts, &sub, my_dom, &mut steps);
-                ring_ag(&counterparts, &sub, my_dom, &mut steps);
+                if counterparts.len() == 2 {
+                    // Two domains: one direct exchange of the whole shard, one WAN
+                    // latency. Both sides compute a ⊕ b resp. b ⊕ a, bit-identical
+                    // because every reduction operator is commutative.
+                    let peer = counterparts[1 - my_dom];
+                    let mut st = Vec::new();
+                    push(
+                        &mut st,
+                        Action::Send {
+                            peer,
+                            span: parts[local],
+                        },
+                    );
+                    push(
+                        &mut st,
+                        Action::Recv {
+                            peer,
+                            span: parts[local],
+                            reduce: true,
+                        },
+                    );
+                    steps.push(st);
+                } else {
+                    // More domains: a ring among the counterparts keeps a fixed
+                    // reduction order (and sends 2(D-1)/D of the shard, not D-1 shards).
+                    let sub = parts[local].split(domains.len());
+                    ring_rs(&counterparts, &sub, my_dom, &mut steps);
+                    ring_ag(&counterparts, &sub, my_dom, &mut steps);
+                }
                 ring_ag(&domains[my_dom], &parts, local, &mut steps);
                 plan.lanes.push(Lane { steps });
             }
