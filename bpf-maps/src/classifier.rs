@@ -52,6 +52,15 @@ pub const MAP_PROTO_DSCP: &str = "CW_PROTO_DSCP";
 pub const MAP_SRC_PORT: &str = "CW_SPORT";
 pub const MAP_DST_PORT: &str = "CW_DPORT";
 pub const MAP_RULE_ACTIONS: &str = "CW_RULE_ACT";
+pub const MAP_ADDR_CACHE: &str = "CW_ADDR_CACHE";
+
+/// Slots of the per-CPU address cache (a power of two).
+pub const ADDR_CACHE_SLOTS: u32 = 256;
+
+/// [`ClassifierConfig::flags`]: do not use the address cache (every frame
+/// walks both LPM tries). Results are the same either way; the flag exists to
+/// measure and test the uncached path.
+pub const CLS_FLAG_NO_ADDR_CACHE: u32 = 1 << 0;
 
 /// Maximum entries in each LPM trie (both rule sets together).
 pub const LPM_MAX_ENTRIES: u32 = 2 * (MAX_RULES as u32 + 1) * 2;
@@ -63,13 +72,19 @@ pub struct RuleBitmap {
     pub words: [u64; BITMAP_WORDS],
 }
 
+/// Bits of the rule-set field at the start of every LPM key: an entry's
+/// prefix length is `LPM_SET_BITS` plus its address prefix length, so that a
+/// lookup never crosses into the other rule set. The set is a whole `u32` (not
+/// a byte) so that the address that follows is 4-byte aligned and the kernel
+/// builds keys with word stores.
+pub const LPM_SET_BITS: u32 = 32;
+
 /// LPM trie key data for IPv4: the rule-set index, then the address in
-/// network byte order. The key's prefix length counts the set byte (8 bits)
-/// plus the address prefix.
+/// network byte order.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Ipv4LpmData {
-    pub set: u8,
+    pub set: u32,
     pub addr: [u8; 4],
 }
 
@@ -77,7 +92,7 @@ pub struct Ipv4LpmData {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Ipv6LpmData {
-    pub set: u8,
+    pub set: u32,
     pub addr: [u8; 16],
 }
 
@@ -106,17 +121,40 @@ pub struct ClassifierConfig {
     /// any process (not only the one that flipped) can wait out the grace
     /// period before it rewrites the now-inactive set.
     pub flipped_at_ns: u64,
+    /// `CLS_FLAG_*` bits.
+    pub flags: u32,
+    pub reserved: u32,
+}
+
+/// One slot of the per-CPU, direct-mapped address cache: the AND of the
+/// source and destination LPM bitmaps for one address pair, valid only for
+/// the rule set *and* generation it was computed under (a rule set's contents
+/// change only together with the generation, so a stale slot never matches).
+/// Indexed by a hash of the addresses; an all-zero slot (family 0) is empty.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct AddrCacheEntry {
+    pub generation: u64,
+    /// Address words as on the wire (an IPv4 address is word 0).
+    pub src: [u32; 4],
+    pub dst: [u32; 4],
+    /// 4 or 6; 0 = empty.
+    pub family: u32,
+    pub set: u32,
+    pub bitmap: RuleBitmap,
 }
 
 crate::assert_no_padding!(RuleBitmap, [u64; BITMAP_WORDS]);
-crate::assert_no_padding!(Ipv4LpmData, u8, [u8; 4]);
-crate::assert_no_padding!(Ipv6LpmData, u8, [u8; 16]);
+crate::assert_no_padding!(Ipv4LpmData, u32, [u8; 4]);
+crate::assert_no_padding!(Ipv6LpmData, u32, [u8; 16]);
 crate::assert_no_padding!(RuleAction, u32, u32);
-crate::assert_no_padding!(ClassifierConfig, u32, u32, u64, u64);
+crate::assert_no_padding!(ClassifierConfig, u32, u32, u64, u64, u32, u32);
+crate::assert_no_padding!(AddrCacheEntry, u64, [u32; 4], [u32; 4], u32, u32, RuleBitmap);
 crate::impl_pod!(
     RuleBitmap,
     Ipv4LpmData,
     Ipv6LpmData,
     RuleAction,
-    ClassifierConfig
+    ClassifierConfig,
+    AddrCacheEntry
 );

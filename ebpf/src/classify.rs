@@ -2,17 +2,19 @@
 //!
 //! The bitmaps are compiled by userspace (`classifier/compile.rs`); see
 //! `bpf_maps::classifier` for the layout. Cost is a fixed number of map
-//! lookups whatever the number of rules; the lookups stop early as soon as the
+//! lookups whatever the number of rules (one config, three array lookups,
+//! the address bitmaps — a cache slot or two LPM lookups, see
+//! [`addresses`] — and one action lookup); they stop early as soon as the
 //! running AND is empty. Shared by XDP ingress and TC egress.
 
-use aya_ebpf::maps::lpm_trie::Key;
 use bpf_maps::classifier::{
-    Ipv4LpmData, Ipv6LpmData, RuleBitmap, BITMAP_WORDS, DEFAULT_CLASS, MAX_CLASSES, MAX_RULES, NO_PORTS,
+    BITMAP_WORDS, CLS_FLAG_NO_ADDR_CACHE, DEFAULT_CLASS, MAX_CLASSES, MAX_RULES, NO_PORTS,
     PORT_SLOTS, PROTO_DSCP_SLOTS, VERDICT_DROP, VERDICT_PASS,
 };
 
 use crate::{
-    maps::{CLS_CONFIG, DST_PORT, DST_V4, DST_V6, PROTO_DSCP, RULE_ACTIONS, SRC_PORT, SRC_V4, SRC_V6},
+    addresses,
+    maps::{CLS_CONFIG, DST_PORT, PROTO_DSCP, RULE_ACTIONS, SRC_PORT},
     parse::ParsedFrame,
 };
 
@@ -27,37 +29,33 @@ pub struct Classification {
     /// `VERDICT_PASS` or `VERDICT_DROP`.
     pub verdict: u32,
     /// Index of the winning rule in the active set, or [`NO_RULE`].
+    #[allow(dead_code)] // part of the shared result; XDP ingress does not need it
     pub rule: u32,
 }
 
-const UNMATCHED: Classification = Classification { class: DEFAULT_CLASS, verdict: VERDICT_PASS, rule: NO_RULE };
+const UNMATCHED: Classification = Classification {
+    class: DEFAULT_CLASS,
+    verdict: VERDICT_PASS,
+    rule: NO_RULE,
+};
 
 /// Classifies `frame` with the active rule set.
 #[inline(always)]
 pub fn classify(frame: &ParsedFrame) -> Classification {
-    let set = match CLS_CONFIG.get(0) {
-        Some(config) => config.active_set & 1,
-        None => return UNMATCHED,
-    };
-    let (src, dst) = if frame.ip_version == 4 {
-        (lookup_v4(&SRC_V4, set, &frame.src_addr), lookup_v4(&DST_V4, set, &frame.dst_addr))
-    } else {
-        (lookup_v6(&SRC_V6, set, &frame.src_addr), lookup_v6(&DST_V6, set, &frame.dst_addr))
-    };
-    let (Some(src), Some(dst)) = (src, dst) else {
+    let Some(config) = CLS_CONFIG.get(0) else {
         return UNMATCHED;
     };
-    let mut acc = [0u64; BITMAP_WORDS];
-    let mut any = 0u64;
-    for i in 0..BITMAP_WORDS {
-        acc[i] = src.words[i] & dst.words[i];
-        any |= acc[i];
-    }
-    if any == 0 {
-        return UNMATCHED;
-    }
-
-    let proto_dscp = set * PROTO_DSCP_SLOTS + u32::from(frame.proto) * 64 + u32::from(frame.dscp & 0x3f);
+    // Read once: the flip of `active_set` is what makes replacement atomic.
+    let config = addresses::ConfigSnapshot {
+        set: config.active_set & 1,
+        generation: config.generation,
+        use_cache: config.flags & CLS_FLAG_NO_ADDR_CACHE == 0,
+    };
+    let set = config.set;
+    // The array lookups are inlined by the verifier and cheap: do them first,
+    // and walk the LPM tries only while some rule is still in the running.
+    let proto_dscp =
+        set * PROTO_DSCP_SLOTS + u32::from(frame.proto) * 64 + u32::from(frame.dscp & 0x3f);
     let (sport, dport) = if frame.has_ports() {
         (u32::from(frame.src_port), u32::from(frame.dst_port))
     } else {
@@ -70,8 +68,16 @@ pub fn classify(frame: &ParsedFrame) -> Classification {
     ) else {
         return UNMATCHED;
     };
+    let mut acc = [0u64; BITMAP_WORDS];
     for i in 0..BITMAP_WORDS {
-        acc[i] &= pd.words[i] & sp.words[i] & dp.words[i];
+        acc[i] = pd.words[i] & sp.words[i] & dp.words[i];
+    }
+    if is_empty(&acc) {
+        return UNMATCHED;
+    }
+
+    if !addresses::and_address_bitmaps(frame, config, &mut acc) {
+        return UNMATCHED;
     }
 
     let Some(rule) = lowest_set_bit(&acc) else {
@@ -80,7 +86,11 @@ pub fn classify(frame: &ParsedFrame) -> Classification {
     match RULE_ACTIONS.get(set * MAX_RULES as u32 + rule) {
         Some(action) if action.class < MAX_CLASSES => Classification {
             class: action.class,
-            verdict: if action.verdict == VERDICT_DROP { VERDICT_DROP } else { VERDICT_PASS },
+            verdict: if action.verdict == VERDICT_DROP {
+                VERDICT_DROP
+            } else {
+                VERDICT_PASS
+            },
             rule,
         },
         _ => UNMATCHED,
@@ -88,23 +98,8 @@ pub fn classify(frame: &ParsedFrame) -> Classification {
 }
 
 #[inline(always)]
-fn lookup_v4<'a>(
-    trie: &'a aya_ebpf::maps::LpmTrie<Ipv4LpmData, RuleBitmap>,
-    set: u32,
-    addr: &[u8; 16],
-) -> Option<&'a RuleBitmap> {
-    let key = Key::new(8 + 32, Ipv4LpmData { set: set as u8, addr: [addr[0], addr[1], addr[2], addr[3]] });
-    trie.get(&key)
-}
-
-#[inline(always)]
-fn lookup_v6<'a>(
-    trie: &'a aya_ebpf::maps::LpmTrie<Ipv6LpmData, RuleBitmap>,
-    set: u32,
-    addr: &[u8; 16],
-) -> Option<&'a RuleBitmap> {
-    let key = Key::new(8 + 128, Ipv6LpmData { set: set as u8, addr: *addr });
-    trie.get(&key)
+pub fn is_empty(words: &[u64; BITMAP_WORDS]) -> bool {
+    words.iter().fold(0, |any, w| any | w) == 0
 }
 
 /// Index of the lowest set bit of the bitmap (the highest-priority rule).

@@ -6,6 +6,7 @@
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod addresses;
 mod classify;
 mod clock_probe;
 mod counters;

@@ -8,8 +8,8 @@ use aya_ebpf::{
 };
 use bpf_maps::{
     classifier::{
-        ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap, LPM_MAX_ENTRIES, MAX_RULES,
-        PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+        AddrCacheEntry, ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap,
+        ADDR_CACHE_SLOTS, LPM_MAX_ENTRIES, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
     },
     counters::{IngressCounters, COUNTER_SLOTS},
 };
@@ -39,8 +39,15 @@ pub static DST_PORT: Array<RuleBitmap> = Array::with_max_entries(RULE_SETS * POR
 
 /// Indexed by `set * MAX_RULES + rule`.
 #[map(name = "CW_RULE_ACT")]
-pub static RULE_ACTIONS: Array<RuleAction> = Array::with_max_entries(RULE_SETS * MAX_RULES as u32, 0);
+pub static RULE_ACTIONS: Array<RuleAction> =
+    Array::with_max_entries(RULE_SETS * MAX_RULES as u32, 0);
 
 /// Per-CPU counters by class, plus `UNCLASSIFIED_SLOT`.
 #[map(name = "CW_IN_COUNT")]
-pub static INGRESS_COUNTERS: PerCpuArray<IngressCounters> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+pub static INGRESS_COUNTERS: PerCpuArray<IngressCounters> =
+    PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+
+/// Per-CPU direct-mapped cache of LPM results by address pair.
+#[map(name = "CW_ADDR_CACHE")]
+pub static ADDR_CACHE: PerCpuArray<AddrCacheEntry> =
+    PerCpuArray::with_max_entries(ADDR_CACHE_SLOTS, 0);

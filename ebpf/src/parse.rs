@@ -83,13 +83,16 @@ pub struct ParsedFrame {
     /// `FLAG_*` bits.
     pub flags: u8,
     /// VLAN tags skipped (0..=2).
+    #[allow(dead_code)] // part of the shared result; XDP ingress does not need it
     pub vlan_tags: u8,
     /// Host byte order; 0 unless [`FLAG_HAS_PORTS`].
     pub src_port: u16,
     pub dst_port: u16,
-    /// Network byte order; an IPv4 address fills the first 4 bytes.
-    pub src_addr: [u8; 16],
-    pub dst_addr: [u8; 16],
+    /// The address bytes as they are on the wire, in 4-byte words (word-sized
+    /// so that copies and LPM keys need no byte loops); an IPv4 address is
+    /// word 0, the other words are zero.
+    pub src_addr: [u32; 4],
+    pub dst_addr: [u32; 4],
 }
 
 impl ParsedFrame {
@@ -110,29 +113,63 @@ pub enum ParseError {
     BadHeader,
 }
 
-/// Reads a `T` at `data + off` if it lies entirely before `data_end`.
+/// Address of `data + off` if `[data + off, data + off + len)` lies before
+/// `data_end`: the bounds check the verifier sees before the reads below.
 #[inline(always)]
-fn load<T: Copy>(data: usize, data_end: usize, off: usize) -> Option<T> {
+fn bounded(data: usize, data_end: usize, off: usize, len: usize) -> Option<usize> {
     let start = data + off;
-    if start + core::mem::size_of::<T>() > data_end {
+    if start + len > data_end {
         return None;
     }
-    // SAFETY: `[start, start + size_of::<T>())` lies inside the frame, which
-    // the kernel maps readable from `data` to `data_end`; read_unaligned has
-    // no alignment requirement.
-    Some(unsafe { (start as *const T).read_unaligned() })
+    Some(start)
+}
+
+/// Byte `k` of a range checked by [`bounded`].
+///
+/// # Safety
+/// `p` comes from `bounded(.., len)` with `k < len`.
+#[inline(always)]
+unsafe fn byte(p: usize, k: usize) -> u8 {
+    // SAFETY: in bounds per the caller; the kernel maps the frame readable.
+    unsafe { *((p + k) as *const u8) }
+}
+
+/// Big-endian u16 at `k` of a checked range.
+///
+/// # Safety
+/// As [`byte`], with `k + 2 <= len`.
+#[inline(always)]
+unsafe fn be16_at(p: usize, k: usize) -> u16 {
+    // SAFETY: forwarded to the caller.
+    unsafe { u16::from_be_bytes([byte(p, k), byte(p, k + 1)]) }
+}
+
+/// Four bytes at `k` of a checked range, as they are in memory.
+///
+/// # Safety
+/// As [`byte`], with `k + 4 <= len`.
+#[inline(always)]
+unsafe fn word_at(p: usize, k: usize) -> u32 {
+    // SAFETY: in bounds per the caller; read_unaligned has no alignment need.
+    unsafe { ((p + k) as *const u32).read_unaligned() }
 }
 
 #[inline(always)]
 fn load_be16(data: usize, data_end: usize, off: usize) -> Option<u16> {
-    load::<[u8; 2]>(data, data_end, off).map(u16::from_be_bytes)
+    let p = bounded(data, data_end, off, 2)?;
+    // SAFETY: two bytes checked.
+    Some(unsafe { be16_at(p, 0) })
 }
 
 /// Parses the frame at `[data, data_end)`; `frame_len` is the whole frame's
 /// length (larger than `data_end - data` for non-linear frames), used only
 /// for the IP length sanity checks.
 #[inline(always)]
-pub fn parse_frame(data: usize, data_end: usize, frame_len: usize) -> Result<ParsedFrame, ParseError> {
+pub fn parse_frame(
+    data: usize,
+    data_end: usize,
+    frame_len: usize,
+) -> Result<ParsedFrame, ParseError> {
     let mut ethertype = load_be16(data, data_end, 12).ok_or(ParseError::Truncated)?;
     let mut l3 = ETH_HLEN;
     let mut vlan_tags = 0u8;
@@ -157,8 +194,8 @@ pub fn parse_frame(data: usize, data_end: usize, frame_len: usize) -> Result<Par
         vlan_tags,
         src_port: 0,
         dst_port: 0,
-        src_addr: [0; 16],
-        dst_addr: [0; 16],
+        src_addr: [0; 4],
+        dst_addr: [0; 4],
     };
     match ethertype {
         ETH_P_IPV4 => parse_ipv4(data, data_end, frame_len, &mut frame)?,
@@ -168,53 +205,53 @@ pub fn parse_frame(data: usize, data_end: usize, frame_len: usize) -> Result<Par
     Ok(frame)
 }
 
-/// The fixed IPv4 header, as far as the parser reads it.
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct Ipv4Fixed {
-    version_ihl: u8,
-    tos: u8,
-    total_len: [u8; 2],
-    id: [u8; 2],
-    frag: [u8; 2],
-    ttl: u8,
-    proto: u8,
-    csum: [u8; 2],
-    src: [u8; 4],
-    dst: [u8; 4],
-}
-
 #[inline(always)]
-fn parse_ipv4(data: usize, data_end: usize, frame_len: usize, frame: &mut ParsedFrame) -> Result<(), ParseError> {
+fn parse_ipv4(
+    data: usize,
+    data_end: usize,
+    frame_len: usize,
+    frame: &mut ParsedFrame,
+) -> Result<(), ParseError> {
     // l3 is at most 22 (two tags); masking keeps that visible to the verifier.
     let l3 = (frame.l3_offset as usize) & 0x1f;
-    let hdr: Ipv4Fixed = load(data, data_end, l3).ok_or(ParseError::Truncated)?;
-    if hdr.version_ihl >> 4 != 4 {
+    let p = bounded(data, data_end, l3, 20).ok_or(ParseError::Truncated)?;
+    // SAFETY: every read is inside the 20 bytes just checked.
+    let (version_ihl, tos, total_len, frag, proto, src, dst) = unsafe {
+        (
+            byte(p, 0),
+            byte(p, 1),
+            be16_at(p, 2),
+            be16_at(p, 6),
+            byte(p, 9),
+            word_at(p, 12),
+            word_at(p, 16),
+        )
+    };
+    if version_ihl >> 4 != 4 {
         return Err(ParseError::BadHeader);
     }
-    let ihl = usize::from(hdr.version_ihl & 0x0f) * 4;
+    let ihl = usize::from(version_ihl & 0x0f) * 4;
     if ihl < 20 {
         return Err(ParseError::BadHeader);
     }
     if data + l3 + ihl > data_end {
         return Err(ParseError::Truncated);
     }
-    let total_len = usize::from(u16::from_be_bytes(hdr.total_len));
+    let total_len = usize::from(total_len);
     if total_len < ihl {
         return Err(ParseError::BadHeader);
     }
     if l3 + total_len > frame_len {
         return Err(ParseError::Truncated);
     }
-    let frag = u16::from_be_bytes(hdr.frag);
     let more_fragments = frag & 0x2000 != 0;
     let offset = frag & 0x1fff;
 
     frame.ip_version = 4;
-    frame.proto = hdr.proto;
-    frame.dscp = hdr.tos >> 2;
-    frame.src_addr[..4].copy_from_slice(&hdr.src);
-    frame.dst_addr[..4].copy_from_slice(&hdr.dst);
+    frame.proto = proto;
+    frame.dscp = tos >> 2;
+    frame.src_addr[0] = src;
+    frame.dst_addr[0] = dst;
     frame.l4_offset = (l3 + ihl) as u32;
     frame.ip_end = (l3 + total_len) as u32;
     if more_fragments || offset != 0 {
@@ -228,73 +265,78 @@ fn parse_ipv4(data: usize, data_end: usize, frame_len: usize, frame: &mut Parsed
     Ok(())
 }
 
-/// The fixed IPv6 header, as far as the parser reads it.
-#[derive(Clone, Copy)]
-#[repr(C)]
-struct Ipv6Fixed {
-    vtc_flow: [u8; 4],
-    payload_len: [u8; 2],
-    next_header: u8,
-    hop_limit: u8,
-    src: [u8; 16],
-    dst: [u8; 16],
-}
-
 #[inline(always)]
-fn parse_ipv6(data: usize, data_end: usize, frame_len: usize, frame: &mut ParsedFrame) -> Result<(), ParseError> {
+fn parse_ipv6(
+    data: usize,
+    data_end: usize,
+    frame_len: usize,
+    frame: &mut ParsedFrame,
+) -> Result<(), ParseError> {
     let l3 = (frame.l3_offset as usize) & 0x1f;
-    let hdr: Ipv6Fixed = load(data, data_end, l3).ok_or(ParseError::Truncated)?;
-    if hdr.vtc_flow[0] >> 4 != 6 {
+    let p = bounded(data, data_end, l3, 40).ok_or(ParseError::Truncated)?;
+    // SAFETY: every read is inside the 40 bytes just checked.
+    let (b0, b1, payload_len, first_next) =
+        unsafe { (byte(p, 0), byte(p, 1), be16_at(p, 4), byte(p, 6)) };
+    if b0 >> 4 != 6 {
         return Err(ParseError::BadHeader);
     }
-    let ip_end = l3 + 40 + usize::from(u16::from_be_bytes(hdr.payload_len));
+    let ip_end = l3 + 40 + usize::from(payload_len);
     if ip_end > frame_len {
         return Err(ParseError::Truncated);
     }
-    let traffic_class = ((hdr.vtc_flow[0] & 0x0f) << 4) | (hdr.vtc_flow[1] >> 4);
+    let traffic_class = ((b0 & 0x0f) << 4) | (b1 >> 4);
     frame.ip_version = 6;
     frame.dscp = traffic_class >> 2;
-    frame.src_addr = hdr.src;
-    frame.dst_addr = hdr.dst;
+    // SAFETY: as above (bytes 8..40).
+    unsafe {
+        frame.src_addr = [
+            word_at(p, 8),
+            word_at(p, 12),
+            word_at(p, 16),
+            word_at(p, 20),
+        ];
+        frame.dst_addr = [
+            word_at(p, 24),
+            word_at(p, 28),
+            word_at(p, 32),
+            word_at(p, 36),
+        ];
+    }
     frame.ip_end = ip_end as u32;
 
-    let mut next = hdr.next_header;
+    let mut next = first_next;
     let mut off = l3 + 40;
     let mut finished = false;
     for _ in 0..MAX_IPV6_EXT_HEADERS {
-        let len = match next {
-            IPPROTO_HOPOPTS | IPPROTO_ROUTING | IPPROTO_DSTOPTS | IPPROTO_AH | IPPROTO_FRAGMENT => {
-                // Every extension header is at least 8 bytes long.
-                let Some(ext) = load::<[u8; 8]>(data, data_end, off) else {
-                    break;
-                };
-                let len = match next {
-                    IPPROTO_FRAGMENT => 8,
-                    IPPROTO_AH => (usize::from(ext[1]) + 2) * 4,
-                    _ => (usize::from(ext[1]) + 1) * 8,
-                };
-                if off + len > ip_end {
-                    break;
-                }
-                if next == IPPROTO_FRAGMENT {
-                    let frag = u16::from_be_bytes([ext[2], ext[3]]);
-                    if frag & 0xfff9 != 0 {
-                        frame.flags |= FLAG_FRAGMENT;
-                    }
-                    if frag >> 3 != 0 {
-                        frame.flags |= FLAG_LATER_FRAGMENT;
-                        frame.proto = ext[0];
-                        return Ok(());
-                    }
-                }
-                next = ext[0];
-                len
-            }
-            _ => {
-                finished = true;
-                break;
-            }
+        if !is_extension(next) {
+            finished = true;
+            break;
+        }
+        // Every extension header is at least 8 bytes long.
+        let Some(ext) = bounded(data, data_end, off, 8) else {
+            break;
         };
+        // SAFETY: inside the 8 bytes just checked.
+        let (ext_next, ext_len, frag) = unsafe { (byte(ext, 0), byte(ext, 1), be16_at(ext, 2)) };
+        let len = match next {
+            IPPROTO_FRAGMENT => 8,
+            IPPROTO_AH => (usize::from(ext_len) + 2) * 4,
+            _ => (usize::from(ext_len) + 1) * 8,
+        };
+        if off + len > ip_end {
+            break;
+        }
+        if next == IPPROTO_FRAGMENT {
+            if frag & 0xfff9 != 0 {
+                frame.flags |= FLAG_FRAGMENT;
+            }
+            if frag >> 3 != 0 {
+                frame.flags |= FLAG_LATER_FRAGMENT;
+                frame.proto = ext_next;
+                return Ok(());
+            }
+        }
+        next = ext_next;
         // Each header is at most 2 KiB, so the offset stays far below 64 KiB.
         off = (off + len) & 0xffff;
     }
@@ -333,11 +375,13 @@ fn read_ports(data: usize, data_end: usize, frame: &mut ParsedFrame) {
         frame.flags |= FLAG_L4_TRUNCATED;
         return;
     }
-    let Some(ports) = load::<[u8; 4]>(data, data_end, l4) else {
+    let Some(p) = bounded(data, data_end, l4, 4) else {
         frame.flags |= FLAG_L4_TRUNCATED;
         return;
     };
-    frame.src_port = u16::from_be_bytes([ports[0], ports[1]]);
-    frame.dst_port = u16::from_be_bytes([ports[2], ports[3]]);
+    // SAFETY: inside the 4 bytes just checked.
+    let (src_port, dst_port) = unsafe { (be16_at(p, 0), be16_at(p, 2)) };
+    frame.src_port = src_port;
+    frame.dst_port = dst_port;
     frame.flags |= FLAG_HAS_PORTS;
 }

@@ -17,8 +17,8 @@
 use std::{collections::BTreeMap, net::IpAddr};
 
 use bpf_maps::classifier::{
-    RuleAction, RuleBitmap, MAX_RULES, NO_PORTS, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS, VERDICT_DROP,
-    VERDICT_PASS,
+    RuleAction, RuleBitmap, MAX_RULES, NO_PORTS, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+    VERDICT_DROP, VERDICT_PASS,
 };
 
 use super::rule::{IpPrefix, PortRange, Rule, RuleSet, Verdict};
@@ -86,7 +86,9 @@ enum Family {
 
 /// The address family a rule is confined to by its prefixes, if any.
 fn rule_family(rule: &Rule) -> Option<Family> {
-    rule.src.or(rule.dst).map(|p| if p.is_ipv4() { Family::V4 } else { Family::V6 })
+    rule.src
+        .or(rule.dst)
+        .map(|p| if p.is_ipv4() { Family::V4 } else { Family::V6 })
 }
 
 /// Address bytes of `addr` when it is of the trie's width `N`.
@@ -108,7 +110,8 @@ fn lpm_entries<const N: usize>(
     } else {
         std::net::Ipv6Addr::UNSPECIFIED.into()
     };
-    let mut prefixes: Vec<IpPrefix> = vec![IpPrefix::new(unspecified, 0).expect("/0 is a valid prefix")];
+    let mut prefixes: Vec<IpPrefix> =
+        vec![IpPrefix::new(unspecified, 0).expect("/0 is a valid prefix")];
     prefixes.extend(rules.iter().filter_map(&field).filter(in_family));
 
     let mut entries = LpmEntries::new();

@@ -26,7 +26,14 @@ fn prefix(s: &str) -> IpPrefix {
 
 /// What the kernel does with the compiled maps: longest-prefix match in each
 /// trie, AND of the five bitmaps, lowest set bit.
-fn kernel_lookup(c: &CompiledRuleSet, src: IpAddr, dst: IpAddr, proto: u8, dscp: u8, ports: Option<(u16, u16)>) -> Option<usize> {
+fn kernel_lookup(
+    c: &CompiledRuleSet,
+    src: IpAddr,
+    dst: IpAddr,
+    proto: u8,
+    dscp: u8,
+    ports: Option<(u16, u16)>,
+) -> Option<usize> {
     fn lpm<const N: usize>(entries: &LpmEntries<N>, addr: [u8; N]) -> RuleBitmap {
         let value = |a: [u8; N]| a.iter().fold(0u128, |acc, b| (acc << 8) | u128::from(*b));
         let bits = (N * 8) as u32;
@@ -46,16 +53,35 @@ fn kernel_lookup(c: &CompiledRuleSet, src: IpAddr, dst: IpAddr, proto: u8, dscp:
         (IpAddr::V6(s), IpAddr::V6(d)) => (lpm(&c.src_v6, s.octets()), lpm(&c.dst_v6, d.octets())),
         _ => unreachable!("one family per frame"),
     };
-    let (sp, dp) = ports.map_or((NO_PORTS as usize, NO_PORTS as usize), |(s, d)| (usize::from(s), usize::from(d)));
+    let (sp, dp) = ports.map_or((NO_PORTS as usize, NO_PORTS as usize), |(s, d)| {
+        (usize::from(s), usize::from(d))
+    });
     let pd = c.proto_dscp[usize::from(proto) * 64 + usize::from(dscp)];
     let words: Vec<u64> = (0..4)
-        .map(|i| s.words[i] & d.words[i] & pd.words[i] & c.src_ports[sp].words[i] & c.dst_ports[dp].words[i])
+        .map(|i| {
+            s.words[i]
+                & d.words[i]
+                & pd.words[i]
+                & c.src_ports[sp].words[i]
+                & c.dst_ports[dp].words[i]
+        })
         .collect();
-    words.iter().enumerate().find(|(_, w)| **w != 0).map(|(i, w)| i * 64 + w.trailing_zeros() as usize)
+    words
+        .iter()
+        .enumerate()
+        .find(|(_, w)| **w != 0)
+        .map(|(i, w)| i * 64 + w.trailing_zeros() as usize)
 }
 
 /// The specification: the first rule in priority order that matches.
-fn first_match(rules: &RuleSet, src: IpAddr, dst: IpAddr, proto: u8, dscp: u8, ports: Option<(u16, u16)>) -> Option<usize> {
+fn first_match(
+    rules: &RuleSet,
+    src: IpAddr,
+    dst: IpAddr,
+    proto: u8,
+    dscp: u8,
+    ports: Option<(u16, u16)>,
+) -> Option<usize> {
     rules.rules().iter().position(|r| {
         r.src.is_none_or(|p| p.contains(src))
             && r.dst.is_none_or(|p| p.contains(dst))
@@ -63,7 +89,10 @@ fn first_match(rules: &RuleSet, src: IpAddr, dst: IpAddr, proto: u8, dscp: u8, p
             && r.dscp.is_none_or(|d| d == dscp)
             && match ports {
                 None => r.src_ports.is_none() && r.dst_ports.is_none(),
-                Some((s, d)) => r.src_ports.is_none_or(|p| p.contains(s)) && r.dst_ports.is_none_or(|p| p.contains(d)),
+                Some((s, d)) => {
+                    r.src_ports.is_none_or(|p| p.contains(s))
+                        && r.dst_ports.is_none_or(|p| p.contains(d))
+                }
             }
     })
 }
@@ -107,7 +136,10 @@ fn family_is_fixed_by_the_other_prefix() {
     let mut r = rule(1);
     r.dst = Some(prefix("fd00::/16"));
     let c = compile(&RuleSet::new(vec![r]).unwrap(), 0);
-    assert!(!bit(&c.src_v4[&([0; 4], 0)], 0), "a v6-only rule must not be in the v4 source trie");
+    assert!(
+        !bit(&c.src_v4[&([0; 4], 0)], 0),
+        "a v6-only rule must not be in the v4 source trie"
+    );
     assert!(bit(&c.src_v6[&([0; 16], 0)], 0));
 }
 
@@ -122,12 +154,24 @@ fn ports_and_no_ports_slot() {
     let c = compile(&RuleSet::new(vec![with_ports, drop_all]).unwrap(), 0);
     assert!(bit(&c.dst_ports[5000], 0) && bit(&c.dst_ports[5010], 0));
     assert!(!bit(&c.dst_ports[4999], 0) && !bit(&c.dst_ports[5011], 0));
-    assert!(bit(&c.src_ports[1234], 0), "no source range: every source port");
-    assert!(!bit(&c.src_ports[NO_PORTS as usize], 0), "a port rule never matches frames without ports");
+    assert!(
+        bit(&c.src_ports[1234], 0),
+        "no source range: every source port"
+    );
+    assert!(
+        !bit(&c.src_ports[NO_PORTS as usize], 0),
+        "a port rule never matches frames without ports"
+    );
     assert!(!bit(&c.dst_ports[NO_PORTS as usize], 0));
     assert!(bit(&c.dst_ports[NO_PORTS as usize], 1));
     assert!(bit(&c.proto_dscp[17 * 64 + 5], 0) && !bit(&c.proto_dscp[6 * 64 + 5], 0));
-    assert_eq!(c.actions[1], RuleAction { class: 7, verdict: VERDICT_DROP });
+    assert_eq!(
+        c.actions[1],
+        RuleAction {
+            class: 7,
+            verdict: VERDICT_DROP
+        }
+    );
 }
 
 fn arb_prefix(v4: bool) -> impl Strategy<Value = IpPrefix> {
@@ -148,7 +192,9 @@ fn arb_prefix(v4: bool) -> impl Strategy<Value = IpPrefix> {
 }
 
 fn arb_rule() -> impl Strategy<Value = Rule> {
-    let ports = prop::option::of((0u16..8, 0u16..8).prop_map(|(a, b)| PortRange::new(a.min(b), a.max(b)).unwrap()));
+    let ports = prop::option::of(
+        (0u16..8, 0u16..8).prop_map(|(a, b)| PortRange::new(a.min(b), a.max(b)).unwrap()),
+    );
     (
         any::<bool>(),
         prop::option::of(arb_prefix(true)),
@@ -165,14 +211,21 @@ fn arb_rule() -> impl Strategy<Value = Rule> {
                 if !v6 {
                     return p;
                 }
-                let IpAddr::V4(a) = p.addr() else { unreachable!() };
+                let IpAddr::V4(a) = p.addr() else {
+                    unreachable!()
+                };
                 let o = a.octets();
-                let raw = u128::from_be_bytes([0xfd, 0, o[1], o[2], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+                let raw =
+                    u128::from_be_bytes([0xfd, 0, o[1], o[2], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
                 let len = p.len().min(32);
                 let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
                 IpPrefix::new(IpAddr::V6((raw & mask).into()), len).unwrap()
             };
-            let proto = if sp.is_some() || dp.is_some() { proto.filter(|p| *p != 1) } else { proto };
+            let proto = if sp.is_some() || dp.is_some() {
+                proto.filter(|p| *p != 1)
+            } else {
+                proto
+            };
             Rule {
                 priority: 0,
                 src: src.map(to_v6),

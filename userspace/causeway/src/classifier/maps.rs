@@ -17,6 +17,9 @@
 //!   than any program run) has passed since the last flip. The flip time is
 //!   stored in the config (`flipped_at_ns`, `CLOCK_BOOTTIME`) so that the
 //!   wait also holds between different processes.
+//! * the kernel's per-CPU address cache tags every slot with the rule set and
+//!   the generation it was computed under; the flip bumps the generation, so
+//!   no slot computed from a set's old contents is used after it is rewritten.
 //!
 //! # Few syscalls
 //! The handle remembers what each set's array slots hold (after writing or
@@ -33,9 +36,10 @@ use aya::{
     Ebpf, Pod,
 };
 use bpf_maps::classifier::{
-    ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT,
-    MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP, MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAX_RULES,
-    PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+    ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap, CLS_FLAG_NO_ADDR_CACHE,
+    LPM_SET_BITS, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP,
+    MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAX_RULES, PORT_SLOTS,
+    PROTO_DSCP_SLOTS, RULE_SETS,
 };
 
 use super::{
@@ -113,10 +117,17 @@ fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ClassifierMapsError {
 /// Opens a second handle on the map `name` of a loaded object, leaving the
 /// object's own handle in place (so that it can still be pinned or used).
 fn reopen(ebpf: &Ebpf, name: &'static str) -> Result<Map> {
-    let map = ebpf.map(name).ok_or(ClassifierMapsError::MissingMap { name })?;
+    let map = ebpf
+        .map(name)
+        .ok_or(ClassifierMapsError::MissingMap { name })?;
     let data = match map {
         Map::Array(data) | Map::LpmTrie(data) => data,
-        _ => return Err(ClassifierMapsError::Map { name, source: MapError::InvalidMapType { map_type: 0 } }),
+        _ => {
+            return Err(ClassifierMapsError::Map {
+                name,
+                source: MapError::InvalidMapType { map_type: 0 },
+            })
+        }
     };
     let id = data.info().map_err(map_err(name))?.id();
     let data = MapData::from_id(id).map_err(map_err(name))?;
@@ -141,7 +152,8 @@ impl ClassifierMaps {
     pub fn from_pin_dir(dir: &Path) -> Result<Self> {
         Self::open(|name| {
             let path = dir.join(name);
-            let data = MapData::from_pin(&path).map_err(|source| ClassifierMapsError::Pin { path, source })?;
+            let data = MapData::from_pin(&path)
+                .map_err(|source| ClassifierMapsError::Pin { path, source })?;
             Map::from_map_data(data).map_err(map_err(name))
         })
     }
@@ -165,12 +177,29 @@ impl ClassifierMaps {
 
     /// The live configuration (active set, rule count, generation).
     pub fn config(&self) -> Result<ClassifierConfig> {
-        self.config.get(&0, 0).map_err(map_err(MAP_CLASSIFIER_CONFIG))
+        self.config
+            .get(&0, 0)
+            .map_err(map_err(MAP_CLASSIFIER_CONFIG))
     }
 
     /// What the last [`apply`](Self::apply) wrote and read.
     pub fn last_apply_stats(&self) -> ApplyStats {
         self.last_stats
+    }
+
+    /// Turns the kernel's per-CPU address cache on or off (it is on unless
+    /// turned off). Classification results are the same either way; off,
+    /// every frame walks both LPM tries (for measurements and tests).
+    pub fn set_address_cache(&mut self, enabled: bool) -> Result<()> {
+        let mut config = self.config()?;
+        if enabled {
+            config.flags &= !CLS_FLAG_NO_ADDR_CACHE;
+        } else {
+            config.flags |= CLS_FLAG_NO_ADDR_CACHE;
+        }
+        self.config
+            .set(0, config, 0)
+            .map_err(map_err(MAP_CLASSIFIER_CONFIG))
     }
 
     /// Replaces the live rule set with `rules`, atomically for the frames
@@ -190,10 +219,38 @@ impl ClassifierMaps {
         let compiled = compile(rules, target);
         let mut stats = ApplyStats::default();
         let known = self.known[target as usize].take();
-        write_lpm(&mut self.src_v4, MAP_SRC_V4, target, &compiled.src_v4, Ipv4LpmData::new, &mut stats)?;
-        write_lpm(&mut self.dst_v4, MAP_DST_V4, target, &compiled.dst_v4, Ipv4LpmData::new, &mut stats)?;
-        write_lpm(&mut self.src_v6, MAP_SRC_V6, target, &compiled.src_v6, Ipv6LpmData::new, &mut stats)?;
-        write_lpm(&mut self.dst_v6, MAP_DST_V6, target, &compiled.dst_v6, Ipv6LpmData::new, &mut stats)?;
+        write_lpm(
+            &mut self.src_v4,
+            MAP_SRC_V4,
+            target,
+            &compiled.src_v4,
+            Ipv4LpmData::new,
+            &mut stats,
+        )?;
+        write_lpm(
+            &mut self.dst_v4,
+            MAP_DST_V4,
+            target,
+            &compiled.dst_v4,
+            Ipv4LpmData::new,
+            &mut stats,
+        )?;
+        write_lpm(
+            &mut self.src_v6,
+            MAP_SRC_V6,
+            target,
+            &compiled.src_v6,
+            Ipv6LpmData::new,
+            &mut stats,
+        )?;
+        write_lpm(
+            &mut self.dst_v6,
+            MAP_DST_V6,
+            target,
+            &compiled.dst_v6,
+            Ipv6LpmData::new,
+            &mut stats,
+        )?;
         let slots = self.write_slots(&compiled, known, &mut stats)?;
 
         let next = ClassifierConfig {
@@ -201,8 +258,12 @@ impl ClassifierMaps {
             rule_count: compiled.rule_count,
             generation: current.generation + 1,
             flipped_at_ns: boottime_ns()?,
+            flags: current.flags,
+            reserved: 0,
         };
-        self.config.set(0, next, 0).map_err(map_err(MAP_CLASSIFIER_CONFIG))?;
+        self.config
+            .set(0, next, 0)
+            .map_err(map_err(MAP_CLASSIFIER_CONFIG))?;
         self.known[target as usize] = Some(slots);
         self.generation_seen = Some(next.generation);
         self.last_stats = stats;
@@ -217,13 +278,46 @@ impl ClassifierMaps {
     ) -> Result<KnownSlots> {
         let set = c.set;
         let (pd, sp, dp, act) = match known {
-            Some(k) => (Some(k.proto_dscp), Some(k.src_ports), Some(k.dst_ports), Some(k.actions)),
+            Some(k) => (
+                Some(k.proto_dscp),
+                Some(k.src_ports),
+                Some(k.dst_ports),
+                Some(k.actions),
+            ),
             None => (None, None, None, None),
         };
-        write_array(&mut self.proto_dscp, MAP_PROTO_DSCP, set * PROTO_DSCP_SLOTS, &c.proto_dscp, pd, stats)?;
-        write_array(&mut self.src_ports, MAP_SRC_PORT, set * PORT_SLOTS, &c.src_ports, sp, stats)?;
-        write_array(&mut self.dst_ports, MAP_DST_PORT, set * PORT_SLOTS, &c.dst_ports, dp, stats)?;
-        write_array(&mut self.actions, MAP_RULE_ACTIONS, set * MAX_RULES as u32, &c.actions, act, stats)?;
+        write_array(
+            &mut self.proto_dscp,
+            MAP_PROTO_DSCP,
+            set * PROTO_DSCP_SLOTS,
+            &c.proto_dscp,
+            pd,
+            stats,
+        )?;
+        write_array(
+            &mut self.src_ports,
+            MAP_SRC_PORT,
+            set * PORT_SLOTS,
+            &c.src_ports,
+            sp,
+            stats,
+        )?;
+        write_array(
+            &mut self.dst_ports,
+            MAP_DST_PORT,
+            set * PORT_SLOTS,
+            &c.dst_ports,
+            dp,
+            stats,
+        )?;
+        write_array(
+            &mut self.actions,
+            MAP_RULE_ACTIONS,
+            set * MAX_RULES as u32,
+            &c.actions,
+            act,
+            stats,
+        )?;
         Ok(KnownSlots {
             proto_dscp: c.proto_dscp.clone(),
             src_ports: c.src_ports.clone(),
@@ -262,24 +356,24 @@ fn write_array<V: Pod + PartialEq>(
 
 /// LPM key data constructors, so that one writer serves both families.
 trait LpmData<const N: usize>: Pod + PartialEq {
-    fn new(set: u8, addr: [u8; N]) -> Self;
-    fn set(&self) -> u8;
+    fn new(set: u32, addr: [u8; N]) -> Self;
+    fn set(&self) -> u32;
 }
 
 impl LpmData<4> for Ipv4LpmData {
-    fn new(set: u8, addr: [u8; 4]) -> Self {
+    fn new(set: u32, addr: [u8; 4]) -> Self {
         Self { set, addr }
     }
-    fn set(&self) -> u8 {
+    fn set(&self) -> u32 {
         self.set
     }
 }
 
 impl LpmData<16> for Ipv6LpmData {
-    fn new(set: u8, addr: [u8; 16]) -> Self {
+    fn new(set: u32, addr: [u8; 16]) -> Self {
         Self { set, addr }
     }
-    fn set(&self) -> u8 {
+    fn set(&self) -> u32 {
         self.set
     }
 }
@@ -291,11 +385,10 @@ fn write_lpm<K: LpmData<N>, const N: usize>(
     name: &'static str,
     set: u32,
     wanted: &LpmEntries<N>,
-    make: fn(u8, [u8; N]) -> K,
+    make: fn(u32, [u8; N]) -> K,
     stats: &mut ApplyStats,
 ) -> Result<()> {
-    let set = set as u8;
-    let key_of = |addr: [u8; N], len: u8| Key::new(8 + u32::from(len), make(set, addr));
+    let key_of = |addr: [u8; N], len: u8| Key::new(LPM_SET_BITS + u32::from(len), make(set, addr));
     let mut held = Vec::new();
     for key in trie.keys() {
         let key = key.map_err(map_err(name))?;
@@ -343,6 +436,7 @@ fn wait_out_grace_period(flipped_at_ns: u64) -> Result<()> {
 }
 
 fn boottime_ns() -> Result<u64> {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).map_err(ClassifierMapsError::Clock)?;
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map_err(ClassifierMapsError::Clock)?;
     Ok(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
 }

@@ -60,9 +60,17 @@ pub fn evaluate(rules: &RuleSet, frame: &[u8]) -> Outcome {
         Ok(fields) => match first_match(rules, &fields) {
             Some(i) => {
                 let r = &rules.rules()[i];
-                Outcome::Classified { class: r.class, verdict: r.verdict, rule: Some(i) }
+                Outcome::Classified {
+                    class: r.class,
+                    verdict: r.verdict,
+                    rule: Some(i),
+                }
             }
-            None => Outcome::Classified { class: DEFAULT_CLASS as u8, verdict: Verdict::Pass, rule: None },
+            None => Outcome::Classified {
+                class: DEFAULT_CLASS as u8,
+                verdict: Verdict::Pass,
+                rule: None,
+            },
         },
     }
 }
@@ -70,10 +78,15 @@ pub fn evaluate(rules: &RuleSet, frame: &[u8]) -> Outcome {
 /// Index (in priority order) of the first rule that accepts `fields`.
 pub fn first_match(rules: &RuleSet, fields: &FrameFields) -> Option<usize> {
     rules.rules().iter().position(|r| {
-        let prefixes = r.src.is_none_or(|p| p.contains(fields.src)) && r.dst.is_none_or(|p| p.contains(fields.dst));
-        let proto = r.proto.is_none_or(|p| p == fields.proto) && r.dscp.is_none_or(|d| d == fields.dscp);
+        let prefixes = r.src.is_none_or(|p| p.contains(fields.src))
+            && r.dst.is_none_or(|p| p.contains(fields.dst));
+        let proto =
+            r.proto.is_none_or(|p| p == fields.proto) && r.dscp.is_none_or(|d| d == fields.dscp);
         let ports = match fields.ports {
-            Some((s, d)) => r.src_ports.is_none_or(|p| p.contains(s)) && r.dst_ports.is_none_or(|p| p.contains(d)),
+            Some((s, d)) => {
+                r.src_ports.is_none_or(|p| p.contains(s))
+                    && r.dst_ports.is_none_or(|p| p.contains(d))
+            }
             None => r.src_ports.is_none() && r.dst_ports.is_none(),
         };
         prefixes && proto && ports
@@ -120,10 +133,16 @@ fn parse_v4(frame: &[u8], l3: usize) -> Result<FrameFields, Unclassified> {
     if total_len < header_len {
         return Err(Unclassified::BadHeader);
     }
-    let datagram = frame.get(l3..l3 + total_len).ok_or(Unclassified::Truncated)?;
+    let datagram = frame
+        .get(l3..l3 + total_len)
+        .ok_or(Unclassified::Truncated)?;
     let fragment_offset = u16::from_be_bytes([fixed[6], fixed[7]]) & 0x1fff;
     let proto = fixed[9];
-    let ports = if fragment_offset == 0 { transport_ports(proto, &datagram[header_len..]) } else { None };
+    let ports = if fragment_offset == 0 {
+        transport_ports(proto, &datagram[header_len..])
+    } else {
+        None
+    };
     Ok(FrameFields {
         src: IpAddr::V4(Ipv4Addr::new(fixed[12], fixed[13], fixed[14], fixed[15])),
         dst: IpAddr::V4(Ipv4Addr::new(fixed[16], fixed[17], fixed[18], fixed[19])),
@@ -139,15 +158,22 @@ fn parse_v6(frame: &[u8], l3: usize) -> Result<FrameFields, Unclassified> {
         return Err(Unclassified::BadHeader);
     }
     let payload_len = usize::from(u16::from_be_bytes([fixed[4], fixed[5]]));
-    let mut rest = frame.get(l3 + 40..l3 + 40 + payload_len).ok_or(Unclassified::Truncated)?;
+    let mut rest = frame
+        .get(l3 + 40..l3 + 40 + payload_len)
+        .ok_or(Unclassified::Truncated)?;
     let traffic_class = (fixed[0] << 4) | (fixed[1] >> 4);
     let addr = |at: usize| -> IpAddr {
         let mut octets = [0u8; 16];
         octets.copy_from_slice(&fixed[at..at + 16]);
         IpAddr::V6(Ipv6Addr::from(octets))
     };
-    let mut fields =
-        FrameFields { src: addr(8), dst: addr(24), proto: fixed[6], dscp: traffic_class >> 2, ports: None };
+    let mut fields = FrameFields {
+        src: addr(8),
+        dst: addr(24),
+        proto: fixed[6],
+        dscp: traffic_class >> 2,
+        ports: None,
+    };
 
     let mut next = fixed[6];
     let mut walked = 0;

@@ -51,7 +51,10 @@ fn frame(types: &[u16], l3: Vec<u8>) -> Vec<u8> {
 
 #[test]
 fn ipv4_udp_with_options_and_qinq() {
-    let f = frame(&[0x88a8, 0x8100, 0x0800], ipv4(17, 46 << 2, 0, 8, &udp(1000, 5001)));
+    let f = frame(
+        &[0x88a8, 0x8100, 0x0800],
+        ipv4(17, 46 << 2, 0, 8, &udp(1000, 5001)),
+    );
     let fields = parse(&f).unwrap();
     assert_eq!(fields.proto, 17);
     assert_eq!(fields.dscp, 46);
@@ -62,8 +65,20 @@ fn ipv4_udp_with_options_and_qinq() {
 #[test]
 fn unclassified_frames() {
     assert_eq!(parse(&eth(&[0x0806])), Err(Unclassified::NotIp));
-    assert_eq!(parse(&frame(&[0x8100, 0x88a8, 0x0800], ipv4(17, 0, 0, 0, &udp(1, 2)))), Err(Unclassified::NotIp));
-    assert_eq!(parse(&frame(&[0x8100, 0x8100, 0x8100, 0x0800], ipv4(17, 0, 0, 0, &udp(1, 2)))), Err(Unclassified::NotIp));
+    assert_eq!(
+        parse(&frame(
+            &[0x8100, 0x88a8, 0x0800],
+            ipv4(17, 0, 0, 0, &udp(1, 2))
+        )),
+        Err(Unclassified::NotIp)
+    );
+    assert_eq!(
+        parse(&frame(
+            &[0x8100, 0x8100, 0x8100, 0x0800],
+            ipv4(17, 0, 0, 0, &udp(1, 2))
+        )),
+        Err(Unclassified::NotIp)
+    );
     let mut full = frame(&[0x0800], ipv4(6, 0, 0, 0, &[0; 20]));
     full.truncate(14 + 19);
     assert_eq!(parse(&full), Err(Unclassified::Truncated));
@@ -94,7 +109,10 @@ fn ipv6_extension_chains() {
     chain.extend(udp(7, 8));
     let f = frame(&[0x86dd], ipv6(0, 0xb8, &chain));
     let fields = parse(&f).unwrap();
-    assert_eq!((fields.proto, fields.ports, fields.dscp), (17, Some((7, 8)), 46));
+    assert_eq!(
+        (fields.proto, fields.ports, fields.dscp),
+        (17, Some((7, 8)), 46)
+    );
 
     let later = frame(&[0x86dd], ipv6(44, 0, &[6, 0, 0, 8, 0, 0, 0, 1]));
     assert_eq!(parse(&later).unwrap().proto, 6);
@@ -105,7 +123,10 @@ fn ipv6_extension_chains() {
         long.extend_from_slice(&[60, 0, 0, 0, 0, 0, 0, 0]);
     }
     let f = frame(&[0x86dd], ipv6(60, 0, &long));
-    assert_eq!((parse(&f).unwrap().proto, parse(&f).unwrap().ports), (60, None));
+    assert_eq!(
+        (parse(&f).unwrap().proto, parse(&f).unwrap().ports),
+        (60, None)
+    );
 
     let cut = frame(&[0x86dd], ipv6(60, 0, &[17, 1, 0, 0, 0, 0, 0, 0])); // claims 16 bytes
     assert_eq!(parse(&cut).unwrap().proto, 60);
@@ -140,10 +161,34 @@ fn first_matching_rule_wins() {
     };
     let rules = RuleSet::new(vec![peers, ports]).unwrap();
     let udp_frame = frame(&[0x0800], ipv4(17, 0, 0, 0, &udp(1, 5001)));
-    assert_eq!(evaluate(&rules, &udp_frame), Outcome::Classified { class: 3, verdict: Verdict::Pass, rule: Some(0) });
+    assert_eq!(
+        evaluate(&rules, &udp_frame),
+        Outcome::Classified {
+            class: 3,
+            verdict: Verdict::Pass,
+            rule: Some(0)
+        }
+    );
     let later = frame(&[0x0800], ipv4(17, 0, 100, 0, &udp(1, 5001)));
-    assert_eq!(evaluate(&rules, &later), Outcome::Classified { class: 5, verdict: Verdict::Drop, rule: Some(1) });
+    assert_eq!(
+        evaluate(&rules, &later),
+        Outcome::Classified {
+            class: 5,
+            verdict: Verdict::Drop,
+            rule: Some(1)
+        }
+    );
     let v6 = frame(&[0x86dd], ipv6(59, 0, &[]));
-    assert_eq!(evaluate(&rules, &v6), Outcome::Classified { class: 0, verdict: Verdict::Pass, rule: None });
-    assert_eq!(evaluate(&rules, &eth(&[0x88cc])), Outcome::Unclassified(Unclassified::NotIp));
+    assert_eq!(
+        evaluate(&rules, &v6),
+        Outcome::Classified {
+            class: 0,
+            verdict: Verdict::Pass,
+            rule: None
+        }
+    );
+    assert_eq!(
+        evaluate(&rules, &eth(&[0x88cc])),
+        Outcome::Unclassified(Unclassified::NotIp)
+    );
 }

@@ -34,7 +34,14 @@ pub struct V4 {
 
 impl V4 {
     pub fn new(src: [u8; 4], dst: [u8; 4], proto: u8) -> Self {
-        Self { src: src.into(), dst: dst.into(), proto, dscp: 0, frag: 0, options: 0 }
+        Self {
+            src: src.into(),
+            dst: dst.into(),
+            proto,
+            dscp: 0,
+            frag: 0,
+            options: 0,
+        }
     }
 }
 
@@ -59,7 +66,10 @@ pub fn ipv4(h: V4, payload: &[u8]) -> Vec<u8> {
 }
 
 fn checksum(bytes: &[u8]) -> u16 {
-    let mut sum: u32 = bytes.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]))).sum();
+    let mut sum: u32 = bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
@@ -77,7 +87,12 @@ pub struct V6 {
 
 impl V6 {
     pub fn new(src: &str, dst: &str, next: u8) -> Self {
-        Self { src: src.parse().expect("IPv6 source"), dst: dst.parse().expect("IPv6 destination"), next, dscp: 0 }
+        Self {
+            src: src.parse().expect("IPv6 source"),
+            dst: dst.parse().expect("IPv6 destination"),
+            next,
+            dscp: 0,
+        }
     }
 }
 
@@ -154,6 +169,8 @@ pub fn pad(mut frame: Vec<u8>, len: usize) -> Vec<u8> {
 pub fn arp() -> Vec<u8> {
     let mut f = eth(&[], ETH_ARP);
     f.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 1]);
-    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2]);
+    f.extend_from_slice(&[
+        0x02, 0, 0, 0, 0, 1, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2,
+    ]);
     pad(f, 60)
 }

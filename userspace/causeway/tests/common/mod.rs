@@ -40,14 +40,19 @@ impl Harness {
                 .unwrap_or_else(|| panic!("program {name} missing"))
                 .try_into()
                 .expect("an XDP program");
-            prog.load().unwrap_or_else(|e| panic!("verifier rejected {name}: {e:?}"));
+            prog.load()
+                .unwrap_or_else(|e| panic!("verifier rejected {name}: {e:?}"));
         }
         let maps = ClassifierMaps::from_ebpf(&ebpf).expect("classifier maps");
         Self { ebpf, maps }
     }
 
-    fn program(&self, name: &str) -> &Xdp {
-        self.ebpf.program(name).expect("program").try_into().expect("an XDP program")
+    pub fn program(&self, name: &str) -> &Xdp {
+        self.ebpf
+            .program(name)
+            .expect("program")
+            .try_into()
+            .expect("an XDP program")
     }
 
     /// Runs `frame` through the classifier once and returns the XDP action.
@@ -57,10 +62,17 @@ impl Harness {
 
     /// Runs `frame` through program `name` `repeat` times.
     pub fn run_program(&self, name: &str, frame: &[u8], repeat: u32) -> TestRunResult {
-        let opts = TestRunOptions { data_in: Some(frame), repeat, ..Default::default() };
-        self.program(name)
-            .test_run(opts)
-            .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN of {name} on a {}-byte frame: {e:?}", frame.len()))
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            repeat,
+            ..Default::default()
+        };
+        self.program(name).test_run(opts).unwrap_or_else(|e| {
+            panic!(
+                "BPF_PROG_TEST_RUN of {name} on a {}-byte frame: {e:?}",
+                frame.len()
+            )
+        })
     }
 
     /// Ingress counters per slot, summed over CPUs.
@@ -70,11 +82,13 @@ impl Harness {
         (0..COUNTER_SLOTS)
             .map(|slot| {
                 let per_cpu = array.get(&slot, 0).expect("reading counters");
-                per_cpu.iter().fold(IngressCounters::default(), |acc, c| IngressCounters {
-                    packets: acc.packets + c.packets,
-                    bytes: acc.bytes + c.bytes,
-                    drops: acc.drops + c.drops,
-                })
+                per_cpu
+                    .iter()
+                    .fold(IngressCounters::default(), |acc, c| IngressCounters {
+                        packets: acc.packets + c.packets,
+                        bytes: acc.bytes + c.bytes,
+                        drops: acc.drops + c.drops,
+                    })
             })
             .collect()
     }

@@ -19,7 +19,14 @@ const V4_NETS: &[(&str, u8)] = &[
     ("10.2.0.0", 16),
     ("192.0.2.0", 24),
 ];
-const V4_ADDRS: &[[u8; 4]] = &[[10, 1, 2, 3], [10, 1, 2, 200], [10, 1, 7, 7], [10, 2, 3, 4], [192, 0, 2, 9], [10, 9, 9, 9]];
+const V4_ADDRS: &[[u8; 4]] = &[
+    [10, 1, 2, 3],
+    [10, 1, 2, 200],
+    [10, 1, 7, 7],
+    [10, 2, 3, 4],
+    [192, 0, 2, 9],
+    [10, 9, 9, 9],
+];
 const V6_NETS: &[(&str, u8)] = &[
     ("::", 0),
     ("fd00::", 8),
@@ -29,7 +36,14 @@ const V6_NETS: &[(&str, u8)] = &[
     ("fd00:2::", 32),
     ("2001:db8::", 32),
 ];
-const V6_ADDRS: &[&str] = &["fd00:1:2::3", "fd00:1:2::99", "fd00:1:7::1", "fd00:2::5", "2001:db8::1", "fd99::1"];
+const V6_ADDRS: &[&str] = &[
+    "fd00:1:2::3",
+    "fd00:1:2::99",
+    "fd00:1:7::1",
+    "fd00:2::5",
+    "2001:db8::1",
+    "fd99::1",
+];
 const PORTS: &[u16] = &[0, 1, 22, 53, 123, 4791, 29500, 29501, 29599, 29600, 65535];
 const PROTOS: &[u8] = &[6, 17, 1, 50, 58, 0, 59];
 const DSCPS: &[u8] = &[0, 10, 46, 63];
@@ -66,7 +80,13 @@ fn rule(rng: &mut StdRng) -> Rule {
     let proto = if src_ports.is_some() || dst_ports.is_some() {
         [None, Some(6), Some(17)][rng.gen_range(0..3)]
     } else {
-        rng.gen_bool(0.5).then(|| if rng.gen_bool(0.8) { pick(rng, PROTOS) } else { rng.gen() })
+        rng.gen_bool(0.5).then(|| {
+            if rng.gen_bool(0.8) {
+                pick(rng, PROTOS)
+            } else {
+                rng.gen()
+            }
+        })
     };
     Rule {
         priority: 0,
@@ -75,9 +95,19 @@ fn rule(rng: &mut StdRng) -> Rule {
         proto,
         src_ports,
         dst_ports,
-        dscp: rng.gen_bool(0.2).then(|| if rng.gen_bool(0.7) { pick(rng, DSCPS) } else { rng.gen_range(0..64) }),
+        dscp: rng.gen_bool(0.2).then(|| {
+            if rng.gen_bool(0.7) {
+                pick(rng, DSCPS)
+            } else {
+                rng.gen_range(0..64)
+            }
+        }),
         class: rng.gen_range(0..16),
-        verdict: if rng.gen_bool(0.3) { Verdict::Drop } else { Verdict::Pass },
+        verdict: if rng.gen_bool(0.3) {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        },
     }
 }
 
@@ -90,7 +120,13 @@ pub fn rule_set(rng: &mut StdRng, index: usize) -> RuleSet {
     };
     let mut priorities: Vec<u32> = (0..count as u32).map(|p| p * 10).collect();
     priorities.shuffle(rng);
-    let rules = priorities.into_iter().map(|priority| Rule { priority, ..rule(rng) }).collect();
+    let rules = priorities
+        .into_iter()
+        .map(|priority| Rule {
+            priority,
+            ..rule(rng)
+        })
+        .collect();
     RuleSet::new(rules).expect("generated rules are valid")
 }
 
@@ -112,7 +148,11 @@ fn v6_addr(rng: &mut StdRng) -> Ipv6Addr {
 
 /// L4 bytes for `proto` (a full TCP/UDP header or a few random bytes).
 fn l4(rng: &mut StdRng, proto: u8) -> Vec<u8> {
-    let payload = if rng.gen_bool(0.05) { rng.gen_range(1000..3000) } else { rng.gen_range(0..64) };
+    let payload = if rng.gen_bool(0.05) {
+        rng.gen_range(1000..3000)
+    } else {
+        rng.gen_range(0..64)
+    };
     match proto {
         17 => udp(port(rng), port(rng), payload),
         6 => tcp(port(rng), port(rng), payload),
@@ -132,13 +172,25 @@ fn random_proto(rng: &mut StdRng) -> u8 {
 /// A random IPv6 extension-header chain ending in `upper`; returns the first
 /// Next Header value and the chain's bytes.
 fn ext_chain(rng: &mut StdRng, upper: u8) -> (u8, Vec<u8>) {
-    let n = if rng.gen_bool(0.5) { 0 } else { rng.gen_range(1..=8) };
+    let n = if rng.gen_bool(0.5) {
+        0
+    } else {
+        rng.gen_range(1..=8)
+    };
     let kinds: Vec<u8> = (0..n).map(|_| pick(rng, &[0u8, 43, 44, 51, 60])).collect();
     let mut bytes = Vec::new();
     for (i, kind) in kinds.iter().enumerate() {
         let next = kinds.get(i + 1).copied().unwrap_or(upper);
         bytes.extend(match kind {
-            44 => frag6(next, if rng.gen_bool(0.6) { 0 } else { rng.gen_range(1..8192) }, rng.gen()),
+            44 => frag6(
+                next,
+                if rng.gen_bool(0.6) {
+                    0
+                } else {
+                    rng.gen_range(1..8192)
+                },
+                rng.gen(),
+            ),
             51 => ext(51, next, rng.gen_range(1..6)),
             k => ext(*k, next, rng.gen_range(0..3)),
         });
@@ -152,7 +204,9 @@ fn tags(rng: &mut StdRng) -> Vec<u16> {
         6 => vec![TPID_8021Q],
         7 => vec![TPID_8021AD, TPID_8021Q],
         8 => vec![TPID_8021Q, TPID_8021Q],
-        _ => (0..rng.gen_range(1..4)).map(|_| pick(rng, &[TPID_8021Q, TPID_8021AD])).collect(),
+        _ => (0..rng.gen_range(1..4))
+            .map(|_| pick(rng, &[TPID_8021Q, TPID_8021AD]))
+            .collect(),
     }
 }
 
@@ -163,7 +217,10 @@ fn base_frame(rng: &mut StdRng) -> Vec<u8> {
     let frame = match rng.gen_range(0..20) {
         0 => {
             let any: u16 = rng.gen();
-            cat(&[&eth(&tags, pick(rng, &[ETH_ARP, ETH_LLDP, 0x8847, any])), &body])
+            cat(&[
+                &eth(&tags, pick(rng, &[ETH_ARP, ETH_LLDP, 0x8847, any])),
+                &body,
+            ])
         }
         1..=11 => {
             let frag = match rng.gen_range(0..6) {
@@ -176,15 +233,28 @@ fn base_frame(rng: &mut StdRng) -> Vec<u8> {
                 src: v4_addr(rng),
                 dst: v4_addr(rng),
                 proto,
-                dscp: if rng.gen() { pick(rng, DSCPS) } else { rng.gen_range(0..64) },
+                dscp: if rng.gen() {
+                    pick(rng, DSCPS)
+                } else {
+                    rng.gen_range(0..64)
+                },
                 frag,
-                options: if rng.gen_bool(0.2) { 4 * rng.gen_range(1..=10) } else { 0 },
+                options: if rng.gen_bool(0.2) {
+                    4 * rng.gen_range(1..=10)
+                } else {
+                    0
+                },
             };
             cat(&[&eth(&tags, ETH_IPV4), &ipv4(h, &body)])
         }
         _ => {
             let (first, chain) = ext_chain(rng, proto);
-            let h = V6 { src: v6_addr(rng), dst: v6_addr(rng), next: first, dscp: rng.gen_range(0..64) };
+            let h = V6 {
+                src: v6_addr(rng),
+                dst: v6_addr(rng),
+                next: first,
+                dscp: rng.gen_range(0..64),
+            };
             cat(&[&eth(&tags, ETH_IPV6), &ipv6(h, &cat(&[&chain, &body]))])
         }
     };
@@ -200,7 +270,11 @@ fn base_frame(rng: &mut StdRng) -> Vec<u8> {
 /// tag inserted, or an IP length field rewritten.
 pub fn frame(rng: &mut StdRng) -> Vec<u8> {
     let mut f = base_frame(rng);
-    let mutations = if rng.gen_bool(0.5) { 0 } else { rng.gen_range(1..=3) };
+    let mutations = if rng.gen_bool(0.5) {
+        0
+    } else {
+        rng.gen_range(1..=3)
+    };
     for _ in 0..mutations {
         match rng.gen_range(0..5) {
             0 if f.len() > 14 => {
@@ -221,7 +295,11 @@ pub fn frame(rng: &mut StdRng) -> Vec<u8> {
                 // An IPv4 total length or IPv6 payload length, wherever the
                 // L3 header starts after 0–2 tags.
                 let at = pick(rng, &[16usize, 18, 20, 22, 24, 26]);
-                let value: u16 = if rng.gen() { rng.gen() } else { rng.gen_range(0..f.len() as u16) };
+                let value: u16 = if rng.gen() {
+                    rng.gen()
+                } else {
+                    rng.gen_range(0..f.len() as u16)
+                };
                 f[at..at + 2].copy_from_slice(&value.to_be_bytes());
             }
             _ => {

@@ -14,11 +14,15 @@ fn peer_frame() -> Vec<u8> {
 }
 
 fn src_rule(priority: u32, prefix: &str, class: u8, verdict: Verdict) -> RuleSet {
-    RuleSet::new(vec![Rule { src: net(prefix), ..rule(priority, class, verdict) }]).expect("rule set")
+    RuleSet::new(vec![Rule {
+        src: net(prefix),
+        ..rule(priority, class, verdict)
+    }])
+    .expect("rule set")
 }
 
-/// (prefix length incl. the set byte, address) of set `set` in CW_SRC_V4.
-fn src_v4_entries(h: &Harness, set: u8) -> Vec<(u32, [u8; 4])> {
+/// (prefix length incl. the set field, address) of set `set` in CW_SRC_V4.
+fn src_v4_entries(h: &Harness, set: u32) -> Vec<(u32, [u8; 4])> {
     let map = h.ebpf.map(MAP_SRC_V4).expect("map");
     let trie = LpmTrie::<_, Ipv4LpmData, RuleBitmap>::try_from(map).expect("trie");
     let mut out: Vec<_> = trie
@@ -41,7 +45,11 @@ fn apply_flips_sets_and_removes_stale_entries() {
     let narrow = src_rule(1, "10.1.2.0/24", 3, Verdict::Pass);
 
     assert_eq!(h.maps.config().unwrap().generation, 0);
-    assert_eq!(h.run(&peer_frame()), XDP_PASS, "no policy yet: everything passes");
+    assert_eq!(
+        h.run(&peer_frame()),
+        XDP_PASS,
+        "no policy yet: everything passes"
+    );
 
     assert_eq!(h.maps.apply(&drop_peers).unwrap(), 1);
     assert_eq!(h.maps.config().unwrap().active_set, 1);
@@ -51,22 +59,48 @@ fn apply_flips_sets_and_removes_stale_entries() {
     assert_eq!(h.maps.apply(&RuleSet::default()).unwrap(), 2);
     assert_eq!(h.maps.config().unwrap().active_set, 0);
     assert_eq!(h.run(&peer_frame()), XDP_PASS);
-    assert_eq!(h.counters()[DEFAULT_CLASS as usize].packets, 2, "before any policy, and now");
+    assert_eq!(
+        h.counters()[DEFAULT_CLASS as usize].packets,
+        2,
+        "before any policy, and now"
+    );
 
     assert_eq!(h.maps.apply(&narrow).unwrap(), 3);
     assert_eq!(h.run(&peer_frame()), XDP_PASS);
     assert_eq!(h.counters()[3].packets, 1);
-    assert!(h.maps.last_apply_stats().lpm_removals >= 1, "the /16 of the first policy must go");
-    assert_eq!(src_v4_entries(&h, 1), vec![(8, [0; 4]), (8 + 24, [10, 1, 2, 0])]);
-    assert_eq!(src_v4_entries(&h, 0), vec![(8, [0; 4])]);
+    assert!(
+        h.maps.last_apply_stats().lpm_removals >= 1,
+        "the /16 of the first policy must go"
+    );
+    assert_eq!(
+        src_v4_entries(&h, 1),
+        vec![(32, [0; 4]), (32 + 24, [10, 1, 2, 0])]
+    );
+    assert_eq!(src_v4_entries(&h, 0), vec![(32, [0; 4])]);
 
     // Set 0 holds the empty policy, set 1 `narrow`: re-applying them writes nothing.
     h.maps.apply(&RuleSet::default()).unwrap();
     let stats = h.maps.last_apply_stats();
-    assert_eq!((stats.array_writes, stats.array_reads, stats.lpm_writes, stats.lpm_removals), (0, 0, 0, 0));
+    assert_eq!(
+        (
+            stats.array_writes,
+            stats.array_reads,
+            stats.lpm_writes,
+            stats.lpm_removals
+        ),
+        (0, 0, 0, 0)
+    );
     h.maps.apply(&narrow).unwrap();
     let stats = h.maps.last_apply_stats();
-    assert_eq!((stats.array_writes, stats.array_reads, stats.lpm_writes, stats.lpm_removals), (0, 0, 0, 0));
+    assert_eq!(
+        (
+            stats.array_writes,
+            stats.array_reads,
+            stats.lpm_writes,
+            stats.lpm_removals
+        ),
+        (0, 0, 0, 0)
+    );
     assert_eq!(h.run(&peer_frame()), XDP_PASS);
     assert_eq!(h.counters()[3].packets, 2);
     assert_eq!(h.maps.config().unwrap().rule_count, 1);
@@ -78,9 +112,13 @@ fn apply_waits_out_the_grace_period() {
         return;
     }
     let mut h = Harness::load();
-    h.maps.apply(&src_rule(1, "10.1.0.0/16", 1, Verdict::Pass)).unwrap();
+    h.maps
+        .apply(&src_rule(1, "10.1.0.0/16", 1, Verdict::Pass))
+        .unwrap();
     let first = h.maps.config().unwrap().flipped_at_ns;
-    h.maps.apply(&src_rule(1, "10.1.0.0/16", 2, Verdict::Pass)).unwrap();
+    h.maps
+        .apply(&src_rule(1, "10.1.0.0/16", 2, Verdict::Pass))
+        .unwrap();
     let second = h.maps.config().unwrap().flipped_at_ns;
     assert!(
         second - first >= MIN_FLIP_INTERVAL.as_nanos() as u64,
@@ -96,8 +134,14 @@ impl BpffsMount {
     fn new() -> Self {
         let dir = std::env::temp_dir().join(format!("causeway-bpffs-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("creating the mount point");
-        nix::mount::mount(Some("bpf"), &dir, Some("bpf"), nix::mount::MsFlags::empty(), None::<&str>)
-            .expect("mounting bpffs");
+        nix::mount::mount(
+            Some("bpf"),
+            &dir,
+            Some("bpf"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .expect("mounting bpffs");
         Self(dir)
     }
 }
@@ -117,19 +161,33 @@ fn pinned_maps_and_a_second_writer() {
     let mut h = Harness::load();
     let mount = BpffsMount::new();
     for (name, map) in h.ebpf.maps() {
-        map.pin(mount.0.join(name)).unwrap_or_else(|e| panic!("pinning {name}: {e}"));
+        map.pin(mount.0.join(name))
+            .unwrap_or_else(|e| panic!("pinning {name}: {e}"));
     }
     let mut pinned = ClassifierMaps::from_pin_dir(&mount.0).expect("opening pinned maps");
-    pinned.apply(&src_rule(1, "10.1.0.0/16", 6, Verdict::Drop)).unwrap();
-    assert_eq!(h.run(&peer_frame()), XDP_DROP, "a policy written through the pins reaches the program");
+    pinned
+        .apply(&src_rule(1, "10.1.0.0/16", 6, Verdict::Drop))
+        .unwrap();
+    assert_eq!(
+        h.run(&peer_frame()),
+        XDP_DROP,
+        "a policy written through the pins reaches the program"
+    );
 
     // The harness's own handle has not seen generation 1: it must read back
     // what the set holds instead of trusting its (empty) memory.
-    h.maps.apply(&src_rule(1, "10.1.0.0/16", 3, Verdict::Pass)).unwrap();
+    h.maps
+        .apply(&src_rule(1, "10.1.0.0/16", 3, Verdict::Pass))
+        .unwrap();
     assert!(h.maps.last_apply_stats().array_reads > 0);
     assert_eq!(h.run(&peer_frame()), XDP_PASS);
-    pinned.apply(&src_rule(1, "10.1.0.0/16", 5, Verdict::Drop)).unwrap();
-    assert!(pinned.last_apply_stats().array_reads > 0, "generation moved under the pinned handle");
+    pinned
+        .apply(&src_rule(1, "10.1.0.0/16", 5, Verdict::Drop))
+        .unwrap();
+    assert!(
+        pinned.last_apply_stats().array_reads > 0,
+        "generation moved under the pinned handle"
+    );
     assert_eq!(h.run(&peer_frame()), XDP_DROP);
     assert_eq!(h.counters()[5].drops, 1);
     assert_eq!(pinned.config().unwrap().generation, 3);

@@ -1,0 +1,177 @@
+//! The address part of classification: the AND of the source and
+//! destination LPM bitmaps of a frame, through a per-CPU direct-mapped cache.
+//!
+//! A cache slot holds the ANDed bitmap for one address pair, tagged with the
+//! rule set and the generation it was computed under. Userspace changes a
+//! rule set's contents only together with a new generation, and a frame uses
+//! a slot only when the slot's (set, generation) equal what the frame read
+//! from the config, so a slot is never used after its set was rewritten
+//! (a torn config read yields a pair that no later frame reads again).
+//! Per-CPU slots are only touched by the program running on that CPU, with
+//! bottom halves disabled, so a slot is never read half-written.
+
+use core::mem::size_of;
+
+use aya_ebpf::maps::{lpm_trie::Key, LpmTrie};
+use bpf_maps::classifier::{
+    AddrCacheEntry, Ipv4LpmData, Ipv6LpmData, RuleBitmap, ADDR_CACHE_SLOTS, BITMAP_WORDS,
+    LPM_SET_BITS,
+};
+
+use crate::{
+    classify::is_empty,
+    maps::{ADDR_CACHE, DST_V4, DST_V6, SRC_V4, SRC_V6},
+    parse::ParsedFrame,
+};
+
+/// What a frame read from the classifier config, once.
+#[derive(Clone, Copy)]
+pub struct ConfigSnapshot {
+    pub set: u32,
+    pub generation: u64,
+    pub use_cache: bool,
+}
+
+/// ANDs the frame's source and destination bitmaps into `acc`; false when
+/// nothing is left (or the tries hold nothing for this set yet).
+#[inline(always)]
+pub fn and_address_bitmaps(
+    frame: &ParsedFrame,
+    config: ConfigSnapshot,
+    acc: &mut [u64; BITMAP_WORDS],
+) -> bool {
+    if !config.use_cache {
+        let Some(src) = lookup(frame, config.set, true) else {
+            return false;
+        };
+        and(acc, src);
+        if is_empty(acc) {
+            return false;
+        }
+        let Some(dst) = lookup(frame, config.set, false) else {
+            return false;
+        };
+        and(acc, dst);
+        return !is_empty(acc);
+    }
+    let Some(slot) = ADDR_CACHE.get_ptr_mut(slot_index(frame)) else {
+        return false;
+    };
+    // SAFETY: a valid per-CPU map value that only this CPU touches, and not
+    // re-entrantly (see the module comment).
+    let slot = unsafe { &mut *slot };
+    let family = u32::from(frame.ip_version);
+    let hit = slot.family == family
+        && slot.generation == config.generation
+        && slot.set == config.set
+        && slot.src == frame.src_addr
+        && slot.dst == frame.dst_addr;
+    if !hit {
+        let (Some(src), Some(dst)) = (
+            lookup(frame, config.set, true),
+            lookup(frame, config.set, false),
+        ) else {
+            return false;
+        };
+        let mut both = RuleBitmap::default();
+        for i in 0..BITMAP_WORDS {
+            both.words[i] = src.words[i] & dst.words[i];
+        }
+        *slot = AddrCacheEntry {
+            generation: config.generation,
+            src: frame.src_addr,
+            dst: frame.dst_addr,
+            family,
+            set: config.set,
+            bitmap: both,
+        };
+    }
+    and(acc, &slot.bitmap);
+    !is_empty(acc)
+}
+
+#[inline(always)]
+fn and(acc: &mut [u64; BITMAP_WORDS], bitmap: &RuleBitmap) {
+    for i in 0..BITMAP_WORDS {
+        acc[i] &= bitmap.words[i];
+    }
+}
+
+/// Cache slot of an address pair (multiplicative hash of the XORed words).
+#[inline(always)]
+fn slot_index(frame: &ParsedFrame) -> u32 {
+    let mut x = 0u32;
+    for i in 0..4 {
+        x ^= frame.src_addr[i] ^ frame.dst_addr[i].rotate_left(16);
+    }
+    x.wrapping_mul(0x9e37_79b1) >> 24 & (ADDR_CACHE_SLOTS - 1)
+}
+
+/// The source (`src`) or destination LPM bitmap of the frame.
+#[inline(always)]
+fn lookup(frame: &ParsedFrame, set: u32, src: bool) -> Option<&'static RuleBitmap> {
+    let addr = if src {
+        &frame.src_addr
+    } else {
+        &frame.dst_addr
+    };
+    match (frame.ip_version == 4, src) {
+        (true, true) => lookup_v4(&SRC_V4, set, addr),
+        (true, false) => lookup_v4(&DST_V4, set, addr),
+        (false, true) => lookup_v6(&SRC_V6, set, addr),
+        (false, false) => lookup_v6(&DST_V6, set, addr),
+    }
+}
+
+/// An LPM key laid out exactly like `Key<Ipv4LpmData>` (which is packed, so
+/// the compiler would build it byte by byte), but word-aligned.
+#[repr(C, align(4))]
+struct AlignedKeyV4 {
+    prefix_len: u32,
+    set: u32,
+    addr: u32,
+}
+
+/// Same for `Key<Ipv6LpmData>`.
+#[repr(C, align(4))]
+struct AlignedKeyV6 {
+    prefix_len: u32,
+    set: u32,
+    addr: [u32; 4],
+}
+
+const _: () = assert!(size_of::<AlignedKeyV4>() == size_of::<Key<Ipv4LpmData>>());
+const _: () = assert!(size_of::<AlignedKeyV6>() == size_of::<Key<Ipv6LpmData>>());
+
+#[inline(always)]
+fn lookup_v4<'a>(
+    trie: &'a LpmTrie<Ipv4LpmData, RuleBitmap>,
+    set: u32,
+    addr: &[u32; 4],
+) -> Option<&'a RuleBitmap> {
+    let key = AlignedKeyV4 {
+        prefix_len: LPM_SET_BITS + 32,
+        set,
+        addr: addr[0],
+    };
+    // SAFETY: `Key<Ipv4LpmData>` is packed (alignment 1), has the same size
+    // (asserted above) and the same field order; every byte is initialised.
+    let key: &Key<Ipv4LpmData> = unsafe { &*(&key as *const AlignedKeyV4).cast() };
+    trie.get(key)
+}
+
+#[inline(always)]
+fn lookup_v6<'a>(
+    trie: &'a LpmTrie<Ipv6LpmData, RuleBitmap>,
+    set: u32,
+    addr: &[u32; 4],
+) -> Option<&'a RuleBitmap> {
+    let key = AlignedKeyV6 {
+        prefix_len: LPM_SET_BITS + 128,
+        set,
+        addr: *addr,
+    };
+    // SAFETY: as in `lookup_v4`.
+    let key: &Key<Ipv6LpmData> = unsafe { &*(&key as *const AlignedKeyV6).cast() };
+    trie.get(key)
+}
