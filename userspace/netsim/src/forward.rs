@@ -17,6 +17,9 @@ const BATCH: usize = 64;
 /// Longest sleep when nothing is scheduled (bounds how late a stop or a
 /// parameter change is noticed by an idle direction).
 const IDLE_WAIT_NS: u64 = 20_000_000;
+/// Below this minimum one-way delay, every arrival wakes the thread (a frame could
+/// be due almost at once); above it, arrivals are read in batches.
+const COALESCE_MIN_DELAY_NS: u64 = 200_000;
 /// Room above the MTU for the Ethernet header and VLAN tags.
 const FRAME_HEADROOM: usize = 14 + 8;
 
@@ -27,6 +30,12 @@ pub(crate) struct Control<'a> {
     pub params: &'a Mutex<LinkParams>,
     pub stats: &'a Mutex<DirStats>,
     pub epoch: Instant,
+}
+
+fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 pub(crate) struct DirectionIo {
@@ -89,6 +98,8 @@ impl DirectionIo {
         let mut seen_generation = ctl.generation.load(Ordering::Acquire);
         let mut extra = DirStats::default();
         let mut next_drop_poll = 0u64;
+        let mut stamps = [0u64; BATCH];
+        let mut last_arrival = 0u64;
         while !ctl.stop.load(Ordering::Acquire) {
             let generation = ctl.generation.load(Ordering::Acquire);
             if generation != seen_generation {
@@ -98,8 +109,16 @@ impl DirectionIo {
             // Receive everything waiting.
             loop {
                 let now = now_ns();
-                let got = self.rx.recv_batch(&mut rx_bufs, &mut lens)?;
+                let got = self.rx.recv_batch(&mut rx_bufs, &mut lens, &mut stamps)?;
+                // Kernel receive times are CLOCK_REALTIME: map them onto our clock.
+                let real_minus_mono = realtime_ns() as i128 - now as i128;
                 for i in 0..got {
+                    let arrival = match stamps[i] {
+                        0 => now,
+                        t => (t as i128 - real_minus_mono).clamp(last_arrival as i128, now as i128)
+                            as u64,
+                    };
+                    last_arrival = arrival;
                     if lens[i] > self.buf_len || lens[i] < VNET_HDR_LEN {
                         extra.oversize += 1;
                         continue;
@@ -121,7 +140,7 @@ impl DirectionIo {
                     }
                     let fresh = self.new_buf(&mut pool);
                     let frame = std::mem::replace(&mut rx_bufs[i], fresh);
-                    core.on_arrival(now, frame, (lens[i] - VNET_HDR_LEN) as u32);
+                    core.on_arrival(arrival, frame, (lens[i] - VNET_HDR_LEN) as u32);
                 }
                 if got < BATCH {
                     break;
@@ -174,10 +193,24 @@ impl DirectionIo {
             let wait = core
                 .next_departure()
                 .map_or(IDLE_WAIT_NS, |t| (t - now).min(IDLE_WAIT_NS));
-            if wait > spin_ns {
-                sys::wait_readable(std::os::fd::AsFd::as_fd(&self.rx), wait - spin_ns)?;
+            // Frames carry their kernel arrival time, so while frames are in flight
+            // and none can be due sooner than `min_delay` after arriving, there is
+            // no need to wake for each arrival: sleep until the next departure (at
+            // most half the minimum delay) and read the arrivals in one batch.
+            let p = core.params();
+            let min_delay = if p.reorder > 0.0 {
+                0
             } else {
+                p.delay_ns.saturating_sub(p.jitter_ns)
+            };
+            if wait <= spin_ns {
                 std::hint::spin_loop();
+            } else if core.in_flight() > 0 && min_delay >= COALESCE_MIN_DELAY_NS {
+                std::thread::sleep(std::time::Duration::from_nanos(
+                    (wait - spin_ns).min(min_delay / 2),
+                ));
+            } else {
+                sys::wait_readable(std::os::fd::AsFd::as_fd(&self.rx), wait - spin_ns)?;
             }
         }
         Ok(())

@@ -75,6 +75,7 @@ impl PacketSocket {
         let fd = Self::open(ifindex, ETH_P_ALL)?;
         setsockopt_int(&fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)?;
         setsockopt_int(&fd, SOL_PACKET, PACKET_VNET_HDR, 1)?;
+        setsockopt_int(&fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
         setsockopt_int(
             &fd,
             libc::SOL_SOCKET,
@@ -97,11 +98,17 @@ impl PacketSocket {
         Ok(Self { fd })
     }
 
-    /// Receive up to `bufs.len()` frames without blocking. For each received frame
-    /// `lens[i]` is its real length, which is larger than `bufs[i].len()` if it was
-    /// truncated. Returns the number of frames (0 when none is waiting).
-    pub fn recv_batch(&self, bufs: &mut [Box<[u8]>], lens: &mut [usize]) -> io::Result<usize> {
-        recv_batch(self.fd.as_fd(), bufs, lens)
+    /// Receive up to `bufs.len()` frames without blocking, with the kernel's
+    /// receive time of each (CLOCK_REALTIME ns in `stamps`, 0 if absent). For each
+    /// frame `lens[i]` is its real length, which is larger than `bufs[i].len()` if
+    /// it was truncated. Returns the number of frames (0 when none is waiting).
+    pub fn recv_batch(
+        &self,
+        bufs: &mut [Box<[u8]>],
+        lens: &mut [usize],
+        stamps: &mut [u64],
+    ) -> io::Result<usize> {
+        recv_batch_stamped(self.fd.as_fd(), bufs, lens, Some(stamps))
     }
 
     /// Send frames without blocking; returns how many were sent (a prefix of
@@ -119,12 +126,31 @@ pub fn recv_batch(
     bufs: &mut [Box<[u8]>],
     lens: &mut [usize],
 ) -> io::Result<usize> {
-    let n = bufs.len().min(lens.len()).min(64);
+    recv_batch_stamped(fd, bufs, lens, None)
+}
+
+/// Size of one message's control buffer: room for one `cmsghdr` + `timespec`.
+const CMSG_BUF: usize = 64;
+
+/// Like [`recv_batch`]; with `stamps`, also the kernel's receive time of each
+/// frame (SO_TIMESTAMPNS, CLOCK_REALTIME nanoseconds; 0 when absent). The socket
+/// must have SO_TIMESTAMPNS enabled ([`PacketSocket::receiver`] does).
+pub fn recv_batch_stamped(
+    fd: BorrowedFd<'_>,
+    bufs: &mut [Box<[u8]>],
+    lens: &mut [usize],
+    mut stamps: Option<&mut [u64]>,
+) -> io::Result<usize> {
+    let mut n = bufs.len().min(lens.len()).min(64);
+    if let Some(st) = stamps.as_deref() {
+        n = n.min(st.len());
+    }
     let mut iovs: [libc::iovec; 64] = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
     }; 64];
-    // SAFETY: mmsghdr is plain old data; all-zero is valid.
+    let mut ctrl = [[0u64; CMSG_BUF / 8]; 64]; // u64 for cmsghdr alignment
+                                               // SAFETY: mmsghdr is plain old data; all-zero is valid.
     let mut msgs: [libc::mmsghdr; 64] = unsafe { std::mem::zeroed() };
     for i in 0..n {
         iovs[i] = libc::iovec {
@@ -133,9 +159,14 @@ pub fn recv_batch(
         };
         msgs[i].msg_hdr.msg_iov = &mut iovs[i];
         msgs[i].msg_hdr.msg_iovlen = 1;
+        if stamps.is_some() {
+            msgs[i].msg_hdr.msg_control = ctrl[i].as_mut_ptr().cast();
+            msgs[i].msg_hdr.msg_controllen = CMSG_BUF;
+        }
     }
     // SAFETY: msgs[..n] point at iovecs that describe live, writable buffers
-    // which outlive the call; MSG_TRUNC makes msg_len the real length.
+    // and at control buffers of CMSG_BUF bytes, all outliving the call;
+    // MSG_TRUNC makes msg_len the real length.
     let ret = unsafe {
         libc::recvmmsg(
             fd.as_raw_fd(),
@@ -145,16 +176,36 @@ pub fn recv_batch(
             std::ptr::null_mut(),
         )
     };
-    match check(ret) {
-        Ok(got) => {
-            for i in 0..got as usize {
-                lens[i] = msgs[i].msg_len as usize;
-            }
-            Ok(got as usize)
+    let got = match check(ret) {
+        Ok(got) => got as usize,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    for i in 0..got {
+        lens[i] = msgs[i].msg_len as usize;
+        if let Some(st) = stamps.as_deref_mut() {
+            st[i] = timestamp_ns(&msgs[i].msg_hdr);
         }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-        Err(e) => Err(e),
     }
+    Ok(got)
+}
+
+/// The SCM_TIMESTAMPNS value of a received message, 0 if it has none.
+fn timestamp_ns(hdr: &libc::msghdr) -> u64 {
+    // SAFETY: hdr was filled by recvmmsg; CMSG_FIRSTHDR/NXTHDR only walk inside
+    // msg_control[..msg_controllen], and CMSG_DATA of an SCM_TIMESTAMPNS message
+    // holds a timespec (read unaligned to be safe).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                return ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    0
 }
 
 /// `sendmmsg` of up to 64 buffers without blocking on a bound or connected
