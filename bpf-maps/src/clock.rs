@@ -160,4 +160,9 @@ crate::assert_no_padding!(ClockStampConfig, u32, u32, u32, u32, i64, u64);
 crate::assert_no_padding!(ClockStampCounters, u64, u64, u64);
 crate::assert_no_padding!(PeerClockKey, [u8; 16]);
 crate::assert_no_padding!(PeerClock, u64, i64, i64, u64, u64, u64, u32, u32);
-crate::impl_pod!(ClockStampConfig, ClockStampCounters, PeerClockKey, PeerClock);
+crate::impl_pod!(
+    ClockStampConfig,
+    ClockStampCounters,
+    PeerClockKey,
+    PeerClock
+);

@@ -29,7 +29,8 @@ struct Harness {
 
 impl Harness {
     fn new(clock: SyncClock, port: u16) -> Self {
-        let mut ebpf = Ebpf::load(causeway::ebpf_object::EBPF_OBJECT).expect("load the eBPF object");
+        let mut ebpf =
+            Ebpf::load(causeway::ebpf_object::EBPF_OBJECT).expect("load the eBPF object");
         let xdp: &mut Xdp = ebpf
             .program_mut("causeway_xdp")
             .expect("program causeway_xdp")
@@ -51,21 +52,30 @@ impl Harness {
     /// returns the frame as it left and the host-clock window of the run.
     fn run(&self, frame: &[u8], egress: bool, clock: SyncClock) -> (Vec<u8>, u64, u64) {
         let mut out = vec![0u8; frame.len() + 64];
-        let mut ctx_in = [0u8; SKB_CTX_LEN];
+        let ctx_in = [0u8; SKB_CTX_LEN];
         let mut ctx_out = [0u8; SKB_CTX_LEN];
         let before = clock.apply(raw_tai_now());
         let r = if egress {
-            let prog: &SchedClassifier =
-                self.ebpf.program("causeway_tc_egress").expect("program").try_into().expect("tc");
+            let prog: &SchedClassifier = self
+                .ebpf
+                .program("causeway_tc_egress")
+                .expect("program")
+                .try_into()
+                .expect("tc");
             prog.test_run(TestRunOptions {
                 data_in: Some(frame),
                 data_out: Some(&mut out),
-                ctx_in: Some(&mut ctx_in[..]),
+                ctx_in: Some(&ctx_in[..]),
                 ctx_out: Some(&mut ctx_out),
                 ..Default::default()
             })
         } else {
-            let prog: &Xdp = self.ebpf.program("causeway_xdp").expect("program").try_into().expect("xdp");
+            let prog: &Xdp = self
+                .ebpf
+                .program("causeway_xdp")
+                .expect("program")
+                .try_into()
+                .expect("xdp");
             prog.test_run(TestRunOptions {
                 data_in: Some(frame),
                 data_out: Some(&mut out),
@@ -95,7 +105,9 @@ fn ipv4_udp(sport: u16, dport: u16, csum: u16, payload: &[u8]) -> Vec<u8> {
 }
 
 fn ipv6_udp(dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x86, 0xdd, 0x60, 0, 0, 0];
+    let mut f = vec![
+        0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x86, 0xdd, 0x60, 0, 0, 0,
+    ];
     f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
     f.extend_from_slice(&[17, 64]);
     f.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
@@ -119,7 +131,9 @@ fn probe(kind: Kind) -> Vec<u8> {
 #[test]
 fn probes_get_kernel_stamps_in_the_right_slot_on_the_host_timescale() {
     if !is_root() {
-        eprintln!("SKIP: probes_get_kernel_stamps_in_the_right_slot_on_the_host_timescale needs root");
+        eprintln!(
+            "SKIP: probes_get_kernel_stamps_in_the_right_slot_on_the_host_timescale needs root"
+        );
         return;
     }
     // A synthetic clock 25 ms ahead that runs 80 ppm slow, epoch an hour ago.
@@ -140,8 +154,13 @@ fn probes_get_kernel_stamps_in_the_right_slot_on_the_host_timescale() {
         let (out, before, after) = h.run(&frame, egress, clock);
         assert_eq!(out.len(), frame.len());
         let p = Probe::decode(&out[PAYLOAD..]).expect("still a valid probe");
-        let stamp = p.kernel_stamp(slot).unwrap_or_else(|| panic!("{kind:?} egress={egress}: slot t{} not stamped", slot + 1));
-        assert!(before <= stamp && stamp <= after, "{kind:?}: stamp {stamp} outside [{before}, {after}]");
+        let stamp = p
+            .kernel_stamp(slot)
+            .unwrap_or_else(|| panic!("{kind:?} egress={egress}: slot t{} not stamped", slot + 1));
+        assert!(
+            before <= stamp && stamp <= after,
+            "{kind:?}: stamp {stamp} outside [{before}, {after}]"
+        );
         for other in (0..4).filter(|&s| s != slot) {
             assert_eq!(p.kernel_stamp(other), None);
         }
@@ -170,10 +189,26 @@ fn frames_that_are_not_stampable_probes_pass_untouched() {
     let follow = probe(Kind::FollowUp);
     // (frame, counted as skipped)
     let cases: Vec<(&str, Vec<u8>, bool)> = vec![
-        ("udp checksum set", ipv4_udp(40000, CLOCK_PORT, 0xbeef, &req), true),
-        ("other port", ipv4_udp(40000, CLOCK_PORT + 1, 0, &req), false),
-        ("truncated probe", ipv4_udp(40000, CLOCK_PORT, 0, &req[..PROBE_LEN - 1]), true),
-        ("bad magic", ipv4_udp(40000, CLOCK_PORT, 0, &bad_magic), true),
+        (
+            "udp checksum set",
+            ipv4_udp(40000, CLOCK_PORT, 0xbeef, &req),
+            true,
+        ),
+        (
+            "other port",
+            ipv4_udp(40000, CLOCK_PORT + 1, 0, &req),
+            false,
+        ),
+        (
+            "truncated probe",
+            ipv4_udp(40000, CLOCK_PORT, 0, &req[..PROBE_LEN - 1]),
+            true,
+        ),
+        (
+            "bad magic",
+            ipv4_udp(40000, CLOCK_PORT, 0, &bad_magic),
+            true,
+        ),
         ("follow-up", ipv4_udp(40000, CLOCK_PORT, 0, &follow), false),
         ("ipv6", ipv6_udp(CLOCK_PORT, &req), true),
     ];
@@ -199,6 +234,8 @@ fn stamping_is_off_until_a_port_is_configured() {
     let mut h = Harness::new(clock, 0);
     let frame = ipv4_udp(40000, CLOCK_PORT, 0, &probe(Kind::Request));
     assert_eq!(h.run(&frame, false, clock).0, frame);
-    h.maps.set_config(&clock.stamp_config(CLOCK_PORT)).expect("config");
+    h.maps
+        .set_config(&clock.stamp_config(CLOCK_PORT))
+        .expect("config");
     assert_ne!(h.run(&frame, false, clock).0, frame);
 }

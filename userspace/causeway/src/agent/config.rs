@@ -21,6 +21,8 @@
 //! [clock.synthetic]                 # optional, tests only: this host's
 //! offset_ns = 25000000              # clock error (off when absent)
 //! drift_ppb = -50000
+//! epoch_ns = 1790000000000000000    # optional: where drift is zero (raw
+//!                                   # CLOCK_TAI); default: agent start
 //! ```
 
 use std::{
@@ -95,6 +97,8 @@ struct FileClock {
 struct FileSynthetic {
     offset_ns: i64,
     drift_ppb: i64,
+    /// Raw CLOCK_TAI time at which the drift term is zero; default: start.
+    epoch_ns: Option<u64>,
 }
 
 /// One interface the agent owns.
@@ -152,14 +156,18 @@ impl AgentConfig {
             }
             let mode = match i.mode.as_deref() {
                 None => AttachMode::Auto,
-                Some(m) => m.parse().map_err(|e: String| ConfigError::Invalid(format!("interfaces.{}: {e}", i.name)))?,
+                Some(m) => m.parse().map_err(|e: String| {
+                    ConfigError::Invalid(format!("interfaces.{}: {e}", i.name))
+                })?,
             };
             interfaces.push(IfaceConfig { name: i.name, mode });
         }
         let c = f.clock;
         let interval_ms = c.interval_ms.unwrap_or(100);
         if !(10..=60_000).contains(&interval_ms) {
-            return invalid(format!("clock.interval_ms must be in 10..=60000 (got {interval_ms})"));
+            return invalid(format!(
+                "clock.interval_ms must be in 10..=60000 (got {interval_ms})"
+            ));
         }
         if c.peers.is_empty() {
             return invalid("clock.peers: at least one peer is needed".into());
@@ -168,13 +176,22 @@ impl AgentConfig {
         let mut addrs = HashSet::new();
         for p in &c.peers {
             if p.name.is_empty() || !names.insert(p.name.clone()) {
-                return invalid(format!("clock.peers: name '{}' is empty or used twice", p.name));
+                return invalid(format!(
+                    "clock.peers: name '{}' is empty or used twice",
+                    p.name
+                ));
             }
             if !addrs.insert(p.addr.ip()) {
-                return invalid(format!("clock.peers: address {} is used twice", p.addr.ip()));
+                return invalid(format!(
+                    "clock.peers: address {} is used twice",
+                    p.addr.ip()
+                ));
             }
             if p.addr.port() == 0 || p.addr.ip().is_unspecified() {
-                return invalid(format!("clock.peers.{}: {} is not a peer address", p.name, p.addr));
+                return invalid(format!(
+                    "clock.peers.{}: {} is not a peer address",
+                    p.name, p.addr
+                ));
             }
         }
         let clock = match c.synthetic {
@@ -186,11 +203,10 @@ impl AgentConfig {
                         s.drift_ppb
                     ));
                 }
-                // The drift term starts at zero now.
                 SyncClock {
                     offset_ns: s.offset_ns,
                     drift_ppb: s.drift_ppb,
-                    epoch_ns: raw_tai_now(),
+                    epoch_ns: s.epoch_ns.unwrap_or_else(raw_tai_now),
                 }
             }
         };
@@ -198,7 +214,9 @@ impl AgentConfig {
             host_id: f.host_id,
             control_socket: f.control_socket,
             interfaces,
-            bind: c.bind.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], CLOCK_PORT))),
+            bind: c
+                .bind
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], CLOCK_PORT))),
             interval: Duration::from_millis(interval_ms),
             fast_start: c.fast_start.unwrap_or(16),
             kernel_stamps: c.kernel_stamps.unwrap_or(true),
@@ -232,7 +250,13 @@ drift_ppb = 20000
     fn a_full_config_parses() {
         let c = AgentConfig::parse(GOOD).expect("valid");
         assert_eq!(c.host_id, 7);
-        assert_eq!(c.interfaces, vec![IfaceConfig { name: "veth0".into(), mode: AttachMode::Skb }]);
+        assert_eq!(
+            c.interfaces,
+            vec![IfaceConfig {
+                name: "veth0".into(),
+                mode: AttachMode::Skb
+            }]
+        );
         assert_eq!(c.interval, Duration::from_millis(50));
         assert_eq!(c.bind.port(), CLOCK_PORT);
         assert_eq!((c.clock.offset_ns, c.clock.drift_ppb), (-5000, 20000));
@@ -244,11 +268,29 @@ drift_ppb = 20000
         let cases = [
             (GOOD.replace("veth0", "a/b"), "not an interface name"),
             (GOOD.replace("skb", "warp"), "unknown XDP mode"),
-            (GOOD.replace("interval_ms = 50", "interval_ms = 1"), "interval_ms"),
-            (GOOD.replace("drift_ppb = 20000", "drift_ppb = 20000000"), "drift_ppb"),
-            (GOOD.replace("10.1.0.2:7339", "0.0.0.0:7339"), "not a peer address"),
-            (GOOD.replace("host_id = 7", "host_id = 7\nbogus = 1"), "unknown field"),
-            (GOOD.replace("[[clock.peers]]\nname = \"b\"\naddr = \"10.1.0.2:7339\"\n", ""), "at least one peer"),
+            (
+                GOOD.replace("interval_ms = 50", "interval_ms = 1"),
+                "interval_ms",
+            ),
+            (
+                GOOD.replace("drift_ppb = 20000", "drift_ppb = 20000000"),
+                "drift_ppb",
+            ),
+            (
+                GOOD.replace("10.1.0.2:7339", "0.0.0.0:7339"),
+                "not a peer address",
+            ),
+            (
+                GOOD.replace("host_id = 7", "host_id = 7\nbogus = 1"),
+                "unknown field",
+            ),
+            (
+                GOOD.replace(
+                    "[[clock.peers]]\nname = \"b\"\naddr = \"10.1.0.2:7339\"\n",
+                    "",
+                ),
+                "at least one peer",
+            ),
         ];
         for (text, needle) in cases {
             let err = AgentConfig::parse(&text).expect_err(needle).to_string();

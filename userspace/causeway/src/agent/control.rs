@@ -118,7 +118,11 @@ pub async fn serve(
     }
 }
 
-async fn handle(stream: UnixStream, allowed: bool, report: watch::Receiver<AgentReport>) -> std::io::Result<()> {
+async fn handle(
+    stream: UnixStream,
+    allowed: bool,
+    report: watch::Receiver<AgentReport>,
+) -> std::io::Result<()> {
     let (rd, mut wr) = stream.into_split();
     let mut lines = AsyncBufReader::new(rd).lines();
     while let Some(line) = lines.next_line().await? {
@@ -126,7 +130,11 @@ async fn handle(stream: UnixStream, allowed: bool, report: watch::Receiver<Agent
             failure("permission denied: only root or the agent's user may use this socket")
         } else {
             match serde_json::from_str::<Request>(&line) {
-                Ok(Request::Ping) => Response { ok: true, error: None, clock: None },
+                Ok(Request::Ping) => Response {
+                    ok: true,
+                    error: None,
+                    clock: None,
+                },
                 Ok(Request::ClockStatus) => Response {
                     ok: true,
                     error: None,
@@ -155,7 +163,8 @@ fn failure(msg: &str) -> Response {
 
 /// Client side (blocking): sends `req` to the agent at `path`.
 pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
-    let mut stream = StdUnixStream::connect(path).map_err(io_err("connect to the agent at", path))?;
+    let mut stream =
+        StdUnixStream::connect(path).map_err(io_err("connect to the agent at", path))?;
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(io_err("set a timeout on", path))?;
@@ -164,15 +173,18 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
         source,
     })?;
     text.push('\n');
-    stream.write_all(text.as_bytes()).map_err(io_err("write to", path))?;
+    stream
+        .write_all(text.as_bytes())
+        .map_err(io_err("write to", path))?;
     let mut line = String::new();
     BufReader::new(&stream)
         .read_line(&mut line)
         .map_err(io_err("read the answer from", path))?;
-    let resp: Response = serde_json::from_str(&line).map_err(|source| ControlError::BadResponse {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let resp: Response =
+        serde_json::from_str(&line).map_err(|source| ControlError::BadResponse {
+            path: path.to_path_buf(),
+            source,
+        })?;
     if !resp.ok {
         return Err(ControlError::Refused {
             path: path.to_path_buf(),

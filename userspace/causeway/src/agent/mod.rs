@@ -32,10 +32,10 @@ pub enum AgentError {
     Datapath {
         iface: String,
         #[source]
-        source: DatapathError,
+        source: Box<DatapathError>,
     },
     #[error("{0}")]
-    Lock(#[source] DatapathError),
+    Lock(#[source] Box<DatapathError>),
     #[error("interface {iface}: TC egress: {source}")]
     Tc {
         iface: String,
@@ -70,24 +70,40 @@ struct Owned {
 
 /// Attaches or adopts every configured interface and configures its
 /// kernel stamps. Holds the state lock while it changes attachments.
-fn own_interfaces(cfg: &AgentConfig, layout: &Layout, scope: &NetnsScope) -> Result<Vec<Owned>, AgentError> {
+fn own_interfaces(
+    cfg: &AgentConfig,
+    layout: &Layout,
+    scope: &NetnsScope,
+) -> Result<Vec<Owned>, AgentError> {
     if cfg.interfaces.is_empty() {
         return Ok(Vec::new());
     }
-    let _lock = StateLock::acquire(&layout.lock_file()).map_err(AgentError::Lock)?;
+    let _lock =
+        StateLock::acquire(&layout.lock_file()).map_err(|e| AgentError::Lock(Box::new(e)))?;
     let mut owned = Vec::new();
     for i in &cfg.interfaces {
-        let err = |source| AgentError::Datapath { iface: i.name.clone(), source };
+        let err = |source: DatapathError| AgentError::Datapath {
+            iface: i.name.clone(),
+            source: Box::new(source),
+        };
         let xdp = datapath::attach(layout, scope, &i.name, i.mode, None).map_err(err)?;
         let paths = layout.iface(scope, &i.name).map_err(err)?;
         let tc = tc::ensure(&paths, &i.name, xdp.ifindex).map_err(|source| AgentError::Tc {
             iface: i.name.clone(),
             source,
         })?;
-        let maps_err = |source| AgentError::ClockMaps { iface: i.name.clone(), source };
+        let maps_err = |source| AgentError::ClockMaps {
+            iface: i.name.clone(),
+            source,
+        };
         let mut maps = ClockMaps::from_pins(&paths.maps_dir).map_err(maps_err)?;
-        let port = if cfg.kernel_stamps { cfg.bind.port() } else { 0 };
-        maps.set_config(&cfg.clock.stamp_config(port)).map_err(maps_err)?;
+        let port = if cfg.kernel_stamps {
+            cfg.bind.port()
+        } else {
+            0
+        };
+        maps.set_config(&cfg.clock.stamp_config(port))
+            .map_err(maps_err)?;
         tracing::info!(
             iface = %i.name, xdp_link = xdp.link_id, xdp_adopted = xdp.adopted,
             tc_link = tc.link_id, tc_adopted = tc.adopted, kernel_stamps = cfg.kernel_stamps,
@@ -116,7 +132,10 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         clock: cfg.clock,
         zero_checksum: kernel_stamps,
     })?;
-    let socket = cfg.control_socket.clone().unwrap_or_else(|| default_socket(&layout, &scope));
+    let socket = cfg
+        .control_socket
+        .clone()
+        .unwrap_or_else(|| default_socket(&layout, &scope));
     let listener = control::bind(&socket)?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(AgentError::Signal)?;

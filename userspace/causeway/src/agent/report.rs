@@ -24,7 +24,13 @@ pub struct IfaceReport {
 }
 
 impl IfaceReport {
-    pub fn new(name: &str, ifindex: u32, xdp_link_id: u32, xdp_adopted: bool, tc: TcAttached) -> Self {
+    pub fn new(
+        name: &str,
+        ifindex: u32,
+        xdp_link_id: u32,
+        xdp_adopted: bool,
+        tc: TcAttached,
+    ) -> Self {
         IfaceReport {
             name: name.to_string(),
             ifindex,

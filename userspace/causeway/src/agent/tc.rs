@@ -37,7 +37,7 @@ pub enum TcError {
     Load {
         dir: PathBuf,
         #[source]
-        source: aya::EbpfError,
+        source: Box<aya::EbpfError>,
     },
     #[error("{what} ({iface}): {source}")]
     Program {
@@ -95,7 +95,10 @@ pub fn ensure(paths: &IfacePaths, iface: &str, ifindex: u32) -> Result<TcAttache
     for stale in [link_pin(paths), prog_pin(paths)] {
         match std::fs::remove_file(&stale) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(TcError::Remove { path: stale, source: e })
+                return Err(TcError::Remove {
+                    path: stale,
+                    source: e,
+                })
             }
             _ => {}
         }
@@ -111,11 +114,15 @@ fn attach_fresh(paths: &IfacePaths, iface: &str) -> Result<TcAttached, TcError> 
     }
     let mut ebpf = loader.load(EBPF_OBJECT).map_err(|source| TcError::Load {
         dir: paths.maps_dir.clone(),
-        source,
+        source: Box::new(source),
     })?;
     let program_err = |what: &'static str| {
         let iface = iface.to_string();
-        move |source| TcError::Program { what, iface, source }
+        move |source| TcError::Program {
+            what,
+            iface,
+            source,
+        }
     };
     let prog: &mut SchedClassifier = ebpf
         .program_mut(TC_PROGRAM)
@@ -125,15 +132,23 @@ fn attach_fresh(paths: &IfacePaths, iface: &str) -> Result<TcAttached, TcError> 
         .map_err(program_err("the TC program has the wrong type"))?;
     prog.load().map_err(program_err("loading the TC program"))?;
     let prog_path = prog_pin(paths);
-    prog.pin(&prog_path).map_err(|source| TcError::Pin { path: prog_path, source })?;
+    prog.pin(&prog_path).map_err(|source| TcError::Pin {
+        path: prog_path,
+        source,
+    })?;
     let id = prog
         .attach(iface, TcAttachType::Egress)
         .map_err(program_err("attaching the TC program to egress"))?;
-    let link = prog.take_link(id).map_err(program_err("taking the TC link"))?;
+    let link = prog
+        .take_link(id)
+        .map_err(program_err("taking the TC link"))?;
     let link: FdLink = link.try_into().map_err(|_| TcError::NotTcx)?;
     let link_path = link_pin(paths);
     let info = link.info().ok();
-    link.pin(&link_path).map_err(|source| TcError::Pin { path: link_path, source })?;
+    link.pin(&link_path).map_err(|source| TcError::Pin {
+        path: link_path,
+        source,
+    })?;
     Ok(TcAttached {
         link_id: info.as_ref().map_or(0, |i| i.id()),
         prog_id: info.as_ref().map_or(0, |i| i.program_id()),

@@ -39,10 +39,20 @@
 //! bound. If the newest samples are all outliers on the same side of the
 //! line through the older ones, the peer clock (or the path) stepped: the
 //! older samples are dropped.
+//!
+//! # Reported estimate
+//! Once the window holds five samples, the reported offset and drift come
+//! from separately minimum-filtered one-way delays (`envelope.rs`), which
+//! converge faster under jitter, projected into the fit's interval
+//! `[fit − bound, fit + bound]` (which holds the truth); the bound is the
+//! distance to the interval's far end.
 
 use std::collections::VecDeque;
 
-use super::regression::{fit, Bounds, Fit, Model, Point};
+use super::{
+    envelope,
+    regression::{fit, Bounds, Fit, Model, Point},
+};
 
 /// One completed exchange, every stamp in nanoseconds on its own host's
 /// clock: `t1`, `t4` local; `t2`, `t3` the peer's.
@@ -160,6 +170,9 @@ pub struct Estimate {
     pub samples_used: usize,
     pub outliers: usize,
     pub model: Model,
+    /// The regression fit's own offset (diagnostics: equals `offset_ns`
+    /// unless the split-minimum estimate was reported).
+    pub fit_offset_ns: f64,
 }
 
 impl Estimate {
@@ -319,7 +332,7 @@ impl Estimator {
             return None;
         }
         let fit = self.fit_window(&window, now_ns);
-        Some(Estimate {
+        let mut est = Estimate {
             at_local_ns: now_ns,
             offset_ns: fit.offset_ns,
             drift_ppm: fit.drift * 1e6,
@@ -329,7 +342,23 @@ impl Estimator {
             samples_used: fit.used,
             outliers: fit.outliers,
             model: fit.model,
-        })
+            fit_offset_ns: fit.offset_ns,
+        };
+        if window.len() >= FLOOR_RANK {
+            if let Some(sm) = envelope::split_min(&window, now_ns, self.cfg.max_drift_ppm * 1e-6) {
+                // The truth lies in the fit's interval; projecting the
+                // split-minimum estimate into it can only bring it closer,
+                // and its worst-case error is the distance to the far end.
+                let (lo, hi) = (fit.offset_ns - fit.bound_ns, fit.offset_ns + fit.bound_ns);
+                let offset = sm.offset.clamp(lo, hi);
+                est.error_bound_ns = (offset - lo).max(hi - offset);
+                est.offset_ns = offset;
+                est.drift_ppm = sm.drift * 1e6;
+                est.samples_used = window.len();
+                est.model = Model::SplitMin;
+            }
+        }
+        Some(est)
     }
 
     fn fit_window(&self, window: &[Point], now_ns: u64) -> Fit {

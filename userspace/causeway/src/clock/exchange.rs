@@ -146,7 +146,11 @@ impl Requester {
         }
         let Some(p) = self.pending.get(&probe.seq).copied() else {
             let replay = self.answered.contains_key(&probe.seq) && probe.kind == Kind::Response;
-            return Err(if replay { Reject::Replayed } else { Reject::Unsolicited });
+            return Err(if replay {
+                Reject::Replayed
+            } else {
+                Reject::Unsolicited
+            });
         };
         if p.peer != from {
             return Err(Reject::Unsolicited);
@@ -173,11 +177,27 @@ impl Requester {
         let all_kernel = (0..4).all(|s| probe.flags & (FLAG_KERNEL_T1 << s) != 0);
         if all_kernel {
             let k = probe.stamps[KERNEL];
-            out.push((Source::Kernel, Sample { t1: k[0], t2: k[1], t3: k[2], t4: k[3] }));
+            out.push((
+                Source::Kernel,
+                Sample {
+                    t1: k[0],
+                    t2: k[1],
+                    t3: k[2],
+                    t4: k[3],
+                },
+            ));
         }
         let u = probe.stamps[USER];
         if u[0] == p.user_t1 && u[1] != 0 && u[2] != 0 {
-            out.push((Source::Userspace, Sample { t1: p.user_t1, t2: u[1], t3: u[2], t4: rx.user }));
+            out.push((
+                Source::Userspace,
+                Sample {
+                    t1: p.user_t1,
+                    t2: u[1],
+                    t3: u[2],
+                    t4: rx.user,
+                },
+            ));
         }
         let s = probe.stamps[SOFTWARE];
         let software = p.software_t1.zip(rx.software).filter(|_| s[1] != 0);
@@ -190,7 +210,15 @@ impl Requester {
                 return out;
             }
             Some((t1, t4)) if s[2] != 0 => {
-                out.push((Source::SoTimestamping, Sample { t1, t2: s[1], t3: s[2], t4 }));
+                out.push((
+                    Source::SoTimestamping,
+                    Sample {
+                        t1,
+                        t2: s[1],
+                        t3: s[2],
+                        t4,
+                    },
+                ));
             }
             _ => {}
         }
@@ -216,7 +244,8 @@ impl Requester {
         });
         self.counters.expired += (before - self.pending.len()) as u64;
         // Replays are recognised for ten timeouts; later ones are unsolicited.
-        self.answered.retain(|_, sent| now.saturating_sub(*sent) <= 10 * timeout);
+        self.answered
+            .retain(|_, sent| now.saturating_sub(*sent) <= 10 * timeout);
     }
 
     pub fn pending(&self) -> usize {

@@ -57,9 +57,15 @@ impl ClockMaps {
                 });
             };
             let id = data.info().map_err(err(name))?.id();
-            MapData::from_id(id).and_then(Map::from_map_data).map_err(err(name))
+            MapData::from_id(id)
+                .and_then(Map::from_map_data)
+                .map_err(err(name))
         };
-        Self::from_maps(reopen(MAP_CLOCK_CONFIG)?, reopen(MAP_CLOCK_COUNTERS)?, reopen(MAP_CLOCK_PEERS)?)
+        Self::from_maps(
+            reopen(MAP_CLOCK_CONFIG)?,
+            reopen(MAP_CLOCK_COUNTERS)?,
+            reopen(MAP_CLOCK_PEERS)?,
+        )
     }
 
     /// The maps pinned in `dir` under their own names.
@@ -70,7 +76,11 @@ impl ClockMaps {
                 .and_then(Map::from_map_data)
                 .map_err(|source| ClockMapsError::Pin { path, source })
         };
-        Self::from_maps(open(MAP_CLOCK_CONFIG)?, open(MAP_CLOCK_COUNTERS)?, open(MAP_CLOCK_PEERS)?)
+        Self::from_maps(
+            open(MAP_CLOCK_CONFIG)?,
+            open(MAP_CLOCK_COUNTERS)?,
+            open(MAP_CLOCK_PEERS)?,
+        )
     }
 
     fn from_maps(config: Map, counters: Map, peers: Map) -> Result<Self, ClockMapsError> {
@@ -93,17 +103,21 @@ impl ClockMaps {
     /// Stamp counters summed over CPUs.
     pub fn counters(&self) -> Result<ClockStampCounters, ClockMapsError> {
         let per_cpu = self.counters.get(&0, 0).map_err(err(MAP_CLOCK_COUNTERS))?;
-        Ok(per_cpu.iter().fold(ClockStampCounters::default(), |mut a, c| {
-            a.rx_stamped += c.rx_stamped;
-            a.tx_stamped += c.tx_stamped;
-            a.skipped += c.skipped;
-            a
-        }))
+        Ok(per_cpu
+            .iter()
+            .fold(ClockStampCounters::default(), |mut a, c| {
+                a.rx_stamped += c.rx_stamped;
+                a.tx_stamped += c.tx_stamped;
+                a.skipped += c.skipped;
+                a
+            }))
     }
 
     /// Publishes (one map update) the estimate of the peer at `addr`.
     pub fn publish(&mut self, addr: IpAddr, value: &PeerClock) -> Result<(), ClockMapsError> {
-        self.peers.insert(peer_key(addr), value, 0).map_err(err(MAP_CLOCK_PEERS))
+        self.peers
+            .insert(peer_key(addr), value, 0)
+            .map_err(err(MAP_CLOCK_PEERS))
     }
 
     /// The published estimate of the peer at `addr`, if any.

@@ -2,6 +2,7 @@
 //! UDP probe wire format, timestamp sources (kernel eBPF stamps,
 //! SO_TIMESTAMPING, userspace) and the probe session that ties them together.
 
+mod envelope;
 pub mod estimator;
 pub mod exchange;
 pub mod maps;
@@ -19,5 +20,7 @@ mod exchange_tests;
 
 pub use estimator::{ConfigError, Estimate, Estimator, EstimatorConfig, Sample, SampleError};
 pub use regression::Model;
-pub use session::{PeerSpec, PeerStatus, Session, SessionConfig, SessionError, SessionStatus, SourceEstimate};
+pub use session::{
+    PeerSpec, PeerStatus, Session, SessionConfig, SessionError, SessionStatus, SourceEstimate,
+};
 pub use source::{Source, SyncClock};

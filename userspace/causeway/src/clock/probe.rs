@@ -171,7 +171,9 @@ impl Probe {
     /// follow-up only the SO_TIMESTAMPING t3. Kernel flags need a stamp.
     fn check_slots(&self) -> Result<(), DecodeError> {
         for slot in 0..STAMP_SLOTS {
-            if self.flags & (FLAG_KERNEL_T1 << slot) != 0 && self.stamps[STAMP_SET_KERNEL][slot] == 0 {
+            if self.flags & (FLAG_KERNEL_T1 << slot) != 0
+                && self.stamps[STAMP_SET_KERNEL][slot] == 0
+            {
                 return Err(DecodeError::KernelFlagWithoutStamp(slot + 1));
             }
         }
@@ -235,7 +237,10 @@ mod tests {
         }
         let mut long = b.to_vec();
         long.push(0);
-        assert_eq!(Probe::decode(&long), Err(DecodeError::TooLong(PROBE_LEN + 1)));
+        assert_eq!(
+            Probe::decode(&long),
+            Err(DecodeError::TooLong(PROBE_LEN + 1))
+        );
     }
 
     #[test]
@@ -262,12 +267,19 @@ mod tests {
     fn inconsistent_slots_are_refused() {
         let mut p = response();
         p.stamps[KERNEL][1] = 0;
-        assert_eq!(Probe::decode(&p.encode()), Err(DecodeError::KernelFlagWithoutStamp(2)));
+        assert_eq!(
+            Probe::decode(&p.encode()),
+            Err(DecodeError::KernelFlagWithoutStamp(2))
+        );
         let mut p = Probe::new(Kind::Request, 1, 1, 1);
         p.stamps[USER][2] = 5;
         assert!(matches!(
             Probe::decode(&p.encode()),
-            Err(DecodeError::UnexpectedStamp { set: USER, slot: 3, .. })
+            Err(DecodeError::UnexpectedStamp {
+                set: USER,
+                slot: 3,
+                ..
+            })
         ));
         let mut p = response();
         p.stamps[USER][3] = 5;

@@ -19,6 +19,8 @@ pub enum Model {
     OffsetOnly,
     /// Offset and drift.
     OffsetAndDrift,
+    /// Separately minimum-filtered one-way delays (see `envelope.rs`).
+    SplitMin,
 }
 
 /// What a sample's own bound is made of: `base + (delay − min_delay)/2`.

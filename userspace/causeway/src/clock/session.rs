@@ -69,6 +69,9 @@ pub struct SourceEstimate {
     pub samples_used: usize,
     pub samples_accepted: u64,
     pub at_local_ns: u64,
+    /// The regression fit's offset (diagnostics).
+    #[serde(default)]
+    pub fit_offset_ns: f64,
 }
 
 impl SourceEstimate {
@@ -82,6 +85,7 @@ impl SourceEstimate {
             samples_used: e.samples_used,
             samples_accepted: accepted,
             at_local_ns: e.at_local_ns,
+            fit_offset_ns: e.fit_offset_ns,
         }
     }
 }
@@ -133,8 +137,13 @@ impl Session {
     /// Binds the socket (inside a tokio runtime) and builds one estimator
     /// per peer and source.
     pub fn new(cfg: SessionConfig) -> Result<Session, SessionError> {
-        let sock = StampedSocket::bind(cfg.bind, cfg.clock, cfg.zero_checksum)
-            .map_err(|source| SessionError::Bind { addr: cfg.bind, source })?;
+        let sock =
+            StampedSocket::bind(cfg.bind, cfg.clock, cfg.zero_checksum).map_err(|source| {
+                SessionError::Bind {
+                    addr: cfg.bind,
+                    source,
+                }
+            })?;
         let nonce = random_u64()?;
         let mut peers = Vec::new();
         for (i, spec) in cfg.peers.iter().enumerate() {
@@ -218,9 +227,19 @@ impl Session {
             let addr = self.peers[i].spec.addr;
             let t1 = self.cfg.clock.now();
             let req = self.peers[i].requester.request(addr, t1);
-            let id = self.sock.send_to(&req.encode(), addr).await.map_err(SessionError::Io)?;
+            let id = self
+                .sock
+                .send_to(&req.encode(), addr)
+                .await
+                .map_err(SessionError::Io)?;
             if self.sock.software_stamps() {
-                self.tx.insert(id, TxRecord::Request { peer: i, seq: req.seq });
+                self.tx.insert(
+                    id,
+                    TxRecord::Request {
+                        peer: i,
+                        seq: req.seq,
+                    },
+                );
             }
         }
         Ok(())
@@ -231,11 +250,16 @@ impl Session {
     async fn drain_tx(&mut self) -> Result<(), SessionError> {
         for (id, stamp) in self.sock.drain_tx_stamps() {
             match self.tx.remove(&id) {
-                Some(TxRecord::Request { peer, seq }) => self.peers[peer].requester.tx_software(seq, stamp),
+                Some(TxRecord::Request { peer, seq }) => {
+                    self.peers[peer].requester.tx_software(seq, stamp)
+                }
                 Some(TxRecord::Response { to, response }) => {
                     let f = follow_up(&response, stamp);
                     // Follow-ups get no transmit stamp of their own that matters.
-                    self.sock.send_to(&f.encode(), to).await.map_err(SessionError::Io)?;
+                    self.sock
+                        .send_to(&f.encode(), to)
+                        .await
+                        .map_err(SessionError::Io)?;
                 }
                 None => {}
             }
@@ -248,7 +272,12 @@ impl Session {
         Ok(())
     }
 
-    async fn handle(&mut self, bytes: &[u8], from: SocketAddr, rx: RxStamps) -> Result<(), SessionError> {
+    async fn handle(
+        &mut self,
+        bytes: &[u8],
+        from: SocketAddr,
+        rx: RxStamps,
+    ) -> Result<(), SessionError> {
         let probe = match Probe::decode(bytes) {
             Ok(p) => p,
             Err(e) => {
@@ -257,7 +286,11 @@ impl Session {
                 return Ok(());
             }
         };
-        let Some(idx) = self.peers.iter().position(|p| p.spec.addr.ip() == from.ip()) else {
+        let Some(idx) = self
+            .peers
+            .iter()
+            .position(|p| p.spec.addr.ip() == from.ip())
+        else {
             self.status.ignored.unknown_peer += 1;
             return Ok(());
         };
@@ -265,9 +298,19 @@ impl Session {
             let two_step = self.sock.software_stamps();
             let t3 = self.cfg.clock.now();
             let resp = respond(&probe, self.cfg.host_id, rx, t3, two_step);
-            let id = self.sock.send_to(&resp.encode(), from).await.map_err(SessionError::Io)?;
+            let id = self
+                .sock
+                .send_to(&resp.encode(), from)
+                .await
+                .map_err(SessionError::Io)?;
             if resp.two_step() {
-                self.tx.insert(id, TxRecord::Response { to: from, response: resp });
+                self.tx.insert(
+                    id,
+                    TxRecord::Response {
+                        to: from,
+                        response: resp,
+                    },
+                );
             }
             self.status.requests_answered += 1;
             return Ok(());
@@ -295,7 +338,10 @@ impl Session {
                 let sources: Vec<SourceEstimate> = p
                     .estimators
                     .iter()
-                    .filter_map(|(s, e)| e.estimate(now).map(|est| SourceEstimate::new(*s, &est, e.counts().0)))
+                    .filter_map(|(s, e)| {
+                        e.estimate(now)
+                            .map(|est| SourceEstimate::new(*s, &est, e.counts().0))
+                    })
                     .collect();
                 PeerStatus {
                     name: p.spec.name.clone(),
@@ -335,4 +381,3 @@ fn random_u64() -> Result<u64, SessionError> {
         .map_err(SessionError::Random)?;
     Ok(u64::from_ne_bytes(b))
 }
-

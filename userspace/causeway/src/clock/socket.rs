@@ -57,12 +57,19 @@ impl StampedSocket {
     /// Binds `addr`, enables software stamps (if the kernel allows) and,
     /// with `zero_checksum` and IPv4, zero UDP checksums. Must run inside a
     /// tokio runtime.
-    pub fn bind(addr: SocketAddr, clock: SyncClock, zero_checksum: bool) -> io::Result<StampedSocket> {
+    pub fn bind(
+        addr: SocketAddr,
+        clock: SyncClock,
+        zero_checksum: bool,
+    ) -> io::Result<StampedSocket> {
         let std = StdUdpSocket::bind(addr)?;
         std.set_nonblocking(true)?;
         let fd = std.as_raw_fd();
-        let software = setsockopt_int(fd, libc::SOL_SOCKET, SO_TIMESTAMPING, STAMP_FLAGS as i32).is_ok();
-        let zero_checksum = zero_checksum && addr.is_ipv4() && setsockopt_int(fd, libc::SOL_SOCKET, SO_NO_CHECK, 1).is_ok();
+        let software =
+            setsockopt_int(fd, libc::SOL_SOCKET, SO_TIMESTAMPING, STAMP_FLAGS as i32).is_ok();
+        let zero_checksum = zero_checksum
+            && addr.is_ipv4()
+            && setsockopt_int(fd, libc::SOL_SOCKET, SO_NO_CHECK, 1).is_ok();
         Ok(StampedSocket {
             sock: UdpSocket::from_std(std)?,
             clock,
@@ -95,7 +102,10 @@ impl StampedSocket {
     pub async fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<u32> {
         let n = self.sock.send_to(buf, to).await?;
         if n != buf.len() {
-            return Err(io::Error::other(format!("short send: {n} of {} bytes", buf.len())));
+            return Err(io::Error::other(format!(
+                "short send: {n} of {} bytes",
+                buf.len()
+            )));
         }
         Ok(self.sent.fetch_add(1, Ordering::Relaxed))
     }
@@ -109,7 +119,8 @@ impl StampedSocket {
                 let user = self.clock.now();
                 Ok(Received {
                     len,
-                    from: from.ok_or_else(|| io::Error::other("datagram without a source address"))?,
+                    from: from
+                        .ok_or_else(|| io::Error::other("datagram without a source address"))?,
                     user,
                     software: realtime.map(|ns| self.to_host(ns)),
                 })
@@ -133,11 +144,17 @@ impl StampedSocket {
     }
 
     fn to_host(&self, realtime_ns: u64) -> u64 {
-        self.clock.apply(realtime_ns.wrapping_add_signed(self.tai_offset_ns))
+        self.clock
+            .apply(realtime_ns.wrapping_add_signed(self.tai_offset_ns))
     }
 }
 
-fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `value` outlives the call and its size is passed; `fd` is an
     // open socket owned by the caller.
     let rc = unsafe {
@@ -162,7 +179,11 @@ struct CmsgBuf([u8; 256]);
 
 /// `recvmsg` with `flags`; returns the length, the source address and the
 /// SCM_TIMESTAMPING software stamp (CLOCK_REALTIME ns), if any.
-fn recvmsg(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, Option<SocketAddr>, Option<u64>)> {
+fn recvmsg(
+    fd: RawFd,
+    buf: &mut [u8],
+    flags: libc::c_int,
+) -> io::Result<(usize, Option<SocketAddr>, Option<u64>)> {
     let mut addr = MaybeUninit::<libc::sockaddr_storage>::zeroed();
     let mut cmsg = CmsgBuf([0; 256]);
     let mut iov = libc::iovec {
@@ -270,4 +291,3 @@ fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
         _ => None,
     }
 }
-

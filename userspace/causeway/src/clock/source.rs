@@ -142,7 +142,10 @@ mod tests {
     #[test]
     fn identity_is_off_by_default() {
         assert_eq!(SyncClock::default(), SyncClock::IDENTITY);
-        assert_eq!(SyncClock::IDENTITY.apply(1_790_000_000_123_456_789), 1_790_000_000_123_456_789);
+        assert_eq!(
+            SyncClock::IDENTITY.apply(1_790_000_000_123_456_789),
+            1_790_000_000_123_456_789
+        );
     }
 
     #[test]
@@ -150,12 +153,25 @@ mod tests {
         let epoch = 1_790_000_000_000_000_000u64;
         for drift_ppb in [-100_000i64, -1, 0, 7, 100_000, MAX_SYNTHETIC_DRIFT_PPB] {
             for offset_ns in [-50_000_000i64, 0, 3_700_000] {
-                let c = SyncClock { offset_ns, drift_ppb, epoch_ns: epoch };
-                for dt in [-3_600_000_000_123i64, -1, 0, 999_999_999, 86_400_000_000_007] {
+                let c = SyncClock {
+                    offset_ns,
+                    drift_ppb,
+                    epoch_ns: epoch,
+                };
+                for dt in [
+                    -3_600_000_000_123i64,
+                    -1,
+                    0,
+                    999_999_999,
+                    86_400_000_000_007,
+                ] {
                     let raw = epoch.wrapping_add_signed(dt);
                     let expect = dt as f64 * drift_ppb as f64 * 1e-9 + offset_ns as f64;
                     let got = c.apply(raw) as i128 - raw as i128;
-                    assert!((got as f64 - expect).abs() <= 1.0, "{c:?} dt {dt}: {got} vs {expect}");
+                    assert!(
+                        (got as f64 - expect).abs() <= 1.0,
+                        "{c:?} dt {dt}: {got} vs {expect}"
+                    );
                 }
             }
         }
@@ -163,15 +179,31 @@ mod tests {
 
     #[test]
     fn stamp_config_carries_the_transform() {
-        let c = SyncClock { offset_ns: -5, drift_ppb: -20_000, epoch_ns: 9 };
+        let c = SyncClock {
+            offset_ns: -5,
+            drift_ppb: -20_000,
+            epoch_ns: 9,
+        };
         let k = c.stamp_config(7339);
-        assert_eq!((k.port, k.drift_ppb_abs, k.drift_negative, k.offset_ns, k.epoch_ns), (7339, 20_000, 1, -5, 9));
+        assert_eq!(
+            (
+                k.port,
+                k.drift_ppb_abs,
+                k.drift_negative,
+                k.offset_ns,
+                k.epoch_ns
+            ),
+            (7339, 20_000, 1, -5, 9)
+        );
     }
 
     #[test]
     fn tai_offset_is_whole_seconds_and_small() {
         let d = tai_minus_realtime_ns();
         assert_eq!(d % 1_000_000_000, 0);
-        assert!(d.abs() <= 100_000_000_000, "TAI − UTC of {d} ns is implausible");
+        assert!(
+            d.abs() <= 100_000_000_000,
+            "TAI − UTC of {d} ns is implausible"
+        );
     }
 }
