@@ -5,7 +5,7 @@
 mod common;
 
 use bpf_maps::{
-    classifier::{DEFAULT_CLASS, MAP_CLASSIFIER_CONFIG},
+    classifier::DEFAULT_CLASS,
     counters::{IngressCounters, UNCLASSIFIED_SLOT},
 };
 use causeway::classifier::{

@@ -282,7 +282,7 @@ pub fn frame(rng: &mut StdRng) -> Vec<u8> {
                 f.truncate(cut);
             }
             1 => {
-                let at = rng.gen_range(12..f.len().min(100).max(13));
+                let at = rng.gen_range(12..f.len().clamp(13, 100));
                 f[at] ^= 1 << rng.gen_range(0..8);
             }
             2 => {
