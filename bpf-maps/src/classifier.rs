@@ -149,7 +149,15 @@ crate::assert_no_padding!(Ipv4LpmData, u32, [u8; 4]);
 crate::assert_no_padding!(Ipv6LpmData, u32, [u8; 16]);
 crate::assert_no_padding!(RuleAction, u32, u32);
 crate::assert_no_padding!(ClassifierConfig, u32, u32, u64, u64, u32, u32);
-crate::assert_no_padding!(AddrCacheEntry, u64, [u32; 4], [u32; 4], u32, u32, RuleBitmap);
+crate::assert_no_padding!(
+    AddrCacheEntry,
+    u64,
+    [u32; 4],
+    [u32; 4],
+    u32,
+    u32,
+    RuleBitmap
+);
 crate::impl_pod!(
     RuleBitmap,
     Ipv4LpmData,

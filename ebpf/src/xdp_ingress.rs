@@ -3,7 +3,9 @@
 //! Non-IP and unparseable frames pass untouched and are counted in
 //! `UNCLASSIFIED_SLOT`; frames that match no rule pass in `DEFAULT_CLASS`.
 
-use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_get_buff_len, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action, helpers::generated::bpf_xdp_get_buff_len, programs::XdpContext,
+};
 use bpf_maps::classifier::VERDICT_DROP;
 
 use crate::{
