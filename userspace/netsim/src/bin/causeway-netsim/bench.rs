@@ -130,16 +130,25 @@ fn rtt_row(rtt_ms: u64, probes: usize, rows: &mut Vec<Row>) -> Result<()> {
     let _echo = EchoServer::start(srv)?;
     let sock = tb.in_host(&c, || UdpSocket::bind("0.0.0.0:0"))??;
     let dst = SocketAddr::new(s.ip.into(), 7007);
-    // One warm-up probe resolves ARP on both sides.
-    probe_rtt(&sock, dst, 1, 64, Duration::ZERO, Duration::from_secs(2))?;
-    let r = probe_rtt(
-        &sock,
-        dst,
-        probes,
-        64,
-        Duration::from_millis(5),
-        Duration::from_millis(rtt_ms * 3),
-    )?;
+    // The prober runs under SCHED_FIFO like the emulator and the echo responder,
+    // so the samples show the path and not the CPU scheduler of a busy machine.
+    let r = std::thread::scope(|sc| {
+        sc.spawn(|| -> std::io::Result<_> {
+            let _ = causeway_netsim::sys::set_realtime(5);
+            // One warm-up probe resolves ARP on both sides.
+            probe_rtt(&sock, dst, 1, 64, Duration::ZERO, Duration::from_secs(2))?;
+            probe_rtt(
+                &sock,
+                dst,
+                probes,
+                64,
+                Duration::from_millis(5),
+                Duration::from_millis(rtt_ms * 3),
+            )
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("probe thread panicked"))
+    })??;
     let ms = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1e3);
     let med = ms(r.median());
     rows.push(Row {
