@@ -107,7 +107,8 @@ impl CostModel {
 }
 
 /// A topology costed with a model. Every host of a domain shares that domain's
-/// WAN pipe to each other domain, so parallel WAN flows divide its bandwidth.
+/// WAN pipe to each other domain, so parallel WAN flows divide its bandwidth;
+/// inside a domain a rank's sends share its egress (NIC, or memory copies).
 pub struct CostedNet<'a> {
     pub topo: &'a Topology,
     pub model: &'a CostModel,
@@ -123,7 +124,7 @@ impl Network for CostedNet<'_> {
                 usize::MAX - self.topo.domain_of(from) as usize,
                 self.topo.domain_of(to) as usize,
             ),
-            _ => (from, to),
+            _ => (from, usize::MAX),
         }
     }
 }

@@ -27,7 +27,9 @@ const TAIL: usize = 64;
 const SPACE_SEQ: usize = 72;
 const WRITER_WAITING: usize = 76;
 const CLOSED: usize = 80;
-const SPINS: u32 = 2000;
+/// Polls before sleeping on the futex (the first 100 busy, the rest yielding): short,
+/// because on an oversubscribed host spinning steals the CPU the peer needs.
+const SPINS: u32 = 200;
 
 /// One direction of a shared-memory channel.
 pub struct ShmRing {
