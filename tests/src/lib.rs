@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 
 pub mod causeway_cli;
+pub mod clock_agent;
 pub mod netns;
 pub mod netsim_support;

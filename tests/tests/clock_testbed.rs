@@ -9,96 +9,15 @@
 use std::{
     collections::BTreeMap,
     net::IpAddr,
-    path::PathBuf,
-    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use causeway::{
-    agent::{
-        control::{self, Request},
-        report::AgentReport,
-    },
     clock::{maps::ClockMaps, source::raw_tai_now, Source, SyncClock},
     datapath::{Layout, NetnsScope},
 };
 use causeway_netsim::{params::ParamsPatch, Profile, Testbed};
-use causeway_tests::{causeway_cli::causeway_bin, netsim_support::root_or_skip};
-
-/// A running agent; stopped with SIGTERM and its interface detached on drop.
-struct Agent {
-    child: Option<Child>,
-    netns: String,
-    config: PathBuf,
-}
-
-impl Agent {
-    fn start(netns: &str, host_id: u32, peer: IpAddr, clock: SyncClock) -> Agent {
-        let config =
-            std::env::temp_dir().join(format!("cw-clock-{}-{netns}.toml", std::process::id()));
-        let text = format!(
-            "host_id = {host_id}\n[[interfaces]]\nname = \"eth0\"\n[clock]\ninterval_ms = 100\n\
-             [[clock.peers]]\nname = \"peer\"\naddr = \"{peer}:7339\"\n\
-             [clock.synthetic]\noffset_ns = {}\ndrift_ppb = {}\nepoch_ns = {}\n",
-            clock.offset_ns, clock.drift_ppb, clock.epoch_ns
-        );
-        std::fs::write(&config, text).expect("write the agent config");
-        let child = Command::new(causeway_bin())
-            .args(["--netns", netns, "agent", "--config"])
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start causeway agent");
-        Agent {
-            child: Some(child),
-            netns: netns.to_string(),
-            config,
-        }
-    }
-
-    fn socket(&self) -> PathBuf {
-        causeway::agent::default_socket(&Layout::default(), &NetnsScope::Named(self.netns.clone()))
-    }
-
-    fn status(&self) -> Option<AgentReport> {
-        control::request(&self.socket(), &Request::ClockStatus)
-            .ok()?
-            .clock
-    }
-
-    fn wait_ready(&self) -> AgentReport {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(r) = self.status() {
-                return r;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "agent in {} did not come up",
-                self.netns
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(c.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = c.wait();
-        }
-        let _ = Command::new(causeway_bin())
-            .args(["--netns", &self.netns, "detach", "--iface", "eth0"])
-            .output();
-        let _ = std::fs::remove_file(&self.config);
-    }
-}
+use causeway_tests::{clock_agent::Agent, netsim_support::root_or_skip};
 
 /// Ground truth: peer clock minus local clock when the local clock reads `local`.
 fn true_offset(local_clock: &SyncClock, peer_clock: &SyncClock, local: u64) -> f64 {
@@ -141,8 +60,8 @@ fn phase(
         drift_ppb: 70_000,
         epoch_ns: epoch,
     };
-    let agent_a = Agent::start(&a.netns, 1, IpAddr::V4(b.ip), clock_a);
-    let agent_b = Agent::start(&b.netns, 2, IpAddr::V4(a.ip), clock_b);
+    let agent_a = Agent::start(&a.netns, "eth0", 1, IpAddr::V4(b.ip), clock_a);
+    let agent_b = Agent::start(&b.netns, "eth0", 2, IpAddr::V4(a.ip), clock_b);
     agent_a.wait_ready();
     agent_b.wait_ready();
     std::thread::sleep(warmup);

@@ -1,0 +1,123 @@
+//! The agent's life cycle on a veth pair between two namespaces: it
+//! attaches XDP and TC, gets kernel-stamped estimates, restricts its
+//! control socket, and a SIGTERM + restart keeps (and adopts) the programs.
+
+use std::{
+    net::IpAddr,
+    os::unix::{fs::PermissionsExt, process::CommandExt},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use causeway::{
+    clock::{source::raw_tai_now, Source, SyncClock},
+    datapath::{link, Layout, NetnsScope},
+};
+use causeway_tests::{
+    causeway_cli::causeway_bin,
+    clock_agent::Agent,
+    netns::{is_root, VethLink},
+};
+
+#[test]
+fn agent_syncs_with_kernel_stamps_and_a_restart_adopts_its_programs() {
+    if !is_root() {
+        eprintln!(
+            "SKIP: agent_syncs_with_kernel_stamps_and_a_restart_adopts_its_programs needs root"
+        );
+        return;
+    }
+    let link_pair = VethLink::new(93);
+    let ip = |s: &str| s.parse::<IpAddr>().expect("test address");
+    let clock_b = SyncClock {
+        offset_ns: 7_000_000,
+        drift_ppb: 20_000,
+        epoch_ns: raw_tai_now(),
+    };
+    let mut a = Agent::start(
+        link_pair.a.name(),
+        &link_pair.a_if,
+        1,
+        ip(&link_pair.b_addr),
+        SyncClock::IDENTITY,
+    );
+    let _b = Agent::start(
+        link_pair.b.name(),
+        &link_pair.b_if,
+        2,
+        ip(&link_pair.a_addr),
+        clock_b,
+    );
+    let first = a.wait_ready();
+    assert!(
+        !first.interfaces[0].xdp_adopted && !first.interfaces[0].tc_adopted,
+        "{first:?}"
+    );
+
+    // A kernel-stamped estimate arrives within seconds.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let selected = loop {
+        let r = a.status().expect("agent answers");
+        if let Some(sel) = r.session.peers[0]
+            .selected
+            .filter(|s| s.source == Source::Kernel && s.samples_used >= 8)
+        {
+            break sel;
+        }
+        assert!(Instant::now() < deadline, "no kernel estimate: {r:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // Ground truth: B runs 7 ms + 20 ppm·(t − start) ahead (same real clock).
+    let truth = clock_b.apply(selected.at_local_ns) as f64 - selected.at_local_ns as f64;
+    let err = (selected.offset_ns - truth).abs();
+    assert!(
+        err <= selected.error_bound_ns && err < 50_000.0,
+        "error {err} ns, bound {}",
+        selected.error_bound_ns
+    );
+
+    // Only root or the agent's user may talk to it.
+    let socket = a.socket();
+    let mode = std::fs::metadata(&socket)
+        .expect("socket exists")
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    let nobody = Command::new(causeway_bin())
+        .args(["clock", "status", "--socket"])
+        .arg(&socket)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run causeway as nobody");
+    assert!(
+        !nobody.status.success(),
+        "nobody was served: {}",
+        String::from_utf8_lossy(&nobody.stdout)
+    );
+
+    // SIGTERM: the programs stay attached, the socket goes.
+    let links = |r: &causeway::agent::report::AgentReport| {
+        (r.interfaces[0].xdp_link_id, r.interfaces[0].tc_link_id)
+    };
+    let before = links(&first);
+    assert!(a.stop().success(), "agent exits cleanly on SIGTERM");
+    assert!(!socket.exists(), "control socket left behind");
+    let paths = Layout::default()
+        .iface(&NetnsScope::Named(a.netns.clone()), &a.iface)
+        .expect("paths");
+    for prog in ["causeway_xdp", "causeway_tc_egress"] {
+        let state = link::read_pinned(&paths.link_dir.join(prog)).expect("link still pinned");
+        assert_ne!(state.ifindex, 0, "{prog} detached");
+    }
+
+    // Restart: both programs are adopted, not attached again.
+    a.restart();
+    let again = a.wait_ready();
+    assert!(
+        again.interfaces[0].xdp_adopted && again.interfaces[0].tc_adopted,
+        "{again:?}"
+    );
+    assert_eq!(links(&again), before);
+}
