@@ -104,14 +104,15 @@ fn rate_rows(rate_mbit: u64, secs: u64, rows: &mut Vec<Row>) -> Result<()> {
             check: format!("rate, {name}"),
             configured: format!("{rate_mbit} Mbit/s"),
             measured: format!(
-                "{} ({:+.2} %); sent {}, goodput {} = {:.1} % of {unit} ceiling; late {late_mean:.0} µs mean, {:.1} ms max; rx drops {}",
+                "{} ({:+.2} %); sent {}, goodput {} = {:.1} % of {unit} ceiling; late {late_mean:.0} µs mean, {:.1} ms max; drops before the emulator: socket {}, kernel backlog {}",
                 mbit(r.emulator_bps),
                 err * 100.0,
                 mbit(r.sent_bps),
                 mbit(r.recv_bps),
                 r.recv_bps / expected * 100.0,
                 r.dir.late_ns_max as f64 / 1e6,
-                r.dir.rx_socket_drops
+                r.dir.rx_socket_drops,
+                r.backlog_drops
             ),
             criterion: "frames ±2 %".into(),
             pass: Some(err.abs() <= 0.02),
@@ -257,11 +258,11 @@ fn max_rows(secs: u64, rows: &mut Vec<Row>) -> Result<()> {
             check: format!("max rate, no limit (UDP, {name} sender)"),
             configured: "unlimited".into(),
             measured: format!(
-                "emulator {}, sent {}, goodput {}, rx drops {}",
+                "emulator {}, sent {}, goodput {}; kernel backlog drops {}",
                 mbit(udp.emulator_bps),
                 mbit(udp.sent_bps),
                 mbit(udp.recv_bps),
-                udp.dir.rx_socket_drops
+                udp.backlog_drops
             ),
             criterion: "measured".into(),
             pass: None,

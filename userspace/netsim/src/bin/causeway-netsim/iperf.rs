@@ -21,6 +21,20 @@ pub struct Run {
     pub emulator_bps: f64,
     /// The emulator's counters of that direction at the end.
     pub dir: DirStats,
+    /// Frames the kernel dropped from its per-CPU input backlogs during the run
+    /// (machine-wide, /proc/net/softnet_stat): a starved softirq loses frames
+    /// before they ever reach the emulator.
+    pub backlog_drops: u64,
+}
+
+/// Sum of the per-CPU "dropped" column of /proc/net/softnet_stat.
+pub fn softnet_drops() -> u64 {
+    std::fs::read_to_string("/proc/net/softnet_stat")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter_map(|h| u64::from_str_radix(h, 16).ok())
+        .sum()
 }
 
 pub enum Mode {
@@ -41,6 +55,7 @@ fn dir_of(tb: &Testbed, client: &Host) -> Result<DirStats> {
 
 pub fn run(tb: &Testbed, client: &Host, server: &Host, mode: Mode, secs: u64) -> Result<Run> {
     anyhow::ensure!(secs >= 2, "iperf runs need at least 2 s");
+    let drops0 = softnet_drops();
     let mut srv = tb
         .spawn(server, "iperf3", &["-s", "-1", "-p", "5201"])
         .context("starting iperf3 -s")?;
@@ -96,6 +111,7 @@ pub fn run(tb: &Testbed, client: &Host, server: &Host, mode: Mode, secs: u64) ->
         lost: sum["lost_packets"].as_u64().unwrap_or(0),
         emulator_bps: (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64(),
         dir: dir_of(tb, client)?,
+        backlog_drops: softnet_drops() - drops0,
     })
 }
 
@@ -111,6 +127,7 @@ pub fn blast_run(
 ) -> Result<Run> {
     use causeway_netsim::load::{blast, Sink};
     use std::net::UdpSocket;
+    let drops0 = softnet_drops();
     let rx = tb.in_host(server, || UdpSocket::bind("0.0.0.0:7100"))??;
     let sink = Sink::start(rx)?;
     let tx = tb.in_host(client, || UdpSocket::bind("0.0.0.0:0"))??;
@@ -140,6 +157,7 @@ pub fn blast_run(
             lost: sent.packets.saturating_sub(sink.packets()),
             emulator_bps: (b1 - b0) as f64 * 8.0 / dt,
             dir: dir_of(tb, client)?,
+            backlog_drops: softnet_drops() - drops0,
         })
     })?;
     Ok(result)
