@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 
 use crate::config::{default_host_id, Identity, Options};
 use crate::cost::CostModel;
-use crate::dtype::{DType, Element, ReduceOp};
+use crate::dtype::{Element, ReduceOp};
 use crate::engine::{Engine, Job, JobKind, Progress, WorkBuf};
 use crate::error::{CollectiveError, Rank, Result};
 use crate::links;
@@ -470,9 +470,4 @@ impl<R> std::future::Future for Handle<R> {
         }
         Poll::Pending
     }
-}
-
-/// The element type of a buffer, for callers that dispatch on it.
-pub fn dtype_of<T: Element>() -> DType {
-    T::DTYPE
 }

@@ -79,7 +79,6 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         me: Rank,
         topo: Topology,

@@ -14,6 +14,37 @@
 //! let summed = h.wait()?;
 //! # let _ = (done, total, summed); Ok(()) }
 //! ```
+//!
+//! Tests and embedders build one explicitly:
+//! `Communicator::builder(rank, world).master(addr).domain("east").host_id("h1").build()?`.
+//!
+//! ## Environment
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` | torchrun's; rank 0 serves the bootstrap store at the master address |
+//! | `LOCAL_RANK`, `LOCAL_WORLD_SIZE` | optional, checked for consistency |
+//! | `CAUSEWAY_DOMAIN` / `CAUSEWAY_TOPOLOGY` | this rank's domain, or a file of `RANKS DOMAIN` lines (`0-3 east`) |
+//! | `CAUSEWAY_HOST_ID` | ranks with the same host id use shared memory (default: hostname + network namespace) |
+//! | `CAUSEWAY_ADDR` | IP to accept peers on (default: the one that reaches the master) |
+//! | `CAUSEWAY_TIMEOUT_MS` | an operation fails when a peer it waits for is silent this long (60 000) |
+//! | `CAUSEWAY_RENDEZVOUS_TIMEOUT_MS` | bootstrap deadline (120 000) |
+//! | `CAUSEWAY_ALGO` | force `ring`, `tree` or `hier` where it applies (default: α-β model) |
+//! | `CAUSEWAY_COST` | link costs `wan=LAT_US:GBITPS,domain=…,host=…`, applied over the probe |
+//! | `CAUSEWAY_PROBE`, `CAUSEWAY_PROBE_BYTES` | start-up α-β probe on/off (1) and its bulk size (1 MiB) |
+//! | `CAUSEWAY_STREAMS_WAN`, `CAUSEWAY_STREAMS_LAN` | TCP connections per remote peer across / inside a domain (2, 2) |
+//! | `CAUSEWAY_TCP_CC` | congestion control across domains (`bbr`; `default` keeps the system's) |
+//! | `CAUSEWAY_SOCKET_BUFFER` | SO_SNDBUF/SO_RCVBUF across domains (8 MiB when `net.core.rmem_max` allows; 0 = autotune) |
+//! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |
+//! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (1 MiB) and lanes in flight (4) |
+//!
+//! ## Layout
+//!
+//! Pure parts: [`schedule`] (plans as data, [`schedule::sim`] on a virtual clock),
+//! [`cost`] (α-β model, algorithm choice), [`wire`] (frames), [`dtype`] (kernels).
+//! I/O: [`store`] and the rendezvous, the mesh of [`transport`]s, one reader and one
+//! writer thread per connection, and one engine thread per communicator that runs
+//! operations in submission order. `unsafe` lives only in [`transport::shm`].
 #![deny(unsafe_code)]
 
 mod comm;
@@ -33,7 +64,7 @@ pub mod topology;
 pub mod transport;
 pub mod wire;
 
-pub use comm::{dtype_of, Communicator, CommunicatorBuilder, Handle};
+pub use comm::{Communicator, CommunicatorBuilder, Handle};
 pub use config::{Identity, Options};
 pub use cost::CostModel;
 pub use dtype::{DType, Element, ReduceOp};

@@ -179,3 +179,35 @@ fn handles_work_as_futures() {
         assert!(a.iter().all(|x| *x == 3) && b == vec![1u8; 7]);
     }
 }
+
+/// A peer that stops making progress (alive, connections open) is named after the
+/// configured timeout; it learns of the failure as soon as it comes back.
+#[test]
+fn silent_peer_times_out_and_is_named() {
+    let opts = causeway_collective::Options {
+        timeout: Duration::from_millis(400),
+        ..test_options()
+    };
+    let out = run_world(&separate_hosts(2), &opts, |c| {
+        let mut v = vec![1.0f64; 1000];
+        if c.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        let t = Instant::now();
+        (c.allreduce(&mut v, ReduceOp::Sum), t.elapsed())
+    });
+    let (r0, t0) = &out[0];
+    assert!(
+        matches!(r0, Err(CollectiveError::PeerTimeout { peers, .. }) if peers == &vec![1]),
+        "rank 0: {r0:?}"
+    );
+    assert!(
+        *t0 >= Duration::from_millis(400) && *t0 < Duration::from_millis(1400),
+        "{t0:?}"
+    );
+    let (r1, t1) = &out[1];
+    assert!(
+        r1.is_err() && *t1 < Duration::from_millis(300),
+        "rank 1 fails fast: {r1:?} after {t1:?}"
+    );
+}
