@@ -241,6 +241,7 @@ impl Communicator {
             .is_none_or(|r| r.is_err())
         {
             let _ = reply.send(Err(CollectiveError::Closed));
+            progress.finished.store(true, Ordering::Release);
         }
         let map = Box::new(move |b: Box<dyn Any + Send>| -> Result<R> {
             b.downcast::<Vec<T>>()
@@ -431,6 +432,11 @@ impl<R> Handle<R> {
         let buf = res??;
         let map = self.map.take().ok_or(CollectiveError::Closed)?;
         map(buf.into_any())
+    }
+
+    /// True once `wait` will return without blocking.
+    pub fn is_finished(&self) -> bool {
+        self.progress.finished.load(Ordering::Acquire)
     }
 
     /// (bytes received so far, bytes this rank receives in total) for this

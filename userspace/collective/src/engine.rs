@@ -40,6 +40,8 @@ impl<T: crate::dtype::Element> WorkBuf for Vec<T> {
 pub struct Progress {
     pub done: AtomicU64,
     pub total: AtomicU64,
+    /// Set once the result is available.
+    pub finished: std::sync::atomic::AtomicBool,
 }
 
 pub(crate) enum JobKind {
@@ -109,6 +111,7 @@ impl Engine {
         while let Ok(mut job) = jobs.recv() {
             let res = self.run_job(&mut job);
             let _ = job.reply.send(res.map(|()| job.buf));
+            job.progress.finished.store(true, Ordering::Release);
             if let Some(w) = job.waker.lock().ok().and_then(|mut w| w.take()) {
                 w.wake();
             }

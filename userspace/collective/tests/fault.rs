@@ -172,6 +172,16 @@ fn handles_work_as_futures() {
     }
     let out = run_world(&separate_hosts(3), &test_options(), |c| {
         let a = c.allreduce_async(vec![c.rank() as i32; 5000], ReduceOp::Sum);
+        let mut seen = (0, 0);
+        while !a.is_finished() {
+            seen = a.progress();
+            std::thread::yield_now();
+        }
+        let (done, total) = a.progress();
+        assert!(
+            done == total && total > 0 && seen.0 <= total,
+            "progress {seen:?} then {done}/{total}"
+        );
         let b = c.allreduce_async(vec![1u8; 7], ReduceOp::Max);
         (block_on(a).expect("a"), block_on(b).expect("b"))
     });
