@@ -19,12 +19,20 @@ pub struct Run {
     /// Frame-level rate out of the emulator (direction client → server), measured
     /// from its counters between 1 s after the start and 0.5 s before the end.
     pub emulator_bps: f64,
+    /// Frame-level rate into the emulator over the same window (what it was offered).
+    pub offered_bps: f64,
     /// The emulator's counters of that direction at the end.
     pub dir: DirStats,
     /// Frames the kernel dropped from its per-CPU input backlogs during the run
     /// (machine-wide, /proc/net/softnet_stat): a starved softirq loses frames
     /// before they ever reach the emulator.
     pub backlog_drops: u64,
+}
+
+/// (forwarded bytes, received bytes, when) of the client → server direction.
+fn counters_now(tb: &Testbed, client: &Host) -> Result<(u64, u64, Instant)> {
+    let c = dir_of(tb, client)?.counters;
+    Ok((c.forwarded_bytes, c.received_bytes, Instant::now()))
 }
 
 /// Sum of the per-CPU "dropped" column of /proc/net/softnet_stat.
@@ -88,9 +96,9 @@ pub fn run(tb: &Testbed, client: &Host, server: &Host, mode: Mode, secs: u64) ->
         .spawn(client, "iperf3", &argv)
         .context("starting iperf3 -c")?;
     std::thread::sleep(Duration::from_millis(1000));
-    let (b0, t0) = (dir_of(tb, client)?.counters.forwarded_bytes, Instant::now());
+    let (b0, o0, t0) = counters_now(tb, client)?;
     std::thread::sleep(Duration::from_millis(secs * 1000 - 1500));
-    let (b1, t1) = (dir_of(tb, client)?.counters.forwarded_bytes, Instant::now());
+    let (b1, o1, t1) = counters_now(tb, client)?;
     let out = cli.wait_output().context("waiting for iperf3 -c")?;
     let _ = srv.child().wait();
     let json: Value = serde_json::from_slice(&out.stdout)
@@ -110,6 +118,7 @@ pub fn run(tb: &Testbed, client: &Host, server: &Host, mode: Mode, secs: u64) ->
         packets: sum["packets"].as_u64().unwrap_or(0),
         lost: sum["lost_packets"].as_u64().unwrap_or(0),
         emulator_bps: (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64(),
+        offered_bps: (o1 - o0) as f64 * 8.0 / (t1 - t0).as_secs_f64(),
         dir: dir_of(tb, client)?,
         backlog_drops: softnet_drops() - drops0,
     })
@@ -135,17 +144,9 @@ pub fn blast_run(
     let result = std::thread::scope(|s| -> Result<Run> {
         let sender = s.spawn(|| blast(&tx, offered_bps, len, Duration::from_secs(secs)));
         std::thread::sleep(Duration::from_millis(1000));
-        let (b0, r0, t0) = (
-            dir_of(tb, client)?.counters.forwarded_bytes,
-            sink.bytes(),
-            Instant::now(),
-        );
+        let ((b0, o0, t0), r0) = (counters_now(tb, client)?, sink.bytes());
         std::thread::sleep(Duration::from_millis(secs * 1000 - 1500));
-        let (b1, r1, t1) = (
-            dir_of(tb, client)?.counters.forwarded_bytes,
-            sink.bytes(),
-            Instant::now(),
-        );
+        let ((b1, o1, t1), r1) = (counters_now(tb, client)?, sink.bytes());
         let sent = sender
             .join()
             .map_err(|_| anyhow::anyhow!("sender thread panicked"))??;
@@ -156,6 +157,7 @@ pub fn blast_run(
             packets: sent.packets,
             lost: sent.packets.saturating_sub(sink.packets()),
             emulator_bps: (b1 - b0) as f64 * 8.0 / dt,
+            offered_bps: (o1 - o0) as f64 * 8.0 / dt,
             dir: dir_of(tb, client)?,
             backlog_drops: softnet_drops() - drops0,
         })
