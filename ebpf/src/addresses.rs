@@ -74,8 +74,8 @@ pub fn and_address_bitmaps(
             return false;
         };
         let mut both = RuleBitmap::default();
-        for i in 0..BITMAP_WORDS {
-            both.words[i] = src.words[i] & dst.words[i];
+        for ((b, s), d) in both.words.iter_mut().zip(src.words).zip(dst.words) {
+            *b = s & d;
         }
         *slot = AddrCacheEntry {
             generation: config.generation,
@@ -92,8 +92,8 @@ pub fn and_address_bitmaps(
 
 #[inline(always)]
 fn and(acc: &mut [u64; BITMAP_WORDS], bitmap: &RuleBitmap) {
-    for i in 0..BITMAP_WORDS {
-        acc[i] &= bitmap.words[i];
+    for (a, w) in acc.iter_mut().zip(bitmap.words) {
+        *a &= w;
     }
 }
 

@@ -69,8 +69,8 @@ pub fn classify(frame: &ParsedFrame) -> Classification {
         return UNMATCHED;
     };
     let mut acc = [0u64; BITMAP_WORDS];
-    for i in 0..BITMAP_WORDS {
-        acc[i] = pd.words[i] & sp.words[i] & dp.words[i];
+    for (i, a) in acc.iter_mut().enumerate() {
+        *a = pd.words[i] & sp.words[i] & dp.words[i];
     }
     if is_empty(&acc) {
         return UNMATCHED;
