@@ -193,3 +193,43 @@ fn pinned_maps_and_a_second_writer() {
     assert_eq!(pinned.config().unwrap().generation, 3);
     assert!(ClassifierMaps::from_pin_dir(&mount.0.join("missing")).is_err());
 }
+
+#[test]
+fn address_cache_never_serves_a_replaced_rule_set() {
+    if !root_or_skip("address_cache_never_serves_a_replaced_rule_set") {
+        return;
+    }
+    let mut h = Harness::load();
+    // Rule 0 matches the peer in A; in C rule 0 is another network and the
+    // peer is rule 1. A slot cached under A and wrongly reused under C would
+    // pick C's rule 0 (class 7) instead of rule 1 (class 9).
+    let a = src_rule(1, "10.1.0.0/16", 2, Verdict::Pass);
+    let c = RuleSet::new(vec![
+        Rule {
+            src: net("10.2.0.0/16"),
+            ..rule(1, 7, Verdict::Pass)
+        },
+        Rule {
+            src: net("10.1.0.0/16"),
+            ..rule(2, 9, Verdict::Pass)
+        },
+    ])
+    .expect("rule set");
+    h.maps.apply(&a).unwrap(); // set 1, generation 1
+    for _ in 0..3 {
+        h.run(&peer_frame()); // fills the slot under (set 1, generation 1)
+    }
+    h.maps.apply(&RuleSet::default()).unwrap(); // set 0, no frame runs
+    h.maps.apply(&c).unwrap(); // set 1 rewritten, generation 3
+    assert_eq!(h.maps.config().unwrap().active_set, 1);
+    h.run(&peer_frame());
+    let counters = h.counters();
+    assert_eq!(
+        (
+            counters[2].packets,
+            counters[7].packets,
+            counters[9].packets
+        ),
+        (3, 0, 1)
+    );
+}
