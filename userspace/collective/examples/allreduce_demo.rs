@@ -21,7 +21,7 @@ fn main() -> Result<()> {
     eprintln!(
         "rank {rank}/{world} in domain {}, allreduce of {} MiB with {:?}",
         comm.domain_of(rank).unwrap_or("?"),
-        elems * 4 >> 20,
+        (elems * 4) >> 20,
         comm.allreduce_algorithm::<f32>(elems)
     );
     let grads = vec![rank as f32 + 1.0; elems];
