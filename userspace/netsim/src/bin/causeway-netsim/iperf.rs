@@ -64,8 +64,23 @@ fn dir_of(tb: &Testbed, client: &Host) -> Result<DirStats> {
 pub fn run(tb: &Testbed, client: &Host, server: &Host, mode: Mode, secs: u64) -> Result<Run> {
     anyhow::ensure!(secs >= 2, "iperf runs need at least 2 s");
     let drops0 = softnet_drops();
+    // Paced senders and the receivers run under SCHED_FIFO (below the emulator's
+    // priority), so a busy machine cannot stall them for longer than the queue
+    // lasts; an unpaced UDP flood stays at normal priority (it would starve the
+    // kernel's softirq threads).
+    let rt = !matches!(mode, Mode::Udp { offered_bps: 0, .. });
+    let prefix: &[&str] = if rt {
+        &["-f", "4", "iperf3"]
+    } else {
+        &["-o", "0", "iperf3"]
+    };
+    let chrt = |args: &[&str]| -> Vec<String> {
+        prefix.iter().chain(args).map(|a| a.to_string()).collect()
+    };
+    let srv_args = chrt(&["-s", "-1", "-p", "5201"]);
+    let srv_argv: Vec<&str> = srv_args.iter().map(String::as_str).collect();
     let mut srv = tb
-        .spawn(server, "iperf3", &["-s", "-1", "-p", "5201"])
+        .spawn(server, "chrt", &srv_argv)
         .context("starting iperf3 -s")?;
     std::thread::sleep(Duration::from_millis(300));
     let dst = server.ip.to_string();
@@ -92,8 +107,10 @@ pub fn run(tb: &Testbed, client: &Host, server: &Host, mode: Mode, secs: u64) ->
         Mode::Tcp => args.extend(["-O".into(), "1".into()]),
     }
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let cli_args = chrt(&argv);
+    let cli_argv: Vec<&str> = cli_args.iter().map(String::as_str).collect();
     let cli = tb
-        .spawn(client, "iperf3", &argv)
+        .spawn(client, "chrt", &cli_argv)
         .context("starting iperf3 -c")?;
     std::thread::sleep(Duration::from_millis(1000));
     let (b0, o0, t0) = counters_now(tb, client)?;
@@ -142,7 +159,12 @@ pub fn blast_run(
     let tx = tb.in_host(client, || UdpSocket::bind("0.0.0.0:0"))??;
     tx.connect((server.ip, 7100))?;
     let result = std::thread::scope(|s| -> Result<Run> {
-        let sender = s.spawn(|| blast(&tx, offered_bps, len, Duration::from_secs(secs)));
+        let sender = s.spawn(|| {
+            // Paced: SCHED_FIFO below the emulator keeps it from stalling on a busy
+            // machine (see `run`).
+            let _ = causeway_netsim::sys::set_realtime(4);
+            blast(&tx, offered_bps, len, Duration::from_secs(secs))
+        });
         std::thread::sleep(Duration::from_millis(1000));
         let ((b0, o0, t0), r0) = (counters_now(tb, client)?, sink.bytes());
         std::thread::sleep(Duration::from_millis(secs * 1000 - 1500));
