@@ -4,7 +4,7 @@
 //! survivor must fail within the timeout, naming it.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
@@ -19,17 +19,34 @@ const WORLD: usize = 4;
 fn worker_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     // target/<profile>/deps/<test> → target/<profile>
-    let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>").to_path_buf();
+    let profile_dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>")
+        .to_path_buf();
     let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
     let release = profile_dir.file_name().is_some_and(|n| n == "release");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-q", "-p", "causeway-collective", "--bin", "causeway-collective-worker"]);
+    cmd.args([
+        "build",
+        "-q",
+        "-p",
+        "causeway-collective",
+        "--bin",
+        "causeway-collective-worker",
+    ]);
     if release {
         cmd.arg("--release");
     }
-    let status = cmd.env("CARGO_TARGET_DIR", &target_dir).status().expect("run cargo build");
-    assert!(status.success(), "building causeway-collective-worker failed");
+    let status = cmd
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .status()
+        .expect("run cargo build");
+    assert!(
+        status.success(),
+        "building causeway-collective-worker failed"
+    );
     profile_dir.join("causeway-collective-worker")
 }
 
@@ -38,7 +55,7 @@ struct World {
     lines: Receiver<(usize, Value)>,
 }
 
-fn start(tb: &Testbed, bin: &PathBuf, port: u16, args: &[&str]) -> World {
+fn start(tb: &Testbed, bin: &Path, port: u16, args: &[&str]) -> World {
     let master = tb.host(0, 0).ip.to_string();
     let (tx, lines) = channel();
     let mut ranks = Vec::new();
@@ -47,7 +64,7 @@ fn start(tb: &Testbed, bin: &PathBuf, port: u16, args: &[&str]) -> World {
         let env = [
             format!("RANK={r}"),
             format!("WORLD_SIZE={WORLD}"),
-            format!("LOCAL_RANK=0"),
+            "LOCAL_RANK=0".to_string(),
             format!("MASTER_ADDR={master}"),
             format!("MASTER_PORT={port}"),
             format!("CAUSEWAY_DOMAIN=dc{}", r / 2),
@@ -77,7 +94,9 @@ fn start(tb: &Testbed, bin: &PathBuf, port: u16, args: &[&str]) -> World {
 }
 
 fn next(w: &World, deadline: Instant) -> (usize, Value) {
-    w.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("a rank reports before the deadline")
+    w.lines
+        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        .expect("a rank reports before the deadline")
 }
 
 #[test]
@@ -86,7 +105,12 @@ fn allreduce_across_two_domains_and_a_killed_rank_is_named() {
         return;
     }
     let bin = worker_binary();
-    let tb = Testbed::builder().domains(2).hosts_per_domain(2).wan(Profile::Wan40).build().expect("testbed");
+    let tb = Testbed::builder()
+        .domains(2)
+        .hosts_per_domain(2)
+        .wan(Profile::Wan40)
+        .build()
+        .expect("testbed");
 
     // 1. Checked allreduces of 4 MiB per rank.
     let t = Instant::now();
@@ -100,25 +124,41 @@ fn allreduce_across_two_domains_and_a_killed_rank_is_named() {
                 assert_eq!(v["algorithm"], "Hierarchical", "rank {r}: {v}");
                 assert_eq!(v["domain"], format!("dc{}", r / 2));
             }
-            Some("iter") => eprintln!("rank {r} iteration {} took {:.3} s", v["iter"], v["s"].as_f64().unwrap_or(0.0)),
+            Some("iter") => eprintln!(
+                "rank {r} iteration {} took {:.3} s",
+                v["iter"],
+                v["s"].as_f64().unwrap_or(0.0)
+            ),
             Some("done") => done[r] = true,
             _ => panic!("rank {r}: {v}"),
         }
     }
     for (r, c) in w.ranks.into_iter().enumerate() {
         let out = c.expect("running").wait_output().expect("wait");
-        assert!(out.status.success(), "rank {r}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "rank {r}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     eprintln!("checked run took {:?}", t.elapsed());
 
     // 2. Kill rank 3 (domain 1) mid-stream.
     let victim = 3;
-    let mut w = start(&tb, &bin, 29611, &["--elems", "1048576", "--iters", "100000"]);
+    let mut w = start(
+        &tb,
+        &bin,
+        29611,
+        &["--elems", "1048576", "--iters", "100000"],
+    );
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut iterated = [false; WORLD];
     while !iterated.iter().all(|d| *d) {
         let (r, v) = next(&w, deadline);
-        assert!(v["event"] == "ready" || v["event"] == "iter", "rank {r}: {v}");
+        assert!(
+            v["event"] == "ready" || v["event"] == "iter",
+            "rank {r}: {v}"
+        );
         if v["event"] == "iter" {
             iterated[r] = true;
         }
@@ -138,6 +178,9 @@ fn allreduce_across_two_domains_and_a_killed_rank_is_named() {
     for (r, b) in blamed.iter().enumerate().filter(|(r, _)| *r != victim) {
         let (peer, after) = b.expect("reported");
         assert_eq!(peer, Some(victim as u64), "rank {r} names the killed rank");
-        assert!(after < Duration::from_secs(11), "rank {r} took {after:?} (timeout 10 s)");
+        assert!(
+            after < Duration::from_secs(11),
+            "rank {r} took {after:?} (timeout 10 s)"
+        );
     }
 }
