@@ -20,6 +20,9 @@ pub struct Sink {
 }
 
 impl Sink {
+    /// Count on a new thread. It asks for SCHED_FIFO priority 4 (best effort,
+    /// below the emulator's 10) so that on a busy machine it keeps up with what
+    /// the link delivers.
     pub fn start(socket: UdpSocket) -> std::io::Result<Self> {
         socket.set_nonblocking(true)?;
         sys::set_rcvbuf_force(socket.as_fd(), 16 << 20)?;
@@ -30,6 +33,7 @@ impl Sink {
         let thread = std::thread::Builder::new()
             .name("udp-sink".into())
             .spawn(move || {
+                let _ = sys::set_realtime(4);
                 let mut bufs: Vec<Box<[u8]>> = (0..64)
                     .map(|_| vec![0u8; 2048].into_boxed_slice())
                     .collect();
