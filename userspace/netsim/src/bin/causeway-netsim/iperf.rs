@@ -161,8 +161,10 @@ pub fn blast_run(
     let result = std::thread::scope(|s| -> Result<Run> {
         let sender = s.spawn(|| {
             // Paced: SCHED_FIFO below the emulator keeps it from stalling on a busy
-            // machine (see `run`).
-            let _ = causeway_netsim::sys::set_realtime(4);
+            // machine (see `run`); a flood stays at normal priority.
+            if offered_bps <= 1_500_000_000 {
+                let _ = causeway_netsim::sys::set_realtime(4);
+            }
             blast(&tx, offered_bps, len, Duration::from_secs(secs))
         });
         std::thread::sleep(Duration::from_millis(1000));
