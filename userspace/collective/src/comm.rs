@@ -1,18 +1,19 @@
-//! The public face: [`Communicator`], its builder, and asynchronous [`Handle`]s.
+//! [`Communicator`]: set-up (rendezvous, mesh, engine, probe) and the operations.
 
 use std::any::Any;
-use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::config::{default_host_id, Identity, Options};
+use crate::builder::CommunicatorBuilder;
+use crate::config::{Identity, Options};
 use crate::cost::CostModel;
 use crate::dtype::{Element, ReduceOp};
-use crate::engine::{Engine, Job, JobKind, Progress, WorkBuf};
+use crate::engine::{Engine, Job, JobKind, Progress};
 use crate::error::{CollectiveError, Rank, Result};
+use crate::handle::Handle;
 use crate::links;
 use crate::pool::BufferPool;
 use crate::schedule::{Algorithm, OpKind, Plan, Span};
@@ -36,65 +37,6 @@ pub struct Communicator {
     _server: Option<StoreServer>,
 }
 
-/// Builds a communicator from explicit values (tests, embedding); see also
-/// [`Communicator::from_env`].
-#[derive(Debug, Clone)]
-pub struct CommunicatorBuilder {
-    id: Identity,
-    opts: Options,
-    host_store: bool,
-}
-
-impl CommunicatorBuilder {
-    pub fn new(rank: Rank, world: usize) -> Self {
-        CommunicatorBuilder {
-            id: Identity {
-                rank,
-                world,
-                local_rank: None,
-                master_addr: "127.0.0.1".into(),
-                master_port: 29500,
-                domain: "default".into(),
-                host_id: default_host_id(),
-                listen_ip: None,
-            },
-            opts: Options::default(),
-            host_store: true,
-        }
-    }
-
-    /// Where rank 0's key-value store listens.
-    pub fn master(mut self, addr: SocketAddr) -> Self {
-        self.id.master_addr = addr.ip().to_string();
-        self.id.master_port = addr.port();
-        self
-    }
-    pub fn domain(mut self, d: impl Into<String>) -> Self {
-        self.id.domain = d.into();
-        self
-    }
-    pub fn host_id(mut self, h: impl Into<String>) -> Self {
-        self.id.host_id = h.into();
-        self
-    }
-    pub fn listen_ip(mut self, ip: IpAddr) -> Self {
-        self.id.listen_ip = Some(ip);
-        self
-    }
-    pub fn options(mut self, o: Options) -> Self {
-        self.opts = o;
-        self
-    }
-    /// `false`: rank 0 does not start a store (one is already running at `master`).
-    pub fn host_store(mut self, yes: bool) -> Self {
-        self.host_store = yes;
-        self
-    }
-    pub fn build(self) -> Result<Communicator> {
-        Communicator::start(self.id, self.opts, self.host_store)
-    }
-}
-
 impl Communicator {
     /// From torchrun's environment (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`,
     /// `LOCAL_RANK`) plus `CAUSEWAY_DOMAIN`/`CAUSEWAY_TOPOLOGY` and the `CAUSEWAY_*` options.
@@ -106,7 +48,7 @@ impl Communicator {
         CommunicatorBuilder::new(rank, world)
     }
 
-    fn start(id: Identity, opts: Options, host_store: bool) -> Result<Self> {
+    pub(crate) fn start(id: Identity, opts: Options, host_store: bool) -> Result<Self> {
         opts.validate()?;
         if id.world == 0 {
             return Err(crate::error::ConfigError::EmptyWorld.into());
@@ -403,77 +345,5 @@ impl Drop for Communicator {
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
-    }
-}
-
-/// Turns the engine's buffer back into what the caller asked for.
-type Finish<R> = Box<dyn FnOnce(Box<dyn Any + Send>) -> Result<R>>;
-
-/// An operation in flight. `wait` blocks until it is done; it is also a
-/// [`Future`](std::future::Future) for async callers; `progress` may be polled meanwhile.
-#[must_use = "an operation's result is only seen through its handle"]
-pub struct Handle<R> {
-    rx: Receiver<Result<Box<dyn WorkBuf>>>,
-    map: Option<Finish<R>>,
-    progress: Arc<Progress>,
-    waker: Arc<Mutex<Option<std::task::Waker>>>,
-}
-
-impl<R> Handle<R> {
-    pub fn wait(mut self) -> Result<R> {
-        let res = self.rx.recv().map_err(|_| CollectiveError::Closed);
-        self.finish(res)
-    }
-
-    fn finish(
-        &mut self,
-        res: std::result::Result<Result<Box<dyn WorkBuf>>, CollectiveError>,
-    ) -> Result<R> {
-        let buf = res??;
-        let map = self.map.take().ok_or(CollectiveError::Closed)?;
-        map(buf.into_any())
-    }
-
-    /// True once `wait` will return without blocking.
-    pub fn is_finished(&self) -> bool {
-        self.progress.finished.load(Ordering::Acquire)
-    }
-
-    /// (bytes received so far, bytes this rank receives in total) for this
-    /// operation; both 0 while it is still queued.
-    pub fn progress(&self) -> (u64, u64) {
-        (
-            self.progress.done.load(Ordering::Relaxed),
-            self.progress.total.load(Ordering::Relaxed),
-        )
-    }
-}
-
-impl<R> std::future::Future for Handle<R> {
-    type Output = Result<R>;
-
-    fn poll(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<R>> {
-        use std::sync::mpsc::TryRecvError;
-        use std::task::Poll;
-        let this = self.get_mut();
-        for attempt in 0..2 {
-            match this.rx.try_recv() {
-                Ok(res) => return Poll::Ready(this.finish(Ok(res))),
-                Err(TryRecvError::Disconnected) => {
-                    return Poll::Ready(Err(CollectiveError::Closed))
-                }
-                Err(TryRecvError::Empty) if attempt == 0 => {
-                    // Register, then look again: the engine may have replied in between.
-                    if let Ok(mut w) = this.waker.lock() {
-                        *w = Some(cx.waker().clone());
-                    }
-                }
-                Err(TryRecvError::Empty) => {}
-            }
-        }
-        Poll::Pending
     }
 }

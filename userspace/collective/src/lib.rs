@@ -47,12 +47,14 @@
 //! operations in submission order. `unsafe` lives only in [`transport::shm`].
 #![deny(unsafe_code)]
 
+mod builder;
 mod comm;
 pub mod config;
 pub mod cost;
 pub mod dtype;
 mod engine;
 pub mod error;
+mod handle;
 mod links;
 mod mesh;
 pub mod pool;
@@ -64,11 +66,13 @@ pub mod topology;
 pub mod transport;
 pub mod wire;
 
-pub use comm::{Communicator, CommunicatorBuilder, Handle};
+pub use builder::CommunicatorBuilder;
+pub use comm::Communicator;
 pub use config::{Identity, Options};
 pub use cost::CostModel;
 pub use dtype::{DType, Element, ReduceOp};
 pub use engine::Progress;
 pub use error::{CollectiveError, ConfigError, Rank, Result, StoreError};
+pub use handle::Handle;
 pub use schedule::Algorithm;
 pub use topology::{LinkClass, Topology};

@@ -1,0 +1,66 @@
+//! [`CommunicatorBuilder`]: a communicator from explicit values.
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::comm::Communicator;
+use crate::config::{default_host_id, Identity, Options};
+use crate::error::{Rank, Result};
+
+/// Builds a communicator from explicit values (tests, embedding); see also
+/// [`Communicator::from_env`].
+#[derive(Debug, Clone)]
+pub struct CommunicatorBuilder {
+    id: Identity,
+    opts: Options,
+    host_store: bool,
+}
+
+impl CommunicatorBuilder {
+    pub fn new(rank: Rank, world: usize) -> Self {
+        CommunicatorBuilder {
+            id: Identity {
+                rank,
+                world,
+                local_rank: None,
+                master_addr: "127.0.0.1".into(),
+                master_port: 29500,
+                domain: "default".into(),
+                host_id: default_host_id(),
+                listen_ip: None,
+            },
+            opts: Options::default(),
+            host_store: true,
+        }
+    }
+
+    /// Where rank 0's key-value store listens.
+    pub fn master(mut self, addr: SocketAddr) -> Self {
+        self.id.master_addr = addr.ip().to_string();
+        self.id.master_port = addr.port();
+        self
+    }
+    pub fn domain(mut self, d: impl Into<String>) -> Self {
+        self.id.domain = d.into();
+        self
+    }
+    pub fn host_id(mut self, h: impl Into<String>) -> Self {
+        self.id.host_id = h.into();
+        self
+    }
+    pub fn listen_ip(mut self, ip: IpAddr) -> Self {
+        self.id.listen_ip = Some(ip);
+        self
+    }
+    pub fn options(mut self, o: Options) -> Self {
+        self.opts = o;
+        self
+    }
+    /// `false`: rank 0 does not start a store (one is already running at `master`).
+    pub fn host_store(mut self, yes: bool) -> Self {
+        self.host_store = yes;
+        self
+    }
+    pub fn build(self) -> Result<Communicator> {
+        Communicator::start(self.id, self.opts, self.host_store)
+    }
+}
