@@ -53,6 +53,13 @@ pub const MAP_SRC_PORT: &str = "CW_SPORT";
 pub const MAP_DST_PORT: &str = "CW_DPORT";
 pub const MAP_RULE_ACTIONS: &str = "CW_RULE_ACT";
 pub const MAP_ADDR_CACHE: &str = "CW_ADDR_CACHE";
+pub const MAP_TRIE_DEFAULTS: &str = "CW_TRIE_DFLT";
+
+/// Index of each LPM trie in [`TrieDefaults`].
+pub const TRIE_SRC_V4: usize = 0;
+pub const TRIE_DST_V4: usize = 1;
+pub const TRIE_SRC_V6: usize = 2;
+pub const TRIE_DST_V6: usize = 3;
 
 /// Slots of the per-CPU address cache (a power of two).
 pub const ADDR_CACHE_SLOTS: u32 = 256;
@@ -126,6 +133,20 @@ pub struct ClassifierConfig {
     pub reserved: u32,
 }
 
+/// Per rule set (an array indexed by set): which LPM tries hold nothing but
+/// their `/0` entry, and that entry's bitmap. No rule of the set constrains
+/// such a trie's field for its family, so every address finds that bitmap and
+/// the kernel skips the trie walk. Written with the rest of the inactive set,
+/// before the flip.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TrieDefaults {
+    /// Bit `TRIE_*` set: that trie is trivial and its bitmap is `bitmaps[TRIE_*]`.
+    pub trivial: u32,
+    pub reserved: u32,
+    pub bitmaps: [RuleBitmap; 4],
+}
+
 /// One slot of the per-CPU, direct-mapped address cache: the AND of the
 /// source and destination LPM bitmaps for one address pair, valid only for
 /// the rule set *and* generation it was computed under (a rule set's contents
@@ -164,5 +185,6 @@ crate::impl_pod!(
     Ipv6LpmData,
     RuleAction,
     ClassifierConfig,
-    AddrCacheEntry
+    AddrCacheEntry,
+    TrieDefaults
 );

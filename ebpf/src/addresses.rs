@@ -14,13 +14,13 @@ use core::mem::size_of;
 
 use aya_ebpf::maps::{lpm_trie::Key, LpmTrie};
 use bpf_maps::classifier::{
-    AddrCacheEntry, Ipv4LpmData, Ipv6LpmData, RuleBitmap, ADDR_CACHE_SLOTS, BITMAP_WORDS,
-    LPM_SET_BITS,
+    AddrCacheEntry, Ipv4LpmData, Ipv6LpmData, RuleBitmap, TrieDefaults, ADDR_CACHE_SLOTS,
+    BITMAP_WORDS, LPM_SET_BITS, TRIE_DST_V4, TRIE_DST_V6, TRIE_SRC_V4, TRIE_SRC_V6,
 };
 
 use crate::{
     classify::is_empty,
-    maps::{ADDR_CACHE, DST_V4, DST_V6, SRC_V4, SRC_V6},
+    maps::{ADDR_CACHE, DST_V4, DST_V6, SRC_V4, SRC_V6, TRIE_DEFAULTS},
     parse::ParsedFrame,
 };
 
@@ -107,7 +107,8 @@ fn slot_index(frame: &ParsedFrame) -> u32 {
     x.wrapping_mul(0x9e37_79b1) >> 24 & (ADDR_CACHE_SLOTS - 1)
 }
 
-/// The source (`src`) or destination LPM bitmap of the frame.
+/// The source (`src`) or destination LPM bitmap of the frame; without a
+/// trie walk when the set's trie for that field and family is trivial.
 #[inline(always)]
 fn lookup(frame: &ParsedFrame, set: u32, src: bool) -> Option<&'static RuleBitmap> {
     let addr = if src {
@@ -115,12 +116,32 @@ fn lookup(frame: &ParsedFrame, set: u32, src: bool) -> Option<&'static RuleBitma
     } else {
         &frame.dst_addr
     };
-    match (frame.ip_version == 4, src) {
+    let v4 = frame.ip_version == 4;
+    let trie = match (v4, src) {
+        (true, true) => TRIE_SRC_V4,
+        (true, false) => TRIE_DST_V4,
+        (false, true) => TRIE_SRC_V6,
+        (false, false) => TRIE_DST_V6,
+    };
+    if let Some(defaults) = TRIE_DEFAULTS.get(set) {
+        if let Some(bitmap) = trivial_bitmap(defaults, trie) {
+            return Some(bitmap);
+        }
+    }
+    match (v4, src) {
         (true, true) => lookup_v4(&SRC_V4, set, addr),
         (true, false) => lookup_v4(&DST_V4, set, addr),
         (false, true) => lookup_v6(&SRC_V6, set, addr),
         (false, false) => lookup_v6(&DST_V6, set, addr),
     }
+}
+
+#[inline(always)]
+fn trivial_bitmap(defaults: &'static TrieDefaults, trie: usize) -> Option<&'static RuleBitmap> {
+    if defaults.trivial & (1 << trie) == 0 {
+        return None;
+    }
+    defaults.bitmaps.get(trie)
 }
 
 /// An LPM key laid out exactly like `Key<Ipv4LpmData>` (which is packed, so

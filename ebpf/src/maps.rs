@@ -9,7 +9,8 @@ use aya_ebpf::{
 use bpf_maps::{
     classifier::{
         AddrCacheEntry, ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap,
-        ADDR_CACHE_SLOTS, LPM_MAX_ENTRIES, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+        TrieDefaults, ADDR_CACHE_SLOTS, LPM_MAX_ENTRIES, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS,
+        RULE_SETS,
     },
     counters::{IngressCounters, COUNTER_SLOTS},
 };
@@ -51,3 +52,7 @@ pub static INGRESS_COUNTERS: PerCpuArray<IngressCounters> =
 #[map(name = "CW_ADDR_CACHE")]
 pub static ADDR_CACHE: PerCpuArray<AddrCacheEntry> =
     PerCpuArray::with_max_entries(ADDR_CACHE_SLOTS, 0);
+
+/// Indexed by set: tries that hold only their `/0` entry, and its bitmap.
+#[map(name = "CW_TRIE_DFLT")]
+pub static TRIE_DEFAULTS: Array<TrieDefaults> = Array::with_max_entries(RULE_SETS, 0);

@@ -499,6 +499,7 @@ fn object_declares_every_shared_map() {
         MAP_DST_PORT,
         MAP_RULE_ACTIONS,
         MAP_ADDR_CACHE,
+        MAP_TRIE_DEFAULTS,
         MAP_INGRESS_COUNTERS,
     ] {
         assert!(

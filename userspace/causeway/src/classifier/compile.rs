@@ -17,8 +17,8 @@
 use std::{collections::BTreeMap, net::IpAddr};
 
 use bpf_maps::classifier::{
-    RuleAction, RuleBitmap, MAX_RULES, NO_PORTS, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
-    VERDICT_DROP, VERDICT_PASS,
+    RuleAction, RuleBitmap, TrieDefaults, MAX_RULES, NO_PORTS, PORT_SLOTS, PROTO_DSCP_SLOTS,
+    RULE_SETS, TRIE_DST_V4, TRIE_DST_V6, TRIE_SRC_V4, TRIE_SRC_V6, VERDICT_DROP, VERDICT_PASS,
 };
 
 use super::rule::{IpPrefix, PortRange, Rule, RuleSet, Verdict};
@@ -44,6 +44,8 @@ pub struct CompiledRuleSet {
     pub dst_ports: Vec<RuleBitmap>,
     /// `MAX_RULES` actions; slots past `rule_count` are zero.
     pub actions: Vec<RuleAction>,
+    /// Which tries hold only their `/0` entry, and its bitmap.
+    pub trie_defaults: TrieDefaults,
 }
 
 /// Sets bit `rule` of `bitmap`.
@@ -64,17 +66,39 @@ pub fn compile(rules: &RuleSet, set: u32) -> CompiledRuleSet {
     assert!(set < RULE_SETS, "rule-set index {set} out of range");
     let rules = rules.rules();
     debug_assert!(rules.len() <= MAX_RULES);
+    let src_v4 = lpm_entries(rules, |r| r.src, Family::V4);
+    let dst_v4 = lpm_entries(rules, |r| r.dst, Family::V4);
+    let src_v6 = lpm_entries(rules, |r| r.src, Family::V6);
+    let dst_v6 = lpm_entries(rules, |r| r.dst, Family::V6);
+    let mut trie_defaults = TrieDefaults::default();
+    note_default(&mut trie_defaults, TRIE_SRC_V4, &src_v4);
+    note_default(&mut trie_defaults, TRIE_DST_V4, &dst_v4);
+    note_default(&mut trie_defaults, TRIE_SRC_V6, &src_v6);
+    note_default(&mut trie_defaults, TRIE_DST_V6, &dst_v6);
     CompiledRuleSet {
         set,
         rule_count: rules.len() as u32,
-        src_v4: lpm_entries(rules, |r| r.src, Family::V4),
-        dst_v4: lpm_entries(rules, |r| r.dst, Family::V4),
-        src_v6: lpm_entries(rules, |r| r.src, Family::V6),
-        dst_v6: lpm_entries(rules, |r| r.dst, Family::V6),
+        src_v4,
+        dst_v4,
+        src_v6,
+        dst_v6,
         proto_dscp: proto_dscp_bitmaps(rules),
         src_ports: port_bitmaps(rules, |r| r.src_ports),
         dst_ports: port_bitmaps(rules, |r| r.dst_ports),
         actions: actions(rules),
+        trie_defaults,
+    }
+}
+
+/// Records the `/0` bitmap of trie `index`, and whether it is all there is.
+fn note_default<const N: usize>(
+    defaults: &mut TrieDefaults,
+    index: usize,
+    entries: &LpmEntries<N>,
+) {
+    defaults.bitmaps[index] = entries.get(&([0; N], 0)).copied().unwrap_or_default();
+    if entries.len() == 1 {
+        defaults.trivial |= 1 << index;
     }
 }
 

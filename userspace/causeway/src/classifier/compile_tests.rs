@@ -1,6 +1,8 @@
 use std::net::IpAddr;
 
-use bpf_maps::classifier::{NO_PORTS, VERDICT_DROP};
+use bpf_maps::classifier::{
+    NO_PORTS, TRIE_DST_V4, TRIE_DST_V6, TRIE_SRC_V4, TRIE_SRC_V6, VERDICT_DROP,
+};
 use proptest::prelude::*;
 
 use super::*;
@@ -108,6 +110,10 @@ fn empty_rule_set_has_default_entries_only() {
     assert!(c.proto_dscp.iter().all(|b| *b == RuleBitmap::default()));
     assert_eq!(c.src_ports.len(), PORT_SLOTS as usize);
     assert_eq!(c.actions.len(), MAX_RULES);
+    assert_eq!(
+        c.trie_defaults.trivial, 0b1111,
+        "every trie holds only its /0 entry"
+    );
 }
 
 #[test]
@@ -126,6 +132,16 @@ fn nested_prefixes_inherit_shorter_rules() {
     assert!(!bit(&wide_bm, 0) && bit(&wide_bm, 1) && bit(&wide_bm, 2));
     let default_bm = entry([0; 4], 0);
     assert!(!bit(&default_bm, 0) && !bit(&default_bm, 1) && bit(&default_bm, 2));
+    // Only the v4 source trie needs walking; the others' /0 bitmap is in the defaults.
+    assert_eq!(
+        c.trie_defaults.trivial,
+        (1 << TRIE_DST_V4) | (1 << TRIE_SRC_V6) | (1 << TRIE_DST_V6)
+    );
+    assert_eq!(
+        c.trie_defaults.bitmaps[TRIE_SRC_V6],
+        c.src_v6[&([0; 16], 0)]
+    );
+    assert_eq!(c.trie_defaults.bitmaps[TRIE_SRC_V4], default_bm);
     // v6 tries hold only the family-free rules.
     let v6_default = c.src_v6[&([0; 16], 0)];
     assert!(!bit(&v6_default, 0) && !bit(&v6_default, 1) && bit(&v6_default, 2));

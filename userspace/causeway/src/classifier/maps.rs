@@ -36,10 +36,10 @@ use aya::{
     Ebpf, Pod,
 };
 use bpf_maps::classifier::{
-    ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap, CLS_FLAG_NO_ADDR_CACHE,
-    LPM_SET_BITS, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP,
-    MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAX_RULES, PORT_SLOTS,
-    PROTO_DSCP_SLOTS, RULE_SETS,
+    ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap, TrieDefaults,
+    CLS_FLAG_NO_ADDR_CACHE, LPM_SET_BITS, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4,
+    MAP_DST_V6, MAP_PROTO_DSCP, MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6,
+    MAP_TRIE_DEFAULTS, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
 };
 
 use super::{
@@ -91,6 +91,7 @@ struct KnownSlots {
     src_ports: Vec<RuleBitmap>,
     dst_ports: Vec<RuleBitmap>,
     actions: Vec<RuleAction>,
+    trie_defaults: Vec<TrieDefaults>,
 }
 
 /// Open handles on every classifier map, plus what this handle knows of
@@ -105,6 +106,7 @@ pub struct ClassifierMaps {
     src_ports: Array<MapData, RuleBitmap>,
     dst_ports: Array<MapData, RuleBitmap>,
     actions: Array<MapData, RuleAction>,
+    trie_defaults: Array<MapData, TrieDefaults>,
     known: [Option<KnownSlots>; RULE_SETS as usize],
     generation_seen: Option<u64>,
     last_stats: ApplyStats,
@@ -169,6 +171,7 @@ impl ClassifierMaps {
             src_ports: typed(&mut get, MAP_SRC_PORT)?,
             dst_ports: typed(&mut get, MAP_DST_PORT)?,
             actions: typed(&mut get, MAP_RULE_ACTIONS)?,
+            trie_defaults: typed(&mut get, MAP_TRIE_DEFAULTS)?,
             known: [None, None],
             generation_seen: None,
             last_stats: ApplyStats::default(),
@@ -277,19 +280,21 @@ impl ClassifierMaps {
         stats: &mut ApplyStats,
     ) -> Result<KnownSlots> {
         let set = c.set;
-        let (pd, sp, dp, act) = match known {
+        let (pd, sp, dp, act, td) = match known {
             Some(k) => (
                 Some(k.proto_dscp),
                 Some(k.src_ports),
                 Some(k.dst_ports),
                 Some(k.actions),
+                Some(k.trie_defaults),
             ),
-            None => (None, None, None, None),
+            None => (None, None, None, None, None),
         };
+        let set_base = |slots: u32| set * slots;
         write_array(
             &mut self.proto_dscp,
             MAP_PROTO_DSCP,
-            set * PROTO_DSCP_SLOTS,
+            set_base(PROTO_DSCP_SLOTS),
             &c.proto_dscp,
             pd,
             stats,
@@ -297,7 +302,7 @@ impl ClassifierMaps {
         write_array(
             &mut self.src_ports,
             MAP_SRC_PORT,
-            set * PORT_SLOTS,
+            set_base(PORT_SLOTS),
             &c.src_ports,
             sp,
             stats,
@@ -305,7 +310,7 @@ impl ClassifierMaps {
         write_array(
             &mut self.dst_ports,
             MAP_DST_PORT,
-            set * PORT_SLOTS,
+            set_base(PORT_SLOTS),
             &c.dst_ports,
             dp,
             stats,
@@ -313,9 +318,18 @@ impl ClassifierMaps {
         write_array(
             &mut self.actions,
             MAP_RULE_ACTIONS,
-            set * MAX_RULES as u32,
+            set_base(MAX_RULES as u32),
             &c.actions,
             act,
+            stats,
+        )?;
+        let defaults = [c.trie_defaults];
+        write_array(
+            &mut self.trie_defaults,
+            MAP_TRIE_DEFAULTS,
+            set,
+            &defaults,
+            td,
             stats,
         )?;
         Ok(KnownSlots {
@@ -323,6 +337,7 @@ impl ClassifierMaps {
             src_ports: c.src_ports.clone(),
             dst_ports: c.dst_ports.clone(),
             actions: c.actions.clone(),
+            trie_defaults: defaults.to_vec(),
         })
     }
 }

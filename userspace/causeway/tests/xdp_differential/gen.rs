@@ -66,11 +66,29 @@ fn prefix(rng: &mut StdRng, v6: bool) -> IpPrefix {
     IpPrefix::new(addr.parse().expect("pool address"), len).expect("pool prefix")
 }
 
+/// How often a rule set's rules carry each prefix: sets that never use one
+/// field leave its tries trivial (only the `/0` entry), which the kernel
+/// handles without a trie walk; mixed sets exercise the walk.
+#[derive(Clone, Copy)]
+struct PrefixUse {
+    src: f64,
+    dst: f64,
+    v6: f64,
+}
+
+fn prefix_use(rng: &mut StdRng) -> PrefixUse {
+    PrefixUse {
+        src: pick(rng, &[0.0, 0.5, 0.5, 1.0]),
+        dst: pick(rng, &[0.0, 0.4, 0.4, 1.0]),
+        v6: pick(rng, &[0.0, 0.4, 0.4, 1.0]),
+    }
+}
+
 /// One rule; the caller fixes the priority.
-fn rule(rng: &mut StdRng) -> Rule {
-    let v6 = rng.gen_bool(0.4);
-    let src = rng.gen_bool(0.5).then(|| prefix(rng, v6));
-    let dst = rng.gen_bool(0.4).then(|| prefix(rng, v6));
+fn rule(rng: &mut StdRng, uses: PrefixUse) -> Rule {
+    let v6 = rng.gen_bool(uses.v6);
+    let src = rng.gen_bool(uses.src).then(|| prefix(rng, v6));
+    let dst = rng.gen_bool(uses.dst).then(|| prefix(rng, v6));
     let ports = |rng: &mut StdRng| {
         let (a, b) = (port(rng), port(rng));
         PortRange::new(a.min(b), a.max(b)).expect("ordered range")
@@ -120,11 +138,12 @@ pub fn rule_set(rng: &mut StdRng, index: usize) -> RuleSet {
     };
     let mut priorities: Vec<u32> = (0..count as u32).map(|p| p * 10).collect();
     priorities.shuffle(rng);
+    let uses = prefix_use(rng);
     let rules = priorities
         .into_iter()
         .map(|priority| Rule {
             priority,
-            ..rule(rng)
+            ..rule(rng, uses)
         })
         .collect();
     RuleSet::new(rules).expect("generated rules are valid")
