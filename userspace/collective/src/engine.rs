@@ -75,7 +75,7 @@ pub(crate) struct Engine {
     failure: Option<CollectiveError>,
     /// Frames that arrived for operations not started yet.
     future: Vec<(Rank, Frame)>,
-    plans: HashMap<(OpKind, usize, usize, Algorithm), Arc<Plan>>,
+    plans: HashMap<(OpKind, usize, usize), Arc<Plan>>,
     /// Connection-ended events seen so far.
     pub closed_seen: usize,
 }
@@ -153,6 +153,7 @@ impl Engine {
         let kind = match &job.kind {
             JobKind::SetCost(m) => {
                 self.model = *m;
+                self.plans.clear();
                 return Ok(());
             }
             JobKind::Op(k) => Some(*k),
@@ -173,7 +174,13 @@ impl Engine {
         }
         let plan = match (&job.kind, kind) {
             (JobKind::Plan(p), _) => Arc::new(p.clone()),
-            (_, Some(k)) => self.plan(k, count, esize),
+            (_, Some(k)) => match self.plan(k, count, esize) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.fail(e.clone());
+                    return Err(e);
+                }
+            },
             _ => return Ok(()),
         };
         let res = exec::execute(self, seq, &plan, job, esize);
@@ -196,7 +203,12 @@ impl Engine {
         res
     }
 
-    fn plan(&mut self, kind: OpKind, count: usize, esize: usize) -> Arc<Plan> {
+    /// The plan for `kind` on `count` elements: the algorithm is chosen once per
+    /// (operation, size, element size) by simulating the candidates, then cached.
+    fn plan(&mut self, kind: OpKind, count: usize, esize: usize) -> Result<Arc<Plan>> {
+        if let Some(p) = self.plans.get(&(kind, count, esize)) {
+            return Ok(p.clone());
+        }
         let chunk = (self.opts.chunk_bytes / esize).max(1);
         let cands = Algorithm::candidates(kind, &self.topo);
         let algo = match self.opts.algorithm {
@@ -211,17 +223,18 @@ impl Engine {
                 choose(kind, count, esize, &s)
             }
         };
-        if self.plans.len() > 64 {
+        let plan = build(kind, count, &self.topo, algo, chunk, self.me).ok_or_else(|| {
+            CollectiveError::InvalidArgument(format!(
+                "{algo:?} cannot run {kind:?} on this topology"
+            ))
+        })?;
+        tracing::debug!(?kind, count, ?algo, "planned");
+        if self.plans.len() >= 64 {
             self.plans.clear();
         }
-        let (topo, me) = (&self.topo, self.me);
-        self.plans
-            .entry((kind, count, esize, algo))
-            .or_insert_with(|| {
-                tracing::debug!(?kind, count, ?algo, "planned");
-                Arc::new(build(kind, count, topo, algo, chunk, me).unwrap_or_default())
-            })
-            .clone()
+        let plan = Arc::new(plan);
+        self.plans.insert((kind, count, esize), plan.clone());
+        Ok(plan)
     }
 
     /// Gives up on the communicator: tells every peer who failed, closes everything.
