@@ -201,7 +201,7 @@ fn silent_peer_times_out_and_is_named() {
     let out = run_world(&separate_hosts(2), &opts, |c| {
         let mut v = vec![1.0f64; 1000];
         if c.rank() == 1 {
-            std::thread::sleep(Duration::from_millis(1500));
+            std::thread::sleep(Duration::from_millis(3000));
         }
         let t = Instant::now();
         (c.allreduce(&mut v, ReduceOp::Sum), t.elapsed())
