@@ -245,3 +245,40 @@ pub fn down(args: DownArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_path_spec;
+
+    #[test]
+    fn path_specs_parse_with_defaults_and_reject_bad_keys_and_values() {
+        let p = parse_path_spec("delay_ms=20,rate_mbit=200").unwrap();
+        assert_eq!(
+            (p.delay_ns, p.rate_bps, p.loss),
+            (20_000_000, 200_000_000, 0.0)
+        );
+        assert_eq!(
+            p.queue_bytes, 1_000_000,
+            "default queue = one RTT at the rate"
+        );
+        let p = parse_path_spec(
+            "delay_ms=1.5,jitter_ms=0.5,loss=0.001,queue_bytes=100000,reorder=0.01",
+        )
+        .unwrap();
+        assert_eq!(
+            (p.delay_ns, p.jitter_ns, p.queue_bytes),
+            (1_500_000, 500_000, 100_000)
+        );
+        assert!(parse_path_spec("delay=20")
+            .unwrap_err()
+            .contains("unknown key"));
+        assert!(parse_path_spec("delay_ms")
+            .unwrap_err()
+            .contains("key=value"));
+        assert!(parse_path_spec("delay_ms=abc")
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(parse_path_spec("delay_ms=-1").is_err());
+        assert!(parse_path_spec("loss=1.5").unwrap_err().contains("loss"));
+    }
+}
