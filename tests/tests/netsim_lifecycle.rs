@@ -50,6 +50,22 @@ fn up_and_down_twice_leaves_nothing_behind() {
             links_before,
             "round {round}: nothing may be created in the root namespace"
         );
+        // Processes run inside a host see its addresses (and only those).
+        let addrs = tb
+            .run_ok(
+                tb.host(1, 1),
+                "ip",
+                &["-4", "-o", "addr", "show", "dev", "eth0"],
+            )
+            .expect("ip addr");
+        assert!(
+            addrs.contains(&format!("{}/24", tb.host(1, 1).ip)),
+            "{addrs}"
+        );
+        assert!(
+            tb.run_ok(tb.host(1, 1), "false", &[]).is_err(),
+            "a failing command is an error"
+        );
         // It works: a cross-domain probe gets through.
         let _echo = echo_in(&tb, tb.host(1, 1));
         let sock = socket_in(&tb, &tb.host(0, 0).netns);

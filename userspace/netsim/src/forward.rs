@@ -186,7 +186,7 @@ impl DirectionIo {
                 extra.rx_socket_drops += self.rx.take_drops()?;
                 next_drop_poll = now + 100_000_000;
             }
-            self.publish(&core, &extra, now, ctl);
+            Self::publish(&core, &extra, ctl);
             if !pending.is_empty() || core.next_departure().is_some_and(|t| t <= now) {
                 continue; // more to send right away (or the device queue was full)
             }
@@ -216,7 +216,7 @@ impl DirectionIo {
         Ok(())
     }
 
-    fn publish(&self, core: &LinkCore<Box<[u8]>>, extra: &DirStats, _now: u64, ctl: &Control<'_>) {
+    fn publish(core: &LinkCore<Box<[u8]>>, extra: &DirStats, ctl: &Control<'_>) {
         let mut s = ctl.stats.lock().unwrap_or_else(|p| p.into_inner());
         *s = DirStats {
             params: Some(*core.params()),

@@ -226,6 +226,18 @@ impl Testbed {
         Self::ns_command(&host.netns, program, args).output()
     }
 
+    /// Run a program inside a host; a non-zero exit is an error carrying its
+    /// stderr. Returns its stdout.
+    pub fn run_ok(
+        &self,
+        host: &Host,
+        program: &str,
+        args: &[&str],
+    ) -> Result<String, TestbedError> {
+        let out = netns::run_checked(&mut Self::ns_command(&host.netns, program, args))?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
     /// Start a program inside a host (stdout/stderr piped, stdin closed).
     pub fn spawn(&self, host: &Host, program: &str, args: &[&str]) -> std::io::Result<NsChild> {
         let child = Self::ns_command(&host.netns, program, args)
