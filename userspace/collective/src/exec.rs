@@ -78,9 +78,9 @@ pub(super) fn execute(
                 recvs: Vec::new(),
             })
             .collect(),
-        next_lane: n.min(e.opts.window),
+        next_lane: 0,
         done_lanes: 0,
-        todo: (0..n.min(e.opts.window)).rev().map(|l| (l, 0)).collect(),
+        todo: Vec::new(),
         early: HashMap::new(),
     };
     let Job {
@@ -97,24 +97,46 @@ pub(super) fn execute(
     };
     let job = &ctx;
     let buf = work.bytes();
-    pump(e, &mut run, buf, job)?;
+    match run_lanes(e, &mut run, buf, job) {
+        Ok(()) => Ok(()),
+        Err(err) => Err(refine(e, err)),
+    }
+}
+
+fn run_lanes(e: &mut Engine, run: &mut Run<'_>, buf: &mut [u8], job: &Ctx<'_>) -> Result<()> {
+    let (seq, n) = (run.seq, run.lanes.len());
+    // What happened while no operation ran (a peer died, early frames) comes
+    // first: a dead peer must be named before our sends find its socket gone.
+    while let Ok(ev) = e.events.try_recv() {
+        match ev {
+            Event::Frame { peer, frame } => on_frame(e, run, peer, frame, buf, job)?,
+            Event::Closed {
+                peer,
+                graceful,
+                detail,
+            } => on_closed(e, run, peer, graceful, detail)?,
+        }
+    }
     // Frames for this operation that arrived while earlier ones ran.
     let (mine, later): (Vec<_>, Vec<_>) = std::mem::take(&mut e.future)
         .into_iter()
         .partition(|(_, f)| f.header.op == seq);
     e.future = later;
     for (peer, f) in mine {
-        on_frame(e, &mut run, peer, f, buf, job)?;
+        on_frame(e, run, peer, f, buf, job)?;
     }
-    check_left(e, &run)?;
+    run.next_lane = n.min(e.opts.window);
+    run.todo = (0..run.next_lane).rev().map(|l| (l, 0)).collect();
+    pump(e, run, buf, job)?;
+    check_left(e, run)?;
     while run.done_lanes < n {
         match e.events.recv_timeout(e.opts.timeout) {
-            Ok(Event::Frame { peer, frame }) => on_frame(e, &mut run, peer, frame, buf, job)?,
+            Ok(Event::Frame { peer, frame }) => on_frame(e, run, peer, frame, buf, job)?,
             Ok(Event::Closed {
                 peer,
                 graceful,
                 detail,
-            }) => on_closed(e, &run, peer, graceful, detail)?,
+            }) => on_closed(e, run, peer, graceful, detail)?,
             Err(RecvTimeoutError::Timeout) => {
                 let mut peers: Vec<Rank> = run
                     .lanes
@@ -132,6 +154,38 @@ pub(super) fn execute(
         }
     }
     Ok(())
+}
+
+/// A lost connection or a silent peer is often a symptom: the rank that saw the
+/// root cause has sent an Abort naming it. Wait briefly for one before reporting.
+fn refine(e: &mut Engine, err: CollectiveError) -> CollectiveError {
+    if !matches!(
+        err,
+        CollectiveError::PeerFailed { .. } | CollectiveError::PeerTimeout { .. }
+    ) {
+        return err;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match e.events.recv_timeout(left) {
+            Ok(Event::Frame { peer, frame }) if frame.header.kind == FrameKind::Abort => {
+                if let Ok((failed, reason)) = decode_abort(&frame.payload) {
+                    let failed = failed as usize;
+                    if failed < e.world && failed != e.me {
+                        let detail = format!("reported by rank {peer}: {reason}");
+                        return CollectiveError::PeerFailed {
+                            peer: failed,
+                            detail,
+                        };
+                    }
+                }
+            }
+            Ok(Event::Frame { .. }) => {}
+            Ok(Event::Closed { .. }) => e.closed_seen += 1,
+            Err(_) => return err,
+        }
+    }
 }
 
 /// Advances lanes whose step is complete: posts sends, arms receives, applies early frames.
