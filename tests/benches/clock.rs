@@ -1,0 +1,155 @@
+//! Clock-sync accuracy: |estimate − truth| per profile (and, on the
+//! testbed, per timestamp source), p50/p99/max, and how often the error
+//! stayed within the estimate's own bound. Not a timed benchmark.
+//!
+//! ```text
+//! cargo bench -p causeway-tests --bench clock              # both parts
+//! cargo bench -p causeway-tests --bench clock -- --virtual # estimator only (no root)
+//! ```
+//! Part 1 drives the estimator on the virtual network of
+//! `causeway::clock::sim` (8 seeds × 120 s, probes every 100 ms, measured
+//! after the first 100 probes; remote clock +20 ms, +50 ppm). Part 2 runs
+//! two `causeway agent`s on the netsim testbed (needs root).
+
+use std::time::Duration;
+
+use causeway::clock::{
+    sim::{Bursts, Jitter, Path, Sim, VirtualClock},
+    Estimator, EstimatorConfig,
+};
+use causeway_netsim::{params::ParamsPatch, Profile, Testbed};
+use causeway_tests::clock_agent::{measure_pair, quantile};
+
+const MS: f64 = 1e6;
+const INTERVAL_NS: f64 = 100.0 * MS;
+
+fn virtual_profiles() -> Vec<(&'static str, Path)> {
+    let mut asym = Path::symmetric(40.0 * MS, Jitter::None);
+    asym.jitter_fwd = Jitter::Exponential { mean_ns: 2.0 * MS };
+    asym.jitter_back = Jitter::Uniform { max_ns: 0.1 * MS };
+    let mut bursts = Path::symmetric(40.0 * MS, Jitter::Uniform { max_ns: 1.0 * MS });
+    bursts.loss = 0.1;
+    bursts.bursts = Some(Bursts {
+        enter: 0.02,
+        leave: 0.1,
+        loss: 0.5,
+        extra_delay_ns: 20.0 * MS,
+    });
+    let mut lossy80 = Path::symmetric(80.0 * MS, Jitter::None);
+    lossy80.loss = 0.001;
+    vec![
+        ("wan40", Path::symmetric(40.0 * MS, Jitter::None)),
+        // netsim's ±1 ms: each delay uniform in [d − 1 ms, d + 1 ms].
+        (
+            "wan40 ±1 ms uniform",
+            Path::symmetric(38.0 * MS, Jitter::Uniform { max_ns: 2.0 * MS }),
+        ),
+        (
+            "wan40 exp(1 ms)",
+            Path::symmetric(40.0 * MS, Jitter::Exponential { mean_ns: 1.0 * MS }),
+        ),
+        ("wan40 asymmetric exp(2 ms)/U(0.1 ms)", asym),
+        ("wan40 U(1 ms) + 10 % loss + bursts", bursts),
+        ("lossy80", lossy80),
+    ]
+}
+
+fn run_virtual() {
+    println!("| profile (virtual network) | p50 µs | p99 µs | max µs | fit-only p99 µs | within bound | median bound µs |");
+    println!("|---|---|---|---|---|---|---|");
+    for (name, path) in virtual_profiles() {
+        let (mut err, mut fit_err, mut bounds, mut within) =
+            (Vec::new(), Vec::new(), Vec::new(), 0usize);
+        for seed in 0..8u64 {
+            let local = VirtualClock {
+                offset_ns: 0.0,
+                drift_ppm: 0.0,
+            };
+            let remote = VirtualClock {
+                offset_ns: 20.0 * MS,
+                drift_ppm: 50.0,
+            };
+            let mut sim = Sim::new(0xBE4C + seed, path, local, remote);
+            let mut est = Estimator::new(EstimatorConfig::default()).expect("default config");
+            for i in 0..1200 {
+                let send = i as f64 * INTERVAL_NS;
+                if let Some(s) = sim.exchange(send) {
+                    est.add(s).expect("consistent sample");
+                }
+                let now = local.read(send + INTERVAL_NS - 1.0);
+                let Some(e) = est.estimate(now) else { continue };
+                if i < 100 {
+                    continue;
+                }
+                let truth = sim.true_offset(now);
+                let abs = (e.offset_ns - truth).abs();
+                err.push(abs);
+                fit_err.push((e.fit_offset_ns - truth).abs());
+                bounds.push(e.error_bound_ns);
+                within += usize::from(abs <= e.error_bound_ns);
+            }
+        }
+        println!(
+            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} % | {:.1} |",
+            quantile(&err, 0.5) / 1e3,
+            quantile(&err, 0.99) / 1e3,
+            quantile(&err, 1.0) / 1e3,
+            quantile(&fit_err, 0.99) / 1e3,
+            100.0 * within as f64 / err.len() as f64,
+            quantile(&bounds, 0.5) / 1e3,
+        );
+    }
+}
+
+fn run_testbed() {
+    let warmup = Duration::from_secs(10);
+    let measure = Duration::from_secs(30);
+    println!("| testbed profile | source | n | p50 µs | p99 µs | max µs | within bound | fit-only p99 µs |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, profile, jitter) in [
+        ("wan40", Profile::Wan40, 0),
+        ("wan40 ±1 ms", Profile::Wan40, 1_000_000),
+        ("lossy80", Profile::Lossy80, 0),
+    ] {
+        let tb = Testbed::builder()
+            .domains(2)
+            .hosts_per_domain(1)
+            .wan(profile)
+            .build()
+            .expect("build the testbed");
+        if jitter > 0 {
+            tb.set_path(
+                0,
+                &ParamsPatch {
+                    jitter_ns: Some(jitter),
+                    ..Default::default()
+                },
+            )
+            .expect("set jitter");
+        }
+        for (source, e) in measure_pair(&tb, name, warmup, measure) {
+            println!(
+                "| {name} | {source} | {} | {:.1} | {:.1} | {:.1} | {:.1} % | {:.1} |",
+                e.abs.len(),
+                quantile(&e.abs, 0.5) / 1e3,
+                quantile(&e.abs, 0.99) / 1e3,
+                quantile(&e.abs, 1.0) / 1e3,
+                100.0 * e.within_bound as f64 / e.abs.len() as f64,
+                quantile(&e.fit_abs, 0.99) / 1e3,
+            );
+        }
+    }
+}
+
+fn main() {
+    let virtual_only = std::env::args().any(|a| a == "--virtual");
+    run_virtual();
+    if virtual_only {
+        return;
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIP: the testbed part needs root");
+        return;
+    }
+    run_testbed();
+}
