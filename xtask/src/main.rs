@@ -52,8 +52,19 @@ enum Command {
     },
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    // Errors are printed with their causes, without anyhow's backtrace (which
+    // RUST_BACKTRACE=1 would otherwise add to every failed child command).
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Setup { check } => setup::run(if check {
             setup::Mode::Check
