@@ -1,5 +1,8 @@
 //! The address part of classification: the AND of the source and
 //! destination LPM bitmaps of a frame, through a per-CPU direct-mapped cache.
+//! On a miss, a trie that holds only its `/0` entry for the active set (no
+//! rule constrains that field for that family) is not walked: its bitmap is
+//! read from `CW_TRIE_DFLT`, written by userspace with the rest of the set.
 //!
 //! A cache slot holds the ANDed bitmap for one address pair, tagged with the
 //! rule set and the generation it was computed under. Userspace changes a
