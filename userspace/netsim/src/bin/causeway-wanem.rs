@@ -10,11 +10,22 @@ mod wanem_cmd;
 
 use clap::Parser;
 
+/// Userspace WAN link emulator (delay, jitter, rate, loss, queue) between two interfaces.
+///
+/// Both directions, one thread each. Example:
+///
+///   causeway-wanem --netns cw-demo-w0 --iface-a ea --iface-b eb --delay-ms 20 --rate-mbit 200 --control /run/w0.sock
+///
+/// Control socket: one JSON object per line, one reply per line, e.g.
+///
+///   {"op":"stats"}
+///   {"op":"set","dir":"both","patch":{"rate_bps":50000000,"up":false}}
+///
+/// (dir: a_to_b, b_to_a or both; patch fields: delay_ns, jitter_ns, rate_bps, loss,
+/// queue_bytes, reorder, up). SIGINT/SIGTERM stop it cleanly and print the final
+/// counters as JSON on stdout.
 #[derive(Parser)]
-#[command(
-    version,
-    about = "Userspace WAN link emulator (delay, jitter, rate, loss, queue) between two interfaces"
-)]
+#[command(version, verbatim_doc_comment)]
 struct Cli {
     #[command(flatten)]
     args: wanem_cmd::WanemArgs,

@@ -38,6 +38,12 @@ enum Cmd {
     ///
     /// Example: `causeway-netsim up --tag demo --domains 2 --hosts 2 --profile dual`
     /// or with explicit paths: `--path delay_ms=20,rate_mbit=200 --path delay_ms=30,rate_mbit=100,loss=0.001`.
+    ///
+    /// Host i of domain d is `cw-<tag>-d<d>h<i>` with 10.d.0.(10+i); its gateway is
+    /// 10.d.0.1. Choosing a WAN path: send to the peer's path address
+    /// 10.<peer>.(1+p).(10+i) (plain 10.<peer>.0.x takes the default path), or, in a
+    /// gateway namespace, mark packets with fwmark 0x1000+p (SO_MARK, TC/eBPF).
+    /// Run things inside with `ip netns exec cw-<tag>-d0h0 ...`.
     Up(up_down::UpArgs),
     /// Stop the emulators and delete every namespace of a testbed (idempotent).
     ///
