@@ -64,6 +64,12 @@ pub enum CollectiveError {
     },
     #[error("rendezvous: {0}")]
     Rendezvous(String),
+    #[error("rendezvous: rank(s) {missing:?} did not {stage} within {after:?}")]
+    RendezvousTimeout {
+        missing: Vec<Rank>,
+        stage: &'static str,
+        after: Duration,
+    },
     #[error("{context}: {source}")]
     Io {
         context: String,

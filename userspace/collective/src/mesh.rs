@@ -118,9 +118,11 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
                     let missing: Vec<Rank> = (0..world).filter(|q| expected[*q] > 0).collect();
-                    return Err(CollectiveError::Rendezvous(format!(
-                        "rank(s) {missing:?} never connected"
-                    )));
+                    return Err(CollectiveError::RendezvousTimeout {
+                        missing,
+                        stage: "connect",
+                        after: opts.rendezvous_timeout,
+                    });
                 }
                 std::thread::sleep(Duration::from_millis(2));
                 continue;

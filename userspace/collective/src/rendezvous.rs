@@ -137,10 +137,11 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<Jo
                 .filter(|(_, e)| e.is_none())
                 .map(|(q, _)| q)
                 .collect();
-            return Err(CollectiveError::Rendezvous(format!(
-                "rank(s) {missing:?} did not join within {:?}",
-                opts.rendezvous_timeout
-            )));
+            return Err(CollectiveError::RendezvousTimeout {
+                missing,
+                stage: "join",
+                after: opts.rendezvous_timeout,
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     }

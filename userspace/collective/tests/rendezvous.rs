@@ -238,7 +238,13 @@ fn missing_rank_times_out_naming_it() {
     let t = Instant::now();
     let r = builder(&server, 0, 3, &opts).build().map(|_| ());
     match r {
-        Err(CollectiveError::Rendezvous(m)) => assert!(m.contains("[1, 2]"), "{m}"),
+        Err(CollectiveError::RendezvousTimeout {
+            missing,
+            stage: "join",
+            ..
+        }) => {
+            assert_eq!(missing, vec![1, 2])
+        }
         other => panic!("{other:?}"),
     }
     assert!(t.elapsed() < Duration::from_secs(5));
