@@ -10,7 +10,11 @@ use std::{
 };
 
 use causeway::{
-    clock::{source::raw_tai_now, Source, SyncClock},
+    clock::{
+        probe::{self, Kind, Probe},
+        source::raw_tai_now,
+        Source, SyncClock,
+    },
     datapath::{link, Layout, NetnsScope},
 };
 use causeway_tests::{
@@ -75,6 +79,30 @@ fn agent_syncs_with_kernel_stamps_and_a_restart_adopts_its_programs() {
         "error {err} ns, bound {}",
         selected.error_bound_ns
     );
+
+    // Malformed and forged datagrams from the peer's address are counted
+    // and ignored; the estimate does not move beyond its bound.
+    let a_addr = format!("{}:7339", link_pair.a_addr);
+    link_pair.b.in_ns(move || {
+        let sock = std::net::UdpSocket::bind("0.0.0.0:0").expect("bind");
+        sock.send_to(b"not a probe", &a_addr).expect("send garbage");
+        let mut forged = Probe::new(Kind::Response, 1, 2, 0xdead_beef);
+        forged.stamps[probe::USER] = [1, 2, 3, 0];
+        sock.send_to(&forged.encode(), &a_addr)
+            .expect("send forged response");
+        let mut truncated = forged.encode().to_vec();
+        truncated.truncate(100);
+        sock.send_to(&truncated, &a_addr)
+            .expect("send truncated probe");
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let r = a.status().expect("agent answers");
+    assert!(r.session.ignored.malformed >= 2, "{:?}", r.session.ignored);
+    let ex = r.session.peers[0].exchanges;
+    assert!(ex.wrong_nonce + ex.unsolicited >= 1, "{ex:?}");
+    let sel = r.session.peers[0].selected.expect("still an estimate");
+    let truth = clock_b.apply(sel.at_local_ns) as f64 - sel.at_local_ns as f64;
+    assert!((sel.offset_ns - truth).abs() <= sel.error_bound_ns);
 
     // Only root or the agent's user may talk to it.
     let socket = a.socket();
