@@ -23,6 +23,12 @@ use crate::topology::Topology;
 /// A group of ranks that run collectives together. Operations are executed by a
 /// worker thread in submission order; `*_async` methods return at once with a
 /// [`Handle`], the others block until done.
+///
+/// As with every collective library, all ranks must issue the same operations,
+/// with the same sizes and element types, in the same order. Blocking methods copy
+/// the caller's slice into the worker and back; the `*_async` ones take and return
+/// the `Vec` without copying. Dropping the communicator finishes queued operations,
+/// flushes what is still being sent and says goodbye to every peer.
 pub struct Communicator {
     rank: Rank,
     world: usize,
