@@ -29,21 +29,22 @@
 //! generation is not the one this handle wrote), what it remembered is
 //! dropped and read back again.
 
-use std::{path::Path, thread, time::Duration};
+use std::{path::Path, time::Duration};
 
 use aya::{
-    maps::{lpm_trie::Key, Array, LpmTrie, Map, MapData, MapError},
-    Ebpf, Pod,
+    maps::{Array, LpmTrie, Map, MapData, MapError},
+    Ebpf,
 };
 use bpf_maps::classifier::{
     ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap, TrieDefaults,
-    CLS_FLAG_NO_ADDR_CACHE, LPM_SET_BITS, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4,
-    MAP_DST_V6, MAP_PROTO_DSCP, MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6,
-    MAP_TRIE_DEFAULTS, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+    CLS_FLAG_NO_ADDR_CACHE, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4, MAP_DST_V6,
+    MAP_PROTO_DSCP, MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAP_TRIE_DEFAULTS,
+    MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
 };
 
 use super::{
-    compile::{compile, CompiledRuleSet, LpmEntries},
+    compile::{compile, CompiledRuleSet},
+    map_writes::{boottime_ns, wait_out_grace_period, write_array, write_lpm, LpmData},
     rule::RuleSet,
 };
 
@@ -73,7 +74,7 @@ pub enum ClassifierMapsError {
     Clock(#[source] nix::Error),
 }
 
-type Result<T> = std::result::Result<T, ClassifierMapsError>;
+pub(super) type Result<T> = std::result::Result<T, ClassifierMapsError>;
 
 /// Map updates and removals made by the last [`ClassifierMaps::apply`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,7 +113,7 @@ pub struct ClassifierMaps {
     last_stats: ApplyStats,
 }
 
-fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ClassifierMapsError {
+pub(super) fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ClassifierMapsError {
     move |source| ClassifierMapsError::Map { name, source }
 }
 
@@ -340,118 +341,4 @@ impl ClassifierMaps {
             trie_defaults: defaults.to_vec(),
         })
     }
-}
-
-/// Writes `wanted` at `base..` wherever it differs from what the slots hold:
-/// `known` when this handle knows it, otherwise read back slot by slot.
-fn write_array<V: Pod + PartialEq>(
-    map: &mut Array<MapData, V>,
-    name: &'static str,
-    base: u32,
-    wanted: &[V],
-    known: Option<Vec<V>>,
-    stats: &mut ApplyStats,
-) -> Result<()> {
-    for (i, value) in wanted.iter().enumerate() {
-        let index = base + i as u32;
-        let held = match &known {
-            Some(k) => k[i],
-            None => {
-                stats.array_reads += 1;
-                map.get(&index, 0).map_err(map_err(name))?
-            }
-        };
-        if held != *value {
-            map.set(index, value, 0).map_err(map_err(name))?;
-            stats.array_writes += 1;
-        }
-    }
-    Ok(())
-}
-
-/// LPM key data constructors, so that one writer serves both families.
-trait LpmData<const N: usize>: Pod + PartialEq {
-    fn new(set: u32, addr: [u8; N]) -> Self;
-    fn set(&self) -> u32;
-}
-
-impl LpmData<4> for Ipv4LpmData {
-    fn new(set: u32, addr: [u8; 4]) -> Self {
-        Self { set, addr }
-    }
-    fn set(&self) -> u32 {
-        self.set
-    }
-}
-
-impl LpmData<16> for Ipv6LpmData {
-    fn new(set: u32, addr: [u8; 16]) -> Self {
-        Self { set, addr }
-    }
-    fn set(&self) -> u32 {
-        self.set
-    }
-}
-
-/// Makes the trie's entries for `set` exactly `wanted`: stale entries are
-/// removed, new or changed ones written, equal ones left alone.
-fn write_lpm<K: LpmData<N>, const N: usize>(
-    trie: &mut LpmTrie<MapData, K, RuleBitmap>,
-    name: &'static str,
-    set: u32,
-    wanted: &LpmEntries<N>,
-    make: fn(u32, [u8; N]) -> K,
-    stats: &mut ApplyStats,
-) -> Result<()> {
-    let key_of = |addr: [u8; N], len: u8| Key::new(LPM_SET_BITS + u32::from(len), make(set, addr));
-    let mut held = Vec::new();
-    for key in trie.keys() {
-        let key = key.map_err(map_err(name))?;
-        if key.data().set() == set {
-            held.push(key);
-        }
-    }
-    let wanted_keys: Vec<(u32, K)> = wanted
-        .keys()
-        .map(|(addr, len)| {
-            let k = key_of(*addr, *len);
-            (k.prefix_len(), k.data())
-        })
-        .collect();
-    for key in &held {
-        let id = (key.prefix_len(), key.data());
-        if !wanted_keys.contains(&id) {
-            trie.remove(key).map_err(map_err(name))?;
-            stats.lpm_removals += 1;
-        }
-    }
-    for ((addr, len), bitmap) in wanted {
-        let key = key_of(*addr, *len);
-        match trie.get(&key, 0) {
-            Ok(current) if current == *bitmap => {}
-            Ok(_) | Err(MapError::KeyNotFound) => {
-                trie.insert(&key, bitmap, 0).map_err(map_err(name))?;
-                stats.lpm_writes += 1;
-            }
-            Err(e) => return Err(map_err(name)(e)),
-        }
-    }
-    Ok(())
-}
-
-/// Sleeps until [`MIN_FLIP_INTERVAL`] has passed since `flipped_at_ns`.
-fn wait_out_grace_period(flipped_at_ns: u64) -> Result<()> {
-    let now = boottime_ns()?;
-    let ready_at = flipped_at_ns.saturating_add(MIN_FLIP_INTERVAL.as_nanos() as u64);
-    if now < ready_at {
-        let wait = Duration::from_nanos(ready_at - now).min(MIN_FLIP_INTERVAL);
-        thread::sleep(wait);
-    }
-    Ok(())
-}
-
-fn boottime_ns() -> Result<u64> {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
-        .map_err(ClassifierMapsError::Clock)?;
-    Ok(ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64)
 }

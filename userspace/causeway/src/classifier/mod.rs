@@ -4,6 +4,7 @@
 //! that the kernel program is differential-tested against.
 
 pub mod compile;
+mod map_writes;
 pub mod maps;
 pub mod reference;
 pub mod rule;
