@@ -42,7 +42,7 @@
 //!
 //! # Reported estimate
 //! Once the window holds five samples, the reported offset and drift come
-//! from separately minimum-filtered one-way delays (`envelope.rs`), which
+//! from separately minimum-filtered one-way delays (`split_min.rs`), which
 //! converge faster under jitter, projected into the fit's interval
 //! `[fit − bound, fit + bound]` (which holds the truth); the bound is the
 //! distance to the interval's far end.
@@ -50,8 +50,8 @@
 use std::collections::VecDeque;
 
 use super::{
-    envelope,
-    regression::{fit, Bounds, Fit, Model, Point},
+    regression::{fit, select_min_delay, Bounds, Fit, Model, Point},
+    split_min,
 };
 
 /// One completed exchange, every stamp in nanoseconds on its own host's
@@ -199,8 +199,6 @@ const STEP_CONFIRM: usize = 3;
 /// The minimum's distance from the delay floor is bounded by its gap to the
 /// delay of this rank (1-based) in the window.
 const FLOOR_RANK: usize = 5;
-/// Fewest points the fit wants from the buckets before it takes several per bucket.
-const MIN_POINTS: usize = 6;
 
 impl Estimator {
     pub fn new(cfg: EstimatorConfig) -> Result<Self, ConfigError> {
@@ -345,7 +343,7 @@ impl Estimator {
             fit_offset_ns: fit.offset_ns,
         };
         if window.len() >= FLOOR_RANK {
-            if let Some(sm) = envelope::split_min(&window, now_ns, self.cfg.max_drift_ppm * 1e-6) {
+            if let Some(sm) = split_min::split_min(&window, now_ns, self.cfg.max_drift_ppm * 1e-6) {
                 // The truth lies in the fit's interval; projecting the
                 // split-minimum estimate into it can only bring it closer,
                 // and its worst-case error is the distance to the far end.
@@ -397,31 +395,4 @@ fn check_range(name: &'static str, value: f64, min: f64, max: f64) -> Result<(),
             max,
         })
     }
-}
-
-/// Keeps the lowest-delay point of each bucket (more per bucket while the
-/// window holds few buckets, so a cold start still has several points).
-fn select_min_delay(
-    window: &[Point],
-    bucket_ns: u64,
-    now_ns: u64,
-    window_ns: u64,
-    keep: usize,
-) -> Vec<Point> {
-    let start = now_ns.saturating_sub(window_ns);
-    let buckets = (window_ns / bucket_ns + 1) as usize;
-    let mut by_bucket: Vec<Vec<Point>> = vec![Vec::new(); buckets];
-    for p in window {
-        let b = ((p.x - start) / bucket_ns) as usize;
-        by_bucket[b.min(buckets - 1)].push(*p);
-    }
-    let filled = by_bucket.iter().filter(|b| !b.is_empty()).count().max(1);
-    let per_bucket = MIN_POINTS.div_ceil(filled).max(keep);
-    let mut out = Vec::new();
-    for mut b in by_bucket {
-        b.sort_by_key(|p| p.delay);
-        out.extend(b.into_iter().take(per_bucket));
-    }
-    out.sort_by_key(|p| p.x);
-    out
 }

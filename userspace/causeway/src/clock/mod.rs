@@ -2,7 +2,6 @@
 //! UDP probe wire format, timestamp sources (kernel eBPF stamps,
 //! SO_TIMESTAMPING, userspace) and the probe session that ties them together.
 
-mod envelope;
 pub mod estimator;
 pub mod exchange;
 pub mod maps;
@@ -12,6 +11,7 @@ pub mod session;
 pub mod sim;
 pub mod socket;
 pub mod source;
+mod split_min;
 
 #[cfg(test)]
 mod estimator_tests;

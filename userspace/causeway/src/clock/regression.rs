@@ -11,6 +11,9 @@ pub(crate) struct Point {
     pub delay: u64,
 }
 
+/// Fewest points the fit wants from the buckets before it takes several per bucket.
+const MIN_POINTS: usize = 6;
+
 /// Which line was fitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -19,7 +22,7 @@ pub enum Model {
     OffsetOnly,
     /// Offset and drift.
     OffsetAndDrift,
-    /// Separately minimum-filtered one-way delays (see `envelope.rs`).
+    /// Separately minimum-filtered one-way delays (see `split_min.rs`).
     SplitMin,
 }
 
@@ -157,4 +160,31 @@ fn fit_once(points: &[Point], bounds: Bounds, now: u64, cfg: &EstimatorConfig) -
         bounds,
         margin: cfg.outlier_k * scale.max(cfg.stamp_resolution_ns).max(1.0),
     }
+}
+
+/// Keeps the lowest-delay point of each bucket (more per bucket while the
+/// window holds few buckets, so a cold start still has several points).
+pub(crate) fn select_min_delay(
+    window: &[Point],
+    bucket_ns: u64,
+    now_ns: u64,
+    window_ns: u64,
+    keep: usize,
+) -> Vec<Point> {
+    let start = now_ns.saturating_sub(window_ns);
+    let buckets = (window_ns / bucket_ns + 1) as usize;
+    let mut by_bucket: Vec<Vec<Point>> = vec![Vec::new(); buckets];
+    for p in window {
+        let b = ((p.x - start) / bucket_ns) as usize;
+        by_bucket[b.min(buckets - 1)].push(*p);
+    }
+    let filled = by_bucket.iter().filter(|b| !b.is_empty()).count().max(1);
+    let per_bucket = MIN_POINTS.div_ceil(filled).max(keep);
+    let mut out = Vec::new();
+    for mut b in by_bucket {
+        b.sort_by_key(|p| p.delay);
+        out.extend(b.into_iter().take(per_bucket));
+    }
+    out.sort_by_key(|p| p.x);
+    out
 }
