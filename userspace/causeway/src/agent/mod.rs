@@ -40,13 +40,13 @@ pub enum AgentError {
     Tc {
         iface: String,
         #[source]
-        source: tc::TcError,
+        source: Box<tc::TcError>,
     },
     #[error("interface {iface}: clock maps: {source}")]
     ClockMaps {
         iface: String,
         #[source]
-        source: crate::clock::maps::ClockMapsError,
+        source: Box<crate::clock::maps::ClockMapsError>,
     },
     #[error("clock session: {0}")]
     Session(#[from] SessionError),
@@ -90,11 +90,11 @@ fn own_interfaces(
         let paths = layout.iface(scope, &i.name).map_err(err)?;
         let tc = tc::ensure(&paths, &i.name, xdp.ifindex).map_err(|source| AgentError::Tc {
             iface: i.name.clone(),
-            source,
+            source: Box::new(source),
         })?;
         let maps_err = |source| AgentError::ClockMaps {
             iface: i.name.clone(),
-            source,
+            source: Box::new(source),
         };
         let mut maps = ClockMaps::from_pins(&paths.maps_dir).map_err(maps_err)?;
         let port = if cfg.kernel_stamps {
