@@ -7,6 +7,8 @@
 //! [`addresses`] — and one action lookup); they stop early as soon as the
 //! running AND is empty. Shared by XDP ingress and TC egress.
 
+use core::ptr::read_volatile;
+
 use bpf_maps::classifier::{
     BITMAP_WORDS, CLS_FLAG_NO_ADDR_CACHE, DEFAULT_CLASS, MAX_CLASSES, MAX_RULES, NO_PORTS,
     PORT_SLOTS, PROTO_DSCP_SLOTS, VERDICT_DROP, VERDICT_PASS,
@@ -45,11 +47,15 @@ pub fn classify(frame: &ParsedFrame) -> Classification {
     let Some(config) = CLS_CONFIG.get(0) else {
         return UNMATCHED;
     };
-    // Read once: the flip of `active_set` is what makes replacement atomic.
-    let config = addresses::ConfigSnapshot {
-        set: config.active_set & 1,
-        generation: config.generation,
-        use_cache: config.flags & CLS_FLAG_NO_ADDR_CACHE == 0,
+    // Read exactly once (volatile: the compiler may not re-load them later):
+    // the flip of `active_set` is what makes replacement atomic.
+    // SAFETY: `config` is a valid map value; the reads are plain loads.
+    let config = unsafe {
+        addresses::ConfigSnapshot {
+            set: read_volatile(&config.active_set) & 1,
+            generation: read_volatile(&config.generation),
+            use_cache: read_volatile(&config.flags) & CLS_FLAG_NO_ADDR_CACHE == 0,
+        }
     };
     let set = config.set;
     // The array lookups are inlined by the verifier and cheap: do them first,
