@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use causeway_netsim::probe::set_mark;
+use causeway_netsim::probe::{set_mark, set_tos};
 use causeway_netsim::{Profile, Testbed};
 use causeway_tests::netsim_support::{echo_in, median_ms, root_or_skip, rtts, socket_in};
 
@@ -69,5 +69,24 @@ fn dual_paths_differ_and_are_selectable() {
     assert!(
         (m_marked - 60.0).abs() <= 1.0,
         "marked for path 1 from the gateway: {m_marked} ms"
+    );
+
+    // By DSCP, from a host: the same destination address, the TOS byte of path 1.
+    let tos = tb.paths()[1].tos.expect("path 1 has a DSCP");
+    let dscp_sock = socket_in(&tb, &a.netns);
+    set_tos(&dscp_sock, tos).expect("IP_TOS");
+    let before = forwarded(&tb, 1);
+    let s = rtts(&dscp_sock, b.ip, 10, t);
+    assert_eq!(s.lost(), 0);
+    assert!(
+        forwarded(&tb, 1) >= before + 10,
+        "DSCP {} took path 1",
+        tos >> 2
+    );
+    // Out on path 1 (30 ms), back on the default path (20 ms): the echo is unmarked.
+    let m = median_ms(&s);
+    assert!(
+        (m - 50.0).abs() <= 1.0,
+        "DSCP-selected RTT {m} ms, expected 30 + 20 ± 1"
     );
 }

@@ -150,3 +150,9 @@ pub fn probe_rtt(
 pub fn set_mark(socket: &UdpSocket, mark: u32) -> std::io::Result<()> {
     crate::sys::set_socket_mark(std::os::fd::AsFd::as_fd(socket), mark)
 }
+
+/// Set the TOS byte of a socket's packets (e.g. a [`crate::Path::tos`] on a host,
+/// to send them over that WAN path).
+pub fn set_tos(socket: &UdpSocket, tos: u8) -> std::io::Result<()> {
+    crate::sys::set_socket_tos(std::os::fd::AsFd::as_fd(socket), tos)
+}

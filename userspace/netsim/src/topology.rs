@@ -19,6 +19,12 @@
 //!   table 100+p routes the whole peer domain 10.b.0.0/16 over path p. Whatever
 //!   runs in the gateway namespace (SO_MARK sockets, a TC/eBPF program on `br0`
 //!   ingress setting `skb->mark`) chooses the path this way.
+//! - **by DSCP**, for paths 0-6: a packet that enters the gateway from its LAN with
+//!   DSCP p+1 (TOS byte 4·(p+1): `IP_TOS` on a host's socket, or a host's TC/eBPF
+//!   program rewriting the field, which unlike the mark survives the veth) takes
+//!   path p: `ip rule iif br0 tos 4·(p+1) lookup 100+p`. Replies follow their own
+//!   DSCP (the default path unless the peer marks them too). The kernel only
+//!   accepts these small DSCP values (TOS bits 0x1c) in a routing rule.
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +71,8 @@ pub struct Path {
     pub default: bool,
     pub mark: u32,
     pub table: u32,
+    /// TOS byte (DSCP << 2) that selects this path at the gateway, for paths 0-6.
+    pub tos: Option<u8>,
     pub params: LinkParams,
 }
 
@@ -156,6 +164,7 @@ impl Plan {
                         default: k == 0,
                         mark: MARK_BASE + index as u32,
                         table: TABLE_BASE + index as u32,
+                        tos: (index < 7).then_some(4 * (index as u8 + 1)),
                         params: *params,
                     });
                 }
@@ -355,6 +364,14 @@ impl Plan {
                         1000 + p.index
                     ),
                 );
+                if let Some(tos) = p.tos {
+                    let rule = format!(
+                        "rule add iif br0 tos {tos:#x} lookup {} pref {}",
+                        p.table,
+                        900 + p.index
+                    );
+                    add(gw, &rule);
+                }
             }
         }
         c

@@ -87,6 +87,10 @@ fn routes_send_path_addresses_over_their_path() {
     assert!(has(
         "-n cw-r-d0h0 route add 10.1.2.0/24 via 10.0.0.1 src 10.0.2.10"
     ));
+    assert!(has(
+        "-n cw-r-d1gw rule add iif br0 tos 0x8 lookup 101 pref 901"
+    ));
+    assert_eq!(plan.paths[0].tos, Some(4));
 }
 
 #[test]
@@ -99,6 +103,12 @@ fn bad_requests_are_rejected_with_the_reason() {
     assert_eq!(Plan::new("t", 0, 2, &w).unwrap_err(), PlanError::Domains(0));
     assert_eq!(Plan::new("t", 2, 0, &w).unwrap_err(), PlanError::Hosts(0));
     assert_eq!(Plan::new("t", 2, 2, &[]).unwrap_err(), PlanError::NoPath);
+    let many = Plan::new("t", 5, 1, &w).unwrap();
+    assert_eq!(
+        (many.paths[6].tos, many.paths[7].tos),
+        (Some(28), None),
+        "only DSCP 1-7 fit a rule"
+    );
     assert!(matches!(
         Plan::new("t", 30, 1, &w).unwrap_err(),
         PlanError::TooManyPaths(435)

@@ -131,3 +131,20 @@ pub fn set_rcvbuf_force(fd: std::os::fd::BorrowedFd<'_>, bytes: usize) -> io::Re
     })?;
     Ok(())
 }
+
+/// Set the IPv4 TOS byte (DSCP << 2 | ECN) of a socket's packets (IP_TOS).
+pub fn set_socket_tos(fd: std::os::fd::BorrowedFd<'_>, tos: u8) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::from(tos);
+    // SAFETY: v is a live c_int and its size is passed.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_TOS,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}

@@ -94,7 +94,7 @@ pub fn print_status(st: &State) {
     }
     for p in &plan.paths {
         println!(
-            "  path {} d{}<->d{}{} ns {} {}<->{} mark {:#x} table {}",
+            "  path {} d{}<->d{}{} ns {} {}<->{} mark {:#x} table {}{}",
             p.index,
             p.domain_a,
             p.domain_b,
@@ -103,7 +103,10 @@ pub fn print_status(st: &State) {
             p.gw_a_ip,
             p.gw_b_ip,
             p.mark,
-            p.table
+            p.table,
+            p.tos
+                .map(|t| format!(" tos {t:#x} (DSCP {})", t >> 2))
+                .unwrap_or_default()
         );
         let Some(e) = st.emulators.iter().find(|e| e.path == p.index) else {
             println!("    emulator not started");

@@ -42,7 +42,8 @@ enum Cmd {
     /// Host i of domain d is `cw-<tag>-d<d>h<i>` with 10.d.0.(10+i); its gateway is
     /// 10.d.0.1. Choosing a WAN path: send to the peer's path address
     /// 10.<peer>.(1+p).(10+i) (plain 10.<peer>.0.x takes the default path), or, in a
-    /// gateway namespace, mark packets with fwmark 0x1000+p (SO_MARK, TC/eBPF).
+    /// gateway namespace, mark packets with fwmark 0x1000+p (SO_MARK, TC/eBPF), or
+    /// send from a host with DSCP p+1 (IP_TOS 4·(p+1), paths 0-6).
     /// Run things inside with `ip netns exec cw-<tag>-d0h0 ...`.
     Up(up_down::UpArgs),
     /// Stop the emulators and delete every namespace of a testbed (idempotent).
