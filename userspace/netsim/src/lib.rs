@@ -28,6 +28,10 @@
 //! - [`control`]: the JSON-lines control socket of the `causeway-wanem` process;
 //! - [`topology`] (a pure plan) and [`network`] (makes it real), [`testbed`] (the API);
 //! - [`probe`] and [`load`]: RTT probing and UDP load for tests and the bench.
+//!
+//! `unsafe` code lives in [`sys`] only.
+
+#![deny(unsafe_code)]
 
 pub mod control;
 pub mod core;
@@ -41,6 +45,7 @@ pub mod params;
 pub mod probe;
 pub mod profile;
 pub mod rng;
+#[allow(unsafe_code)]
 pub mod sys;
 pub mod testbed;
 pub mod topology;
