@@ -129,7 +129,8 @@ fn jitter_varies_delay_but_keeps_order() {
     // Resolve ARP on both gateways first: packets queued behind an unresolved
     // neighbour can be overtaken when it resolves (kernel behaviour, not the link's).
     tx.send_to(&[0u8; 12], (b.ip, 7203)).expect("warm-up");
-    rx.recv(&mut [0u8; 64]).expect("warm-up datagram crossed the path");
+    rx.recv(&mut [0u8; 64])
+        .expect("warm-up datagram crossed the path");
     let start = Instant::now();
     let mut one_way = Vec::new();
     let mut order = Vec::new();
