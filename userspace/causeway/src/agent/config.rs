@@ -214,9 +214,15 @@ impl AgentConfig {
             host_id: f.host_id,
             control_socket: f.control_socket,
             interfaces,
-            bind: c
-                .bind
-                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], CLOCK_PORT))),
+            // Dual-stack when any peer is IPv6 (kernel stamps need IPv4
+            // sockets: see `bpf_maps::clock`).
+            bind: c.bind.unwrap_or_else(|| {
+                if c.peers.iter().any(|p| p.addr.is_ipv6()) {
+                    SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, CLOCK_PORT))
+                } else {
+                    SocketAddr::from(([0, 0, 0, 0], CLOCK_PORT))
+                }
+            }),
             interval: Duration::from_millis(interval_ms),
             fast_start: c.fast_start.unwrap_or(16),
             kernel_stamps: c.kernel_stamps.unwrap_or(true),
@@ -258,7 +264,10 @@ drift_ppb = 20000
             }]
         );
         assert_eq!(c.interval, Duration::from_millis(50));
-        assert_eq!(c.bind.port(), CLOCK_PORT);
+        assert_eq!(c.bind, SocketAddr::from(([0, 0, 0, 0], CLOCK_PORT)));
+        let v6 =
+            AgentConfig::parse(&GOOD.replace("10.1.0.2:7339", "[fd00::2]:7339")).expect("valid");
+        assert!(v6.bind.is_ipv6() && v6.bind.ip().is_unspecified());
         assert_eq!((c.clock.offset_ns, c.clock.drift_ppb), (-5000, 20000));
         assert!(c.kernel_stamps);
     }

@@ -17,6 +17,8 @@ mod split_min;
 mod estimator_tests;
 #[cfg(test)]
 mod exchange_tests;
+#[cfg(test)]
+mod session_tests;
 
 pub use estimator::{ConfigError, Estimate, Estimator, EstimatorConfig, Sample, SampleError};
 pub use regression::Model;

@@ -111,6 +111,9 @@ pub struct SessionStatus {
     pub peers: Vec<PeerStatus>,
     pub ignored: IgnoredCounters,
     pub requests_answered: u64,
+    /// Socket errors (counted, logged, survived).
+    #[serde(default)]
+    pub io_errors: u64,
 }
 
 struct Peer {
@@ -197,7 +200,7 @@ impl Session {
                     if *shutdown.borrow() { return Ok(()); }
                 }
                 _ = tokio::time::sleep_until(next_round) => {
-                    self.send_round().await?;
+                    self.send_round().await;
                     sent_rounds = sent_rounds.saturating_add(1);
                     let period = if sent_rounds < self.cfg.fast_start {
                         self.cfg.interval / 8
@@ -208,30 +211,50 @@ impl Session {
                     self.publish(&out);
                 }
                 r = sock.recv(&mut buf) => {
-                    let rx = r.map_err(SessionError::Io)?;
-                    self.drain_tx().await?;
-                    self.handle(&buf[..rx.len], rx.from, RxStamps { user: rx.user, software: rx.software }).await?;
+                    let rx = match r {
+                        Ok(rx) => rx,
+                        Err(e) => {
+                            self.io_failed("receive", &e);
+                            // A persistent error must not spin the loop.
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    };
+                    self.drain_tx().await;
+                    let from = SocketAddr::new(rx.from.ip().to_canonical(), rx.from.port());
+                    self.handle(&buf[..rx.len], from, RxStamps { user: rx.user, software: rx.software }).await;
                     self.publish(&out);
                 }
                 _ = drain.tick(), if !self.tx.is_empty() => {
-                    self.drain_tx().await?;
+                    self.drain_tx().await;
                 }
             }
         }
     }
 
-    async fn send_round(&mut self) -> Result<(), SessionError> {
+    /// Socket errors (an unreachable peer, a link going down) are counted
+    /// and logged, never fatal: the next round tries again.
+    fn io_failed(&mut self, what: &'static str, e: &std::io::Error) {
+        self.status.io_errors += 1;
+        if self.status.io_errors.is_power_of_two() {
+            tracing::warn!(error = %e, count = self.status.io_errors, "clock probe socket: cannot {what}");
+        }
+    }
+
+    async fn send_round(&mut self) {
         let now = self.cfg.clock.now();
         for i in 0..self.peers.len() {
             self.peers[i].requester.expire(now);
             let addr = self.peers[i].spec.addr;
             let t1 = self.cfg.clock.now();
             let req = self.peers[i].requester.request(addr, t1);
-            let id = self
-                .sock
-                .send_to(&req.encode(), addr)
-                .await
-                .map_err(SessionError::Io)?;
+            let id = match self.sock.send_to(&req.encode(), addr).await {
+                Ok(id) => id,
+                Err(e) => {
+                    self.io_failed("send a request", &e);
+                    continue;
+                }
+            };
             if self.sock.software_stamps() {
                 self.tx.insert(
                     id,
@@ -242,12 +265,11 @@ impl Session {
                 );
             }
         }
-        Ok(())
     }
 
     /// Applies transmit stamps: software t1 of requests, and the follow-ups
     /// of responses.
-    async fn drain_tx(&mut self) -> Result<(), SessionError> {
+    async fn drain_tx(&mut self) {
         for (id, stamp) in self.sock.drain_tx_stamps() {
             match self.tx.remove(&id) {
                 Some(TxRecord::Request { peer, seq }) => {
@@ -256,10 +278,9 @@ impl Session {
                 Some(TxRecord::Response { to, response }) => {
                     let f = follow_up(&response, stamp);
                     // Follow-ups get no transmit stamp of their own that matters.
-                    self.sock
-                        .send_to(&f.encode(), to)
-                        .await
-                        .map_err(SessionError::Io)?;
+                    if let Err(e) = self.sock.send_to(&f.encode(), to).await {
+                        self.io_failed("send a follow-up", &e);
+                    }
                 }
                 None => {}
             }
@@ -269,40 +290,36 @@ impl Session {
         if self.tx.len() > 4096 {
             self.tx.clear();
         }
-        Ok(())
     }
 
-    async fn handle(
-        &mut self,
-        bytes: &[u8],
-        from: SocketAddr,
-        rx: RxStamps,
-    ) -> Result<(), SessionError> {
+    async fn handle(&mut self, bytes: &[u8], from: SocketAddr, rx: RxStamps) {
         let probe = match Probe::decode(bytes) {
             Ok(p) => p,
             Err(e) => {
                 tracing::debug!(%from, error = %e, "ignoring malformed clock probe");
                 self.status.ignored.malformed += 1;
-                return Ok(());
+                return;
             }
         };
         let Some(idx) = self
             .peers
             .iter()
-            .position(|p| p.spec.addr.ip() == from.ip())
+            .position(|p| p.spec.addr.ip().to_canonical() == from.ip())
         else {
             self.status.ignored.unknown_peer += 1;
-            return Ok(());
+            return;
         };
         if probe.kind == Kind::Request {
             let two_step = self.sock.software_stamps();
             let t3 = self.cfg.clock.now();
             let resp = respond(&probe, self.cfg.host_id, rx, t3, two_step);
-            let id = self
-                .sock
-                .send_to(&resp.encode(), from)
-                .await
-                .map_err(SessionError::Io)?;
+            let id = match self.sock.send_to(&resp.encode(), from).await {
+                Ok(id) => id,
+                Err(e) => {
+                    self.io_failed("send a response", &e);
+                    return;
+                }
+            };
             if resp.two_step() {
                 self.tx.insert(
                     id,
@@ -313,11 +330,11 @@ impl Session {
                 );
             }
             self.status.requests_answered += 1;
-            return Ok(());
+            return;
         }
         let peer = &mut self.peers[idx];
         let Ok(samples) = peer.requester.receive(from, &probe, rx) else {
-            return Ok(());
+            return;
         };
         for (source, sample) in samples {
             if let Some(est) = peer.estimators.get_mut(&source) {
@@ -326,7 +343,6 @@ impl Session {
                 }
             }
         }
-        Ok(())
     }
 
     fn publish(&mut self, out: &watch::Sender<SessionStatus>) {
@@ -365,8 +381,6 @@ pub enum SessionError {
         #[source]
         source: std::io::Error,
     },
-    #[error("clock probe socket: {0}")]
-    Io(#[source] std::io::Error),
     #[error("estimator configuration: {0}")]
     Config(#[from] super::estimator::ConfigError),
     #[error("cannot read random bytes for the session nonce: {0}")]

@@ -48,6 +48,7 @@ pub struct StampedSocket {
     tai_offset_ns: i64,
     software: bool,
     zero_checksum: bool,
+    ipv6: bool,
     /// Datagrams sent; with SOF_TIMESTAMPING_OPT_ID the kernel numbers the
     /// transmit stamps the same way, from 0.
     sent: AtomicU32,
@@ -76,6 +77,7 @@ impl StampedSocket {
             tai_offset_ns: tai_minus_realtime_ns(),
             software,
             zero_checksum,
+            ipv6: addr.is_ipv6(),
             sent: AtomicU32::new(0),
         })
     }
@@ -100,6 +102,13 @@ impl StampedSocket {
 
     /// Sends `buf` to `to`; returns the transmit-stamp id of the datagram.
     pub async fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<u32> {
+        // A dual-stack (IPv6) socket reaches IPv4 peers at their mapped address.
+        let to = match to {
+            SocketAddr::V4(v4) if self.ipv6 => {
+                SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port())
+            }
+            other => other,
+        };
         let n = self.sock.send_to(buf, to).await?;
         if n != buf.len() {
             return Err(io::Error::other(format!(

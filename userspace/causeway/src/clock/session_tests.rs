@@ -1,0 +1,105 @@
+//! Two sessions exchanging real UDP probes on loopback (no root needed):
+//! IPv4 with a synthetic offset on one side, and IPv6.
+
+use std::{net::SocketAddr, time::Duration};
+
+use tokio::sync::watch;
+
+use super::{
+    session::{PeerSpec, Session, SessionConfig, SessionStatus},
+    source::{raw_tai_now, Source, SyncClock},
+    EstimatorConfig,
+};
+
+fn config(host_id: u32, bind: SocketAddr, peer: SocketAddr, clock: SyncClock) -> SessionConfig {
+    SessionConfig {
+        host_id,
+        bind,
+        peers: vec![PeerSpec {
+            name: "peer".into(),
+            addr: peer,
+        }],
+        interval: Duration::from_millis(20),
+        fast_start: 8,
+        timeout: Duration::from_millis(500),
+        estimator: EstimatorConfig::default(),
+        clock,
+        zero_checksum: false,
+    }
+}
+
+/// Runs two sessions for `run`, returns A's last status.
+async fn pair(a: SessionConfig, b: SessionConfig, run: Duration) -> SessionStatus {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (a_tx, a_rx) = watch::channel(SessionStatus::default());
+    let (b_tx, _b_rx) = watch::channel(SessionStatus::default());
+    let sa = Session::new(a).expect("bind A");
+    let sb = Session::new(b).expect("bind B");
+    let ta = tokio::spawn(sa.run(a_tx, stop_rx.clone()));
+    let tb = tokio::spawn(sb.run(b_tx, stop_rx));
+    tokio::time::sleep(run).await;
+    stop_tx.send(true).expect("sessions listen");
+    ta.await.expect("A joins").expect("A ran");
+    tb.await.expect("B joins").expect("B ran");
+    let status = a_rx.borrow().clone();
+    status
+}
+
+fn free_port_pair(ip: &str) -> (SocketAddr, SocketAddr) {
+    let a = std::net::UdpSocket::bind(format!("{ip}:0")).expect("free port");
+    let b = std::net::UdpSocket::bind(format!("{ip}:0")).expect("free port");
+    (a.local_addr().expect("addr"), b.local_addr().expect("addr"))
+}
+
+#[tokio::test]
+async fn ipv4_loopback_sessions_estimate_a_synthetic_offset() {
+    let (a, b) = free_port_pair("127.0.0.1");
+    let clock_b = SyncClock {
+        offset_ns: 3_000_000,
+        drift_ppb: 0,
+        epoch_ns: raw_tai_now(),
+    };
+    let st = pair(
+        config(1, a, b, SyncClock::IDENTITY),
+        config(2, b, a, clock_b),
+        Duration::from_millis(1500),
+    )
+    .await;
+    let peer = &st.peers[0];
+    assert!(peer.exchanges.completed >= 20, "{:?}", peer.exchanges);
+    let sources: Vec<Source> = peer.sources.iter().map(|s| s.source).collect();
+    assert!(sources.contains(&Source::Userspace), "{sources:?}");
+    // No eBPF programs here: nothing is kernel-stamped.
+    assert!(!sources.contains(&Source::Kernel), "{sources:?}");
+    for s in &peer.sources {
+        let err = (s.offset_ns - 3_000_000.0).abs();
+        assert!(
+            err <= s.error_bound_ns,
+            "{:?}: error {err} ns beyond its bound",
+            s.source
+        );
+        assert!(err < 200_000.0, "{:?}: error {err} ns", s.source);
+    }
+    assert_eq!(
+        st.ignored.malformed + st.ignored.unknown_peer + st.io_errors,
+        0,
+        "{st:?}"
+    );
+}
+
+#[tokio::test]
+async fn ipv6_loopback_sessions_work() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        eprintln!("SKIP: ipv6_loopback_sessions_work: no IPv6 loopback");
+        return;
+    }
+    let (a, b) = free_port_pair("[::1]");
+    let st = pair(
+        config(1, a, b, SyncClock::IDENTITY),
+        config(2, b, a, SyncClock::IDENTITY),
+        Duration::from_millis(1000),
+    )
+    .await;
+    let sel = st.peers[0].selected.expect("an estimate over IPv6");
+    assert!(sel.offset_ns.abs() <= sel.error_bound_ns, "{sel:?}");
+}
