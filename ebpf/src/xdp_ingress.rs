@@ -11,7 +11,7 @@ use bpf_maps::classifier::VERDICT_DROP;
 use crate::{
     classify::classify,
     counters::{count_ingress, count_unclassified},
-    parse::parse_frame,
+    parse::{parse_frame, ParseError, ParsedFrame},
 };
 
 /// Whole frame length, including the fragments of a multi-buffer frame.
@@ -21,10 +21,36 @@ fn frame_len(ctx: &XdpContext) -> u64 {
     unsafe { bpf_xdp_get_buff_len(ctx.ctx) }
 }
 
+/// Parses the frame and returns its length in bytes.
+///
+/// The length helper costs about as much as the rest of a cached
+/// classification (a call, ~13 ns here), so it is called only when the
+/// linear data is not enough: the frame is first parsed against its linear
+/// length, which succeeds only when the whole IP datagram lies in the linear
+/// data; then the frame is counted at that length (a driver puts bytes in
+/// fragments only past a full linear buffer, so a well-formed frame whose
+/// datagram ended in the linear data has none). Otherwise (a jumbo
+/// multi-buffer frame, or an unparseable one) the full length is asked for and
+/// the frame parsed against it.
+#[inline(always)]
+fn parse(ctx: &XdpContext) -> (Result<ParsedFrame, ParseError>, u64) {
+    let (data, data_end) = (ctx.data(), ctx.data_end());
+    let linear = data_end - data;
+    let first = parse_frame(data, data_end, linear);
+    if first.is_ok() {
+        return (first, linear as u64);
+    }
+    let full = frame_len(ctx);
+    if full as usize == linear {
+        return (first, full);
+    }
+    (parse_frame(data, data_end, full as usize), full)
+}
+
 #[inline(always)]
 pub fn xdp_ingress(ctx: &XdpContext) -> u32 {
-    let len = frame_len(ctx);
-    let Ok(frame) = parse_frame(ctx.data(), ctx.data_end(), len as usize) else {
+    let (parsed, len) = parse(ctx);
+    let Ok(frame) = parsed else {
         count_unclassified(len);
         return xdp_action::XDP_PASS;
     };
