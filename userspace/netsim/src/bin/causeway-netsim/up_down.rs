@@ -213,6 +213,7 @@ fn teardown(tag: &str) -> Result<Vec<String>> {
     let dir = state::dir(tag);
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        removed.push(format!("state {}", dir.display()));
     }
     Ok(removed)
 }
