@@ -56,7 +56,16 @@ fn achieved(rate: u64, over: OverAction, police: bool) -> (f64, f64) {
             &link.b_addr,
             "-p",
         ])
-        .args([BULK_PORT.to_string().as_str(), "-t", "5", "-O", "2", "-J"])
+        .args([
+            BULK_PORT.to_string().as_str(),
+            "-t",
+            "5",
+            "-O",
+            "2",
+            "-J",
+            "--connect-timeout",
+            "3000",
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("start iperf3 -c");
@@ -111,7 +120,16 @@ fn plain_htb(rate: u64) -> f64 {
             &link.b_addr,
             "-p",
         ])
-        .args([BULK_PORT.to_string().as_str(), "-t", "5", "-O", "2", "-J"])
+        .args([
+            BULK_PORT.to_string().as_str(),
+            "-t",
+            "5",
+            "-O",
+            "2",
+            "-J",
+            "--connect-timeout",
+            "3000",
+        ])
         .output()
         .expect("iperf3 -c");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("iperf3 JSON");

@@ -221,7 +221,7 @@ pub fn iperf3_client(ns: &Netns, server: &str, secs: u32) -> Child {
             "-p",
             &BULK_PORT.to_string(),
         ])
-        .args(["-t", &secs.to_string(), "-J"])
+        .args(["-t", &secs.to_string(), "-J", "--connect-timeout", "3000"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -200,7 +200,23 @@ fn plain_htb(pair: &Pair, link_bits: u64) {
     ]);
 }
 
-fn iperf3(pair: &Pair, secs: u32, omit: u32) -> Child {
+/// A bulk TCP run from A to B; the server is killed when this is dropped.
+struct Run {
+    server: Child,
+    client: Child,
+    deadline: Instant,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        for child in [&mut self.client, &mut self.server] {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn iperf3(pair: &Pair, secs: u32, omit: u32) -> Run {
     let server = Command::new("ip")
         .args([
             "netns", "exec", &pair.b, "iperf3", "-s", "-1", "-p", BULK_PORT,
@@ -208,9 +224,8 @@ fn iperf3(pair: &Pair, secs: u32, omit: u32) -> Child {
         .stdout(Stdio::null())
         .spawn()
         .expect("iperf3 -s");
-    std::thread::sleep(Duration::from_millis(300));
-    drop(server);
-    Command::new("ip")
+    std::thread::sleep(Duration::from_millis(500));
+    let client = Command::new("ip")
         .args([
             "netns",
             "exec",
@@ -222,16 +237,38 @@ fn iperf3(pair: &Pair, secs: u32, omit: u32) -> Child {
             BULK_PORT,
             "-J",
         ])
-        .args(["-t", &secs.to_string(), "-O", &omit.to_string()])
+        .args([
+            "-t",
+            &secs.to_string(),
+            "-O",
+            &omit.to_string(),
+            "--connect-timeout",
+            "3000",
+        ])
         .stdout(Stdio::piped())
         .spawn()
-        .expect("iperf3 -c")
+        .expect("iperf3 -c");
+    let deadline = Instant::now() + Duration::from_secs(u64::from(secs + omit) + 15);
+    Run {
+        server,
+        client,
+        deadline,
+    }
 }
 
-/// Delivered wire rate of the run, bit/s.
-fn delivered(client: Child) -> f64 {
-    let out = client.wait_with_output().expect("iperf3 -c");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+/// Delivered wire rate of the run, bit/s (0 when it failed or hung).
+fn delivered(mut run: Run) -> f64 {
+    while run.client.try_wait().ok().flatten().is_none() {
+        if Instant::now() > run.deadline {
+            return 0.0;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut stdout = Vec::new();
+    if let Some(mut out) = run.client.stdout.take() {
+        let _ = std::io::Read::read_to_end(&mut out, &mut stdout);
+    }
+    let report: serde_json::Value = serde_json::from_slice(&stdout).unwrap_or_default();
     report["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .unwrap_or(0.0)
@@ -344,10 +381,10 @@ fn idle_and_loaded(pair: &Pair) -> (f64, f64) {
     let (mut idle, mut loaded) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         idle.extend(probe(pair, 500));
-        let client = iperf3(pair, 4, 0);
+        let run = iperf3(pair, 4, 0);
         std::thread::sleep(Duration::from_millis(1500));
         loaded.extend(probe(pair, 500));
-        let _ = client.wait_with_output();
+        let _ = delivered(run);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     (p99(idle), p99(loaded))

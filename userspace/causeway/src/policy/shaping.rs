@@ -165,7 +165,7 @@ pub fn parse_rate_str(text: &str) -> Result<u64, String> {
         format!("'{text}' is not a rate: write e.g. \"100mbit\", \"1gbit\" or bit/s as a number")
     })?;
     let bits = value * scale;
-    if !(bits.is_finite() && bits >= 1.0 && bits < 1.8e19) {
+    if !(bits.is_finite() && (1.0..1.8e19).contains(&bits)) {
         return Err(format!("'{text}' is not a usable rate"));
     }
     Ok(bits.round() as u64)

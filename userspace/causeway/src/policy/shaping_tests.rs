@@ -84,9 +84,12 @@ fn policies_without_shaping_have_none() {
     assert_eq!(parse(text).expect("valid").shaping, None);
 }
 
+/// (text to replace, replacement, line of the error, expected problem).
+type Case = (&'static str, &'static str, usize, fn(&Problem) -> bool);
+
 #[test]
 fn bad_values_are_refused_with_their_line() {
-    let cases: Vec<(&str, &str, usize, fn(&Problem) -> bool)> = vec![
+    let cases: Vec<Case> = vec![
         ("ceil = \"100mbit\"", "ceil = \"1mbit\"", 8, |p| {
             matches!(
                 p,

@@ -43,13 +43,28 @@ pub enum LiveError {
     #[error("{0}")]
     Bucket(#[from] BucketError),
     #[error("changing the HTB class: {0}")]
-    Htb(#[from] HtbError),
+    Htb(Box<HtbError>),
     #[error("writing the shaper maps: {0}")]
-    Maps(#[from] ShaperMapError),
+    Maps(Box<ShaperMapError>),
     #[error(
         "writing the shaper maps failed ({maps}); restoring the HTB class also failed ({htb})"
     )]
-    Inconsistent { maps: ShaperMapError, htb: HtbError },
+    Inconsistent {
+        maps: Box<ShaperMapError>,
+        htb: Box<HtbError>,
+    },
+}
+
+impl From<HtbError> for LiveError {
+    fn from(e: HtbError) -> Self {
+        Self::Htb(Box::new(e))
+    }
+}
+
+impl From<ShaperMapError> for LiveError {
+    fn from(e: ShaperMapError) -> Self {
+        Self::Maps(Box::new(e))
+    }
 }
 
 /// The policy's shaping with `overrides` applied (overrides for classes
@@ -141,8 +156,8 @@ pub fn change_class(
         return Err(match htb.change_leaf(&htb_leaf(before)) {
             Ok(()) => maps_err.into(),
             Err(htb) => LiveError::Inconsistent {
-                maps: maps_err,
-                htb,
+                maps: Box::new(maps_err),
+                htb: Box::new(htb),
             },
         });
     }
