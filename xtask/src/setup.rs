@@ -24,8 +24,7 @@ const APT_PACKAGES: &[(&str, Option<&str>)] = &[
     ("bpftool", Some("bpftool")),
     ("iproute2", Some("ip")),
     ("iperf3", Some("iperf3")),
-    ("ethtool", Some("ethtool")),
-    ("iputils-ping", Some("ping")),
+    ("util-linux", Some("chrt")),
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13";
