@@ -20,9 +20,10 @@ pub fn run(args: &TestArgs) -> Result<()> {
     if args.lint {
         lint()?;
     }
+    // --no-fail-fast: one failing test binary must not hide the others.
     // Unit tests and the per-crate tests (BPF_PROG_TEST_RUN, differential,
     // collectives on loopback) run with cargo's default parallelism.
-    cmd::run(cmd::cargo().args(["test", "--workspace", "--exclude", "causeway-tests"]))?;
+    cmd::run(cmd::cargo().args(["test", "--no-fail-fast", "--workspace", "--exclude", "causeway-tests"]))?;
     // Namespace and testbed tests measure rates and delays: one at a time, so
     // that they do not steal each other's two cores.
     cmd::run(cmd::cargo().args([
