@@ -23,16 +23,15 @@ pub fn run(args: &TestArgs) -> Result<()> {
     // --no-fail-fast: one failing test binary must not hide the others.
     // Unit tests and the per-crate tests (BPF_PROG_TEST_RUN, differential,
     // collectives on loopback) run with cargo's default parallelism.
-    cmd::run(cmd::cargo().args(["test", "--no-fail-fast", "--workspace", "--exclude", "causeway-tests"]))?;
+    let crates = cmd::run(cmd::cargo().args(["test", "--no-fail-fast", "--workspace", "--exclude", "causeway-tests"]));
     // Namespace and testbed tests measure rates and delays: one at a time, so
     // that they do not steal each other's two cores.
-    cmd::run(cmd::cargo().args([
-        "test",
-        "--package",
-        "causeway-tests",
-        "--",
-        "--test-threads=1",
-    ]))
+    let netns = cmd::run(cmd::cargo().args(["test", "--no-fail-fast", "--package", "causeway-tests", "--", "--test-threads=1"]));
+    match (crates, netns) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+        (Err(a), Err(b)) => anyhow::bail!("{a:#}\n{b:#}"),
+    }
 }
 
 pub fn lint() -> Result<()> {
