@@ -169,6 +169,7 @@ pub fn measure_pair(
     let agent_a = Agent::start(&a.netns, "eth0", 1, IpAddr::V4(b.ip), clock_a);
     let agent_b = Agent::start(&b.netns, "eth0", 2, IpAddr::V4(a.ip), clock_b);
     agent_a.wait_ready();
+    let lateness_before = tb.path_stats(0).ok();
     agent_b.wait_ready();
     std::thread::sleep(warmup);
     let mut errors: BTreeMap<Source, SourceErrors> = BTreeMap::new();
@@ -193,6 +194,28 @@ pub fn measure_pair(
         std::thread::sleep(Duration::from_millis(200));
     }
     let r = last.expect("measured at least once");
+    // The emulator's own forwarding lateness per direction: a difference
+    // between the directions is a path asymmetry no endpoint can observe.
+    if let (Some(b0), Ok(b1)) = (lateness_before, tb.path_stats(0)) {
+        let mean = |l0: u64, l1: u64, f0: u64, f1: u64| {
+            (l1.saturating_sub(l0)) as f64 / (f1.saturating_sub(f0)).max(1) as f64 / 1e3
+        };
+        eprintln!(
+            "{label}: emulator mean lateness A→B {:.1} µs, B→A {:.1} µs",
+            mean(
+                b0.a_to_b.late_ns_total,
+                b1.a_to_b.late_ns_total,
+                b0.a_to_b.counters.forwarded,
+                b1.a_to_b.counters.forwarded
+            ),
+            mean(
+                b0.b_to_a.late_ns_total,
+                b1.b_to_a.late_ns_total,
+                b0.b_to_a.counters.forwarded,
+                b1.b_to_a.counters.forwarded
+            ),
+        );
+    }
     // The published map value is the selected estimate.
     let scope = NetnsScope::Named(a.netns.clone());
     let paths = Layout::default().iface(&scope, "eth0").expect("paths");

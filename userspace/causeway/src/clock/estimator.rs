@@ -41,7 +41,8 @@
 //! older samples are dropped.
 //!
 //! # Reported estimate
-//! Once the window holds five samples, the reported offset and drift come
+//! Once the window holds five samples and the fit's bound exceeds
+//! `split_min_above_ns` (a jittery path), the reported offset and drift come
 //! from separately minimum-filtered one-way delays (`split_min.rs`), which
 //! converge faster under jitter, projected into the fit's interval
 //! `[fit − bound, fit + bound]` (which holds the truth); the bound is the
@@ -105,6 +106,9 @@ pub struct EstimatorConfig {
     pub min_drift_span_ns: u64,
     /// Outliers: residual > bound + `outlier_k` × robust residual scale.
     pub outlier_k: f64,
+    /// The split-minimum estimate is reported only while the fit's bound
+    /// exceeds this, ns.
+    pub split_min_above_ns: f64,
 }
 
 impl Default for EstimatorConfig {
@@ -119,6 +123,7 @@ impl Default for EstimatorConfig {
             stamp_resolution_ns: 100.0,
             min_drift_span_ns: 200_000_000,
             outlier_k: 4.0,
+            split_min_above_ns: 100_000.0,
         }
     }
 }
@@ -218,6 +223,7 @@ impl Estimator {
         check_range("path_asymmetry_ns", cfg.path_asymmetry_ns, 0.0, 1e9)?;
         check_range("stamp_resolution_ns", cfg.stamp_resolution_ns, 0.0, 1e9)?;
         check_range("outlier_k", cfg.outlier_k, 0.5, 100.0)?;
+        check_range("split_min_above_ns", cfg.split_min_above_ns, 0.0, 1e12)?;
         Ok(Estimator {
             cfg,
             points: VecDeque::new(),
@@ -342,7 +348,9 @@ impl Estimator {
             model: fit.model,
             fit_offset_ns: fit.offset_ns,
         };
-        if window.len() >= FLOOR_RANK {
+        // On a quiet path the fit is already tight and slightly better
+        // than the split minima, which pay off under jitter.
+        if window.len() >= FLOOR_RANK && fit.bound_ns > self.cfg.split_min_above_ns {
             if let Some(sm) = split_min::split_min(&window, now_ns, self.cfg.max_drift_ppm * 1e-6) {
                 // The truth lies in the fit's interval; projecting the
                 // split-minimum estimate into it can only bring it closer,
