@@ -24,6 +24,7 @@ mod document;
 mod error;
 mod field;
 pub mod shaping;
+pub mod units;
 mod validate;
 
 use std::{fmt::Write as _, path::Path};
