@@ -42,7 +42,7 @@ pub fn causeway_tc_egress(ctx: aya_ebpf::programs::TcContext) -> i32 {
 /// (`benches/shaper.rs` reports costs relative to it).
 #[aya_ebpf::macros::classifier]
 pub fn causeway_tc_pass(_ctx: aya_ebpf::programs::TcContext) -> i32 {
-    aya_ebpf::bindings::TC_ACT_OK as i32
+    aya_ebpf::bindings::TC_ACT_OK
 }
 
 #[cfg(not(test))]

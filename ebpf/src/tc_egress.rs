@@ -35,7 +35,7 @@ use crate::{
 /// Returned for frames that continue: `TCX_NEXT` (the next program on the
 /// hook, if any, then the qdisc).
 const PASS: i32 = TC_ACT_UNSPEC;
-const DROP: i32 = TC_ACT_SHOT as i32;
+const DROP: i32 = TC_ACT_SHOT;
 /// ECN field value "congestion experienced".
 const ECN_CE: u8 = 0b11;
 /// Offset of the IPv4 header checksum from the IP header.
