@@ -71,6 +71,9 @@ impl Policy {
         for rule in self.rules.rules() {
             let _ = writeln!(out, "  {}", self.describe_rule(rule));
         }
+        if let Some(shaping) = &self.shaping {
+            out += &shaping.describe(&self.classes);
+        }
         out
     }
 

@@ -351,6 +351,31 @@ fn over_action(
 }
 
 impl ShapingPolicy {
+    /// The settings as `policy check` lists them, one class per line.
+    pub fn describe(&self, classes: &ClassTable) -> String {
+        let mut out = format!(
+            "shaping (link {} bit/s, mtu {}):\n",
+            self.link_bits, self.mtu
+        );
+        for c in &self.classes {
+            let over = match c.over {
+                OverAction::Drop => "drop".to_string(),
+                OverAction::EcnMark => "ecn".to_string(),
+                OverAction::Demote(to) => format!("demote to {}", classes.name_of(to)),
+            };
+            let dscp = c.dscp.map_or_else(|| "kept".to_string(), |d| d.to_string());
+            out += &format!(
+                "  {}: rate {} bit/s, ceil {} bit/s, burst {} bytes, prio {}, over limit {over}, dscp {dscp}\n",
+                classes.name_of(c.class),
+                c.rate_bits,
+                c.ceil_bits,
+                c.burst_bytes,
+                c.prio
+            );
+        }
+        out
+    }
+
     /// One frame at the link MTU, with its link header.
     pub fn frame_bytes(&self) -> u64 {
         u64::from(self.mtu) + LINK_HEADER

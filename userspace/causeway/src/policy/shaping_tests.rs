@@ -79,6 +79,20 @@ fn full_shaping_parses_into_plan_and_table() {
 }
 
 #[test]
+fn check_lists_the_shaping() {
+    let text = parse(BASE).expect("valid").describe();
+    assert!(
+        text.contains("shaping (link 1000000000 bit/s, mtu 1500):"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  control: rate 10000000 bit/s, ceil 100000000 bit/s"),
+        "{text}"
+    );
+    assert!(text.contains("over limit demote to bulk"), "{text}");
+}
+
+#[test]
 fn policies_without_shaping_have_none() {
     let text = "[[class]]\nid = 1\nname = \"a\"\n";
     assert_eq!(parse(text).expect("valid").shaping, None);
