@@ -14,8 +14,9 @@
 //!
 //! `rate` is guaranteed (HTB rate); `ceil` (default: `rate`) is the most the
 //! class may send, enforced by the TC program's token bucket (with `burst`)
-//! and by HTB's ceiling. `priority` 0..=7 (default 4) is the
-//! HTB priority: 0 is strict priority, for control and clock classes.
+//! and by HTB's ceiling. `priority` 0..=7 is the HTB priority: 0 is strict
+//! priority, the default for classes named `control` and `clock`; 4 is the
+//! default for the others.
 //! The burst is the backlog a class may build above its ceiling before the
 //! over-limit action applies (the program sits in front of HTB, so it sees
 //! arrivals, not departures): size it to the queue you accept; the default
@@ -57,6 +58,18 @@ pub fn default_burst(ceil_bits: u64) -> u64 {
 }
 /// Default HTB priority.
 pub const DEFAULT_PRIO: u8 = 4;
+/// Classes whose default HTB priority is 0 (strict priority): the design's
+/// latency-sensitive classes.
+pub const STRICT_PRIORITY_CLASSES: [&str; 2] = ["control", "clock"];
+
+/// The HTB priority of a class whose policy does not set one.
+pub fn default_prio(name: &str) -> u8 {
+    if STRICT_PRIORITY_CLASSES.contains(&name) {
+        0
+    } else {
+        DEFAULT_PRIO
+    }
+}
 
 /// The `[shaping]` table.
 #[derive(Debug, Deserialize)]
@@ -246,7 +259,7 @@ pub(super) fn check(
         BucketParams::new(ceil_bits, burst_bytes, frame)
             .map_err(|e| fail(burst_at, ShapingProblem::Bucket(e)))?;
         let prio = match &raw.priority {
-            None => DEFAULT_PRIO,
+            None => default_prio(&classes.name_of(class)),
             Some(p) => {
                 let v = *p.get_ref();
                 u8::try_from(v)

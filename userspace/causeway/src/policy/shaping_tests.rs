@@ -79,6 +79,14 @@ fn full_shaping_parses_into_plan_and_table() {
 }
 
 #[test]
+fn control_and_clock_default_to_strict_priority() {
+    let text = BASE.replacen("priority = 0, ", "", 1);
+    let p = parse(&text).expect("valid").shaping.expect("shaping");
+    assert_eq!(p.class(3).expect("control").prio, 0);
+    assert_eq!(p.class(5).expect("bulk").prio, DEFAULT_PRIO);
+}
+
+#[test]
 fn check_lists_the_shaping() {
     let text = parse(BASE).expect("valid").describe();
     assert!(
