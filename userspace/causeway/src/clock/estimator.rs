@@ -22,7 +22,8 @@
 //! expected distance of the minimum from the floor equals the expected gap
 //! between the first two order statistics; the fifth leaves a margin for
 //! densities that rise from zero, such as the sum of two jitters).
-//! So `eᵢ = res + A + (δᵢ − δ_min)/2 + (δ₍₅₎ − δ₍₁₎)/2`.
+//! So `eᵢ = 2·res + A + (δᵢ − δ_min)/2 + (δ₍₅₎ − δ₍₁₎)/2` (`res`: how far
+//! one timestamp may be from the instant it stands for).
 //!
 //! # Fit and estimate bound
 //! Minimum-delay filtering keeps the lowest-delay samples of each time
@@ -100,7 +101,8 @@ pub struct EstimatorConfig {
     pub max_drift_ppm: f64,
     /// Assumed bound on half the base path asymmetry, ns (unmeasurable).
     pub path_asymmetry_ns: f64,
-    /// Resolution/uncertainty of one timestamp reading, ns.
+    /// How far one timestamp may be from the instant it stands for (clock
+    /// resolution, the gap between the stamp and the wire), ns.
     pub stamp_resolution_ns: f64,
     /// The drift model is considered once the selected samples span this.
     pub min_drift_span_ns: u64,
@@ -387,7 +389,10 @@ impl Estimator {
         } else {
             0.0
         };
-        let base = self.cfg.stamp_resolution_ns + self.cfg.path_asymmetry_ns + floor_gap.max(lone);
+        // Four stamps, each off by up to the resolution, move the offset
+        // ((t2 − t1) + (t3 − t4))/2 by up to twice that.
+        let base =
+            2.0 * self.cfg.stamp_resolution_ns + self.cfg.path_asymmetry_ns + floor_gap.max(lone);
         fit(&selected, Bounds { base, min_delay }, now_ns, &self.cfg)
     }
 }

@@ -152,7 +152,9 @@ impl Session {
         for (i, spec) in cfg.peers.iter().enumerate() {
             let mut estimators = BTreeMap::new();
             for s in Source::ALL {
-                estimators.insert(s, Estimator::new(cfg.estimator.clone())?);
+                let mut ecfg = cfg.estimator.clone();
+                ecfg.stamp_resolution_ns = ecfg.stamp_resolution_ns.max(s.stamp_uncertainty_ns());
+                estimators.insert(s, Estimator::new(ecfg)?);
             }
             let timeout = cfg.timeout.as_nanos() as u64;
             peers.push(Peer {

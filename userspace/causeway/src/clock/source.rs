@@ -35,6 +35,19 @@ pub enum Source {
 impl Source {
     pub const ALL: [Source; 3] = [Source::Kernel, Source::SoTimestamping, Source::Userspace];
 
+    /// How far one stamp of this source may be from the instant the
+    /// datagram crossed the hook it stands for, beyond what the measured
+    /// delays absorb: the kernel hooks sit between the qdisc and the
+    /// driver (≈1 µs), socket stamps a little further up, userspace reads a
+    /// syscall away. Conservative figures for the estimator's bound.
+    pub fn stamp_uncertainty_ns(self) -> f64 {
+        match self {
+            Source::Kernel => 1_000.0,
+            Source::SoTimestamping => 2_000.0,
+            Source::Userspace => 5_000.0,
+        }
+    }
+
     /// `bpf_maps::clock::CLOCK_SOURCE_*`.
     pub fn wire(self) -> u32 {
         match self {
