@@ -241,19 +241,22 @@ mod tests {
             ),
             Algorithm::Hierarchical
         );
-        assert_eq!(
+        // Barriers: one WAN crossing (domain first, then counterparts) across
+        // domains; plain dissemination where there is no WAN.
+        let barrier = |topo: &Topology| {
             choose(
                 OpKind::Barrier,
                 2,
                 1,
                 &Setting {
-                    topo: &two,
+                    topo,
                     model: &m,
                     chunk: 1,
-                    window: 1
-                }
-            ),
-            Algorithm::Dissemination
-        );
+                    window: 1,
+                },
+            )
+        };
+        assert_eq!(barrier(&two), Algorithm::Hierarchical);
+        assert_eq!(barrier(&flat), Algorithm::Dissemination);
     }
 }

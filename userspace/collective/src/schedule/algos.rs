@@ -136,27 +136,52 @@ pub fn build(
             ring_of_blocks(&order, &blocks, pos, chunk, true, &mut plan);
         }
         (OpKind::Barrier, Algorithm::Dissemination) => {
-            let mut steps = Vec::new();
-            let mut d = 1;
-            while d < n {
-                steps.push(vec![
-                    Action::Send {
-                        peer: order[(pos + d) % n],
-                        span: Span::new(0, 1),
-                    },
-                    Action::Recv {
-                        peer: order[(pos + n - d) % n],
-                        span: Span::new(1, 1),
-                        reduce: false,
-                    },
-                ]);
-                d *= 2;
+            plan.lanes.push(Lane {
+                steps: dissemination(&order, pos),
+            });
+        }
+        (OpKind::Barrier, Algorithm::Hierarchical) => {
+            // Inside the domain first, then among counterparts: every rank has
+            // heard (transitively) from its whole domain before it crosses the
+            // WAN, so one WAN latency (two domains) suffices and all ranks leave
+            // at about the same time.
+            if !topo.is_uniform_multi_domain() {
+                return None;
             }
+            let domains = topo.domains();
+            let my_dom = domains.iter().position(|d| d.contains(&me))?;
+            let local = domains[my_dom].iter().position(|&r| r == me)?;
+            let counterparts: Vec<Rank> = domains.iter().map(|d| d[local]).collect();
+            let mut steps = dissemination(&domains[my_dom], local);
+            steps.extend(dissemination(&counterparts, my_dom));
             plan.lanes.push(Lane { steps });
         }
         _ => return None,
     }
     Some(plan)
+}
+
+/// Barrier rounds among `group`: in round k the member at position p signals
+/// p + 2^k and waits for p − 2^k (buffer: element 0 sent, element 1 received).
+fn dissemination(group: &[Rank], pos: usize) -> Vec<Step> {
+    let n = group.len();
+    let mut steps = Vec::new();
+    let mut d = 1;
+    while d < n {
+        steps.push(vec![
+            Action::Send {
+                peer: group[(pos + d) % n],
+                span: Span::new(0, 1),
+            },
+            Action::Recv {
+                peer: group[(pos + n - d) % n],
+                span: Span::new(1, 1),
+                reduce: false,
+            },
+        ]);
+        d *= 2;
+    }
+    steps
 }
 
 /// Contiguous lanes of at most `lane_len` elements covering `0..count`.

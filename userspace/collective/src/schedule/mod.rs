@@ -113,6 +113,7 @@ pub enum Algorithm {
     Tree,
     /// Reduce-scatter inside each domain, ring allreduce of each shard among its
     /// counterparts in the other domains (all WAN flows in parallel), allgather inside.
+    /// Barrier: dissemination inside each domain, then among counterparts.
     Hierarchical,
     /// Broadcast: root scatters blocks, ring allgather.
     ScatterAllgather,
@@ -133,7 +134,13 @@ impl Algorithm {
             }
             OpKind::Broadcast { .. } => vec![Algorithm::Tree, Algorithm::ScatterAllgather],
             OpKind::Allgather | OpKind::ReduceScatter => vec![Algorithm::Ring],
-            OpKind::Barrier => vec![Algorithm::Dissemination],
+            OpKind::Barrier => {
+                let mut v = vec![Algorithm::Dissemination];
+                if topo.is_uniform_multi_domain() {
+                    v.push(Algorithm::Hierarchical);
+                }
+                v
+            }
         }
     }
 

@@ -187,6 +187,64 @@ fn barrier_waits_for_the_last_rank() {
     assert!(out.time >= 20e-3, "{}", out.time);
 }
 
+/// Who each rank has heard from, directly or through others, when it leaves:
+/// a send posted at step s carries what its sender knew after step s − 1.
+fn heard_from(plans: &[Plan]) -> Vec<Vec<bool>> {
+    let n = plans.len();
+    let mut known: Vec<Vec<bool>> = (0..n).map(|r| (0..n).map(|q| q == r).collect()).collect();
+    let lane = |p: &Plan| p.lanes.first().map(|l| l.steps.clone()).unwrap_or_default();
+    let steps = plans.iter().map(|p| lane(p).len()).max().unwrap_or(0);
+    for s in 0..steps {
+        let before = known.clone();
+        for (r, p) in plans.iter().enumerate() {
+            for a in lane(p).get(s).into_iter().flatten() {
+                if let Action::Recv { peer, .. } = a {
+                    for q in 0..n {
+                        known[r][q] |= before[*peer][q];
+                    }
+                }
+            }
+        }
+    }
+    known
+}
+
+#[test]
+fn every_barrier_hears_from_every_rank() {
+    for topo in topologies() {
+        for algo in Algorithm::candidates(OpKind::Barrier, &topo) {
+            let p = plans(OpKind::Barrier, 2, &topo, algo, 1);
+            for (r, k) in heard_from(&p).iter().enumerate() {
+                assert!(
+                    k.iter().all(|&b| b),
+                    "{algo:?} n={} rank {r} leaves without hearing from {:?}",
+                    topo.world(),
+                    k.iter()
+                        .enumerate()
+                        .filter(|(_, b)| !**b)
+                        .map(|(q, _)| q)
+                        .collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn hierarchical_barrier_crosses_the_wan_once() {
+    let topo = Topology::grid(2, 4);
+    let t = |algo| {
+        let p = plans(OpKind::Barrier, 2, &topo, algo, 1);
+        simulate(&p, 1, &wan_net(&topo), 1, None)
+            .expect("barrier runs")
+            .time
+    };
+    let (hier, diss) = (t(Algorithm::Hierarchical), t(Algorithm::Dissemination));
+    let wan = wan_net(&topo).wan.alpha;
+    assert!(hier >= wan && hier < 1.5 * wan, "{hier}");
+    assert!(diss >= 2.0 * wan, "{diss}");
+}
+
 fn wan_bytes(out: &SimOutcome, topo: &Topology) -> u64 {
     out.link_bytes
         .iter()
