@@ -53,6 +53,13 @@ pub struct Options {
     pub wan_socket_buffer: Option<usize>,
     /// TCP congestion control for connections to other domains (when the kernel allows it).
     pub wan_congestion: Option<String>,
+    /// Rate of the WAN path between two domains, Mbit/s per direction, when known:
+    /// connections across domains are paced to share just below it.
+    pub wan_rate_mbit: Option<f64>,
+    /// One more connection to each peer in another domain, loss-based and
+    /// unpaced, for transfers of at most `latency_bytes`.
+    pub wan_latency_stream: bool,
+    pub latency_bytes: usize,
 }
 
 impl Default for Options {
@@ -73,6 +80,9 @@ impl Default for Options {
             cost_overrides: None,
             wan_socket_buffer: Some(8 << 20),
             wan_congestion: Some("bbr".into()),
+            wan_rate_mbit: None,
+            wan_latency_stream: true,
+            latency_bytes: 256 << 10,
         }
     }
 }
@@ -99,7 +109,10 @@ impl Options {
     /// `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW`, `CAUSEWAY_ALGO` (ring|tree|hier),
     /// `CAUSEWAY_PROBE` (0/1), `CAUSEWAY_PROBE_BYTES`, `CAUSEWAY_COST`
     /// (`wan=LAT_US:GBITPS,domain=…,host=…`), `CAUSEWAY_SOCKET_BUFFER` (bytes, 0 = autotune),
-    /// `CAUSEWAY_TCP_CC` (congestion control across domains, `default` = the system's).
+    /// `CAUSEWAY_TCP_CC` (congestion control across domains, `default` = the system's),
+    /// `CAUSEWAY_WAN_MBIT` (WAN rate per direction, Mbit/s: pace connections across domains; 0 = off),
+    /// `CAUSEWAY_LATENCY_STREAM` (0/1) and `CAUSEWAY_LATENCY_BYTES` (transfers up to this size
+    /// take the extra loss-based connection across domains).
     pub fn from_env() -> Result<Self, ConfigError> {
         let mut o = Options::default();
         if let Some(ms) = parse_var::<u64>("CAUSEWAY_TIMEOUT_MS")? {
@@ -136,6 +149,13 @@ impl Options {
         if let Some(n) = parse_var::<usize>("CAUSEWAY_SOCKET_BUFFER")? {
             o.wan_socket_buffer = (n > 0).then_some(n);
         }
+        o.wan_latency_stream = parse_var::<u8>("CAUSEWAY_LATENCY_STREAM")?
+            .map(|v| v != 0)
+            .unwrap_or(o.wan_latency_stream);
+        o.latency_bytes = parse_var("CAUSEWAY_LATENCY_BYTES")?.unwrap_or(o.latency_bytes);
+        if let Some(m) = parse_var::<f64>("CAUSEWAY_WAN_MBIT")? {
+            o.wan_rate_mbit = (m > 0.0).then_some(m);
+        }
         o.validate()?;
         Ok(o)
     }
@@ -160,6 +180,12 @@ impl Options {
         }
         if self.timeout.is_zero() {
             return bad("timeout must be positive");
+        }
+        if self
+            .wan_rate_mbit
+            .is_some_and(|m| !m.is_finite() || m <= 0.0)
+        {
+            return bad("WAN rate must be a positive number of Mbit/s");
         }
         Ok(())
     }

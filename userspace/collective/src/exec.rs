@@ -248,6 +248,7 @@ fn send(
                 detail: "no connection".into(),
             })?;
     let frame = (e.opts.chunk_bytes / 8).max(1) * 8;
+    let small = bytes.len() <= e.opts.latency_bytes;
     for (i, piece) in bytes.chunks(frame).enumerate() {
         let mut p = e.pool.take(piece.len());
         p.copy_from_slice(piece);
@@ -259,7 +260,7 @@ fn send(
             offset: (i * frame) as u64,
             len: piece.len() as u32,
         };
-        if !link.send_data(h, p) {
+        if !link.send_data(h, p, small) {
             return Err(CollectiveError::PeerFailed {
                 peer,
                 detail: "connection closed".into(),

@@ -35,6 +35,8 @@
 //! | `CAUSEWAY_STREAMS_WAN`, `CAUSEWAY_STREAMS_LAN` | TCP connections per remote peer across / inside a domain (2, 2) |
 //! | `CAUSEWAY_TCP_CC` | congestion control across domains (`bbr`; `default` keeps the system's) |
 //! | `CAUSEWAY_SOCKET_BUFFER` | SO_SNDBUF/SO_RCVBUF across domains (8 MiB when `net.core.rmem_max` allows; 0 = autotune) |
+//! | `CAUSEWAY_LATENCY_STREAM`, `CAUSEWAY_LATENCY_BYTES` | one more, loss-based and unpaced connection per remote peer across domains (1), for transfers up to this size (256 KiB) |
+//! | `CAUSEWAY_WAN_MBIT` | WAN rate per direction when known: the bulk streams of a domain are paced (SO_MAX_PACING_RATE) to share 96 % of it (unset = not paced) |
 //! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |
 //! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (1 MiB) and lanes in flight (4) |
 //!
@@ -44,7 +46,8 @@
 //! [`cost`] (α-β model, algorithm choice), [`wire`] (frames), [`dtype`] (kernels).
 //! I/O: [`store`] and the rendezvous, the mesh of [`transport`]s, one reader and one
 //! writer thread per connection, and one engine thread per communicator that runs
-//! operations in submission order. `unsafe` lives only in [`transport::shm`].
+//! operations in submission order. `unsafe` lives only in [`transport::shm`] and
+//! in one setsockopt of [`transport::tcp`] (the pacing cap).
 #![deny(unsafe_code)]
 
 mod builder;

@@ -35,6 +35,8 @@ pub(crate) enum Out {
 /// The connections to one peer.
 pub(crate) struct PeerLink {
     data: Vec<Sender<Out>>,
+    /// The connection for small transfers, when there is one (across domains).
+    latency: Option<Sender<Out>>,
     all: Vec<Sender<Out>>,
     next: usize,
     writers: Vec<thread::JoinHandle<()>>,
@@ -43,8 +45,13 @@ pub(crate) struct PeerLink {
 }
 
 impl PeerLink {
-    /// Queues a data frame on the next data connection (round-robin striping).
-    pub fn send_data(&mut self, h: FrameHeader, payload: PooledBuf) -> bool {
+    /// Queues a data frame: a frame of a `small` transfer on the latency
+    /// connection if there is one, others on the next bulk data connection
+    /// (round-robin striping).
+    pub fn send_data(&mut self, h: FrameHeader, payload: PooledBuf, small: bool) -> bool {
+        if let (true, Some(l)) = (small, &self.latency) {
+            return l.send(Out::Frame(h, payload)).is_ok();
+        }
         let i = self.next % self.data.len();
         self.next = self.next.wrapping_add(1);
         self.data[i].send(Out::Frame(h, payload)).is_ok()
@@ -85,6 +92,7 @@ pub(crate) fn start(
 ) -> Result<PeerLink> {
     let mut link = PeerLink {
         data: Vec::new(),
+        latency: None,
         all: Vec::new(),
         next: 0,
         writers: Vec::new(),
@@ -113,7 +121,9 @@ pub(crate) fn start(
             format!("cw-tx-{peer}-{i}"),
             Box::new(move || writer(peer, w, rx, ev2, c3)),
         )?);
-        if c.data {
+        if c.latency {
+            link.latency = Some(tx.clone());
+        } else if c.data {
             link.data.push(tx.clone());
         }
         link.all.push(tx);

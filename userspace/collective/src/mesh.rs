@@ -17,10 +17,20 @@ use crate::transport::tcp::{self, TcpTransport, TcpTuning};
 use crate::transport::Transport;
 use crate::wire::{read_frame, write_frame, ConnRole, FrameHeader, FrameKind, Hello};
 
-/// One connection to a peer; `data` ones carry chunks, the others only control frames.
+/// One connection to a peer; `data` ones carry chunks, the others only control
+/// frames. The `latency` one (across domains) carries the small transfers.
 pub(crate) struct Conn {
     pub transport: Box<dyn Transport>,
     pub data: bool,
+    pub latency: bool,
+}
+
+/// Whether connection `index` between `me` and `q` is the latency connection:
+/// across domains, the one after the bulk streams.
+fn is_latency(j: &Joined, opts: &Options, me: Rank, q: Rank, index: usize) -> bool {
+    opts.wan_latency_stream
+        && j.topology.class(me, q) == LinkClass::InterDomain
+        && index == opts.streams_wan
 }
 
 /// How many connections `me` and `q` open between them, and whether via shared memory.
@@ -30,7 +40,10 @@ fn shape(j: &Joined, opts: &Options, me: Rank, q: Rank) -> (bool, usize) {
         return (true, 1);
     }
     match j.topology.class(me, q) {
-        LinkClass::InterDomain => (false, opts.streams_wan),
+        LinkClass::InterDomain => (
+            false,
+            opts.streams_wan + usize::from(opts.wan_latency_stream),
+        ),
         _ => (false, opts.streams_lan),
     }
 }
@@ -64,9 +77,16 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
             shm,
         };
         let dial = |h: Hello| -> Result<TcpStream> {
-            let mut s = tcp::connect(j.addrs[q], tuning, Duration::from_secs(10)).map_err(|e| {
-                CollectiveError::io(format!("connect to rank {q} at {}", j.addrs[q]), e)
-            })?;
+            let latency = is_latency(j, opts, me, q, h.index as usize);
+            let cc: &[&str] = if latency {
+                &tcp::LATENCY_CONGESTION
+            } else {
+                &[]
+            };
+            let mut s =
+                tcp::connect(j.addrs[q], tuning, Duration::from_secs(10), cc).map_err(|e| {
+                    CollectiveError::io(format!("connect to rank {q} at {}", j.addrs[q]), e)
+                })?;
             let p = h.encode();
             write_frame(
                 &mut s,
@@ -74,7 +94,7 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
                 &p,
             )
             .map_err(|e| CollectiveError::io(format!("hello to rank {q}"), e))?;
-            tune_wan(j, opts, me, q, &s);
+            tune(j, opts, me, q, &s, latency);
             Ok(s)
         };
         if shm {
@@ -88,10 +108,12 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
             conns[q].push(Conn {
                 transport: Box::new(ShmTransport::new(tx, rx)),
                 data: true,
+                latency: false,
             });
             conns[q].push(Conn {
                 transport: tcp_transport(s, q)?,
                 data: false,
+                latency: false,
             });
         } else {
             for i in 0..n {
@@ -99,6 +121,7 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
                 conns[q].push(Conn {
                     transport: tcp_transport(s, q)?,
                     data: true,
+                    latency: is_latency(j, opts, me, q, i),
                 });
             }
         }
@@ -152,7 +175,7 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
         }
         seen[q][i] = true;
         expected[q] -= 1;
-        tune_wan(j, opts, me, q, &stream);
+        tune(j, opts, me, q, &stream, is_latency(j, opts, me, q, i));
         match (h.role, h.shm) {
             (ConnRole::TcpControl, Some((theirs, ours))) => {
                 let shm_err =
@@ -162,15 +185,18 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
                 conns[q].push(Conn {
                     transport: Box::new(ShmTransport::new(tx, rx)),
                     data: true,
+                    latency: false,
                 });
                 conns[q].push(Conn {
                     transport: tcp_transport(stream, q)?,
                     data: false,
+                    latency: false,
                 });
             }
             (ConnRole::TcpData, None) => conns[q].push(Conn {
                 transport: tcp_transport(stream, q)?,
                 data: true,
+                latency: is_latency(j, opts, me, q, i),
             }),
             _ => {
                 return Err(CollectiveError::Rendezvous(format!(
@@ -190,17 +216,72 @@ fn read_hello(s: &mut (impl Read + ?Sized), pool: &BufferPool) -> Option<Hello> 
         .flatten()
 }
 
-/// Inter-domain connections get the configured congestion control.
-fn tune_wan(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream) {
-    if let (LinkClass::InterDomain, Some(cc)) = (j.topology.class(me, q), &opts.wan_congestion) {
-        if !tcp::set_congestion(s, cc) {
+/// Congestion control and pacing of one TCP connection to `q`. Across domains
+/// the bulk connections get the configured congestion control and, when the WAN
+/// rate is known, a pacing cap (see [`wan_pacing_share`]). The latency connection
+/// keeps the loss-based one it was created with ([`tcp::LATENCY_CONGESTION`], set
+/// before the handshake): BBR paces at its bandwidth estimate, which small
+/// (app-limited) transfers keep far below the path's rate, and once a connection
+/// ran BBR the kernel keeps pacing it. Other connections accepted from the
+/// listener (which carries the latency choice) get the system default back.
+fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, latency: bool) {
+    if latency {
+        return;
+    }
+    let wan = j.topology.class(me, q) == LinkClass::InterDomain;
+    let cc = match (&opts.wan_congestion, wan) {
+        (Some(cc), true) => Some(cc.clone()),
+        _ if opts.wan_latency_stream => tcp::system_congestion(),
+        _ => None,
+    };
+    if let Some(cc) = cc {
+        if !tcp::set_congestion(s, &cc) {
             tracing::debug!(cc, "congestion control not available; keeping the default");
         }
     }
+    if let (true, Some(mbit)) = (wan, opts.wan_rate_mbit) {
+        let mine = j.topology.domain_of(me);
+        let ranks = (0..j.topology.world())
+            .filter(|&r| j.topology.domain_of(r) == mine)
+            .count();
+        let rate = wan_pacing_share(mbit, ranks, opts.streams_wan);
+        if let Err(e) = tcp::set_max_pacing_rate(s, rate) {
+            tracing::debug!(%e, "pacing cap not accepted");
+        }
+    }
 }
+
+/// Share of a WAN path (`mbit` Mbit/s per direction) one connection may use:
+/// every rank of a domain sends to its counterpart at once (hierarchical
+/// allreduce), each over `streams` connections, and together they aim at
+/// [`WAN_PACING_TARGET`] of the rate so the bottleneck queue stays short.
+/// Bytes per second.
+pub(crate) fn wan_pacing_share(mbit: f64, ranks_in_domain: usize, streams: usize) -> u64 {
+    let flows = (ranks_in_domain.max(1) * streams.max(1)) as f64;
+    (mbit * 1e6 / 8.0 * WAN_PACING_TARGET / flows) as u64
+}
+
+/// Fraction of the WAN rate the paced flows of a domain aim at together.
+pub(crate) const WAN_PACING_TARGET: f64 = 0.96;
 
 fn tcp_transport(s: TcpStream, q: Rank) -> Result<Box<dyn Transport>> {
     Ok(Box::new(TcpTransport::new(s).map_err(|e| {
         CollectiveError::io(format!("socket to rank {q}"), e)
     })?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacing_shares_the_wan_between_every_flow_of_a_domain() {
+        // 200 Mbit/s, 2 ranks per domain, 2 streams each: 4 flows at 6 MB/s.
+        let share = wan_pacing_share(200.0, 2, 2);
+        assert_eq!(share, (25e6 * WAN_PACING_TARGET / 4.0) as u64);
+        assert!(share * 4 < 25_000_000);
+        // One flow alone gets the whole target; zero counts are treated as one.
+        assert_eq!(wan_pacing_share(100.0, 0, 0), wan_pacing_share(100.0, 1, 1));
+        assert!(wan_pacing_share(100.0, 1, 1) > wan_pacing_share(100.0, 1, 2));
+    }
 }

@@ -71,6 +71,11 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<Jo
         });
     let listener = tcp::listen(SocketAddr::new(ip, 0), tuning)
         .map_err(|e| CollectiveError::io(format!("listen on {ip}"), e))?;
+    if opts.wan_latency_stream {
+        // Accepted latency connections must start with it (see `mesh::tune`);
+        // the others are switched to theirs right after the accept.
+        tcp::prefer_congestion(socket2::SockRef::from(&listener), &tcp::LATENCY_CONGESTION);
+    }
     let me = listener
         .local_addr()
         .map_err(|e| CollectiveError::io("listener address", e))?;

@@ -38,7 +38,11 @@ fn fake_rank_one(store_addr: SocketAddr, poison: &[u8]) -> Vec<TcpStream> {
         .parse()
         .expect("addr");
     let mut conns = Vec::new();
-    for index in 0..test_options().streams_lan as u32 {
+    // Rank 0 ("default") and this fake ("d0") sit in different domains: the
+    // bulk streams plus the latency connection.
+    let o = test_options();
+    let streams = o.streams_wan + usize::from(o.wan_latency_stream);
+    for index in 0..streams as u32 {
         let mut s = TcpStream::connect(addr).expect("connect to rank 0");
         let h = Hello {
             session,

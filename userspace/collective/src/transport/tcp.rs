@@ -52,9 +52,18 @@ pub fn listen(addr: SocketAddr, tuning: TcpTuning) -> io::Result<TcpListener> {
     Ok(s.into())
 }
 
-pub fn connect(addr: SocketAddr, tuning: TcpTuning, timeout: Duration) -> io::Result<TcpStream> {
+/// Dials `addr`; `congestion` (first one allowed, if any) is set before the
+/// handshake, so the connection never runs the system default's start-up (BBR
+/// would leave it paced for good).
+pub fn connect(
+    addr: SocketAddr,
+    tuning: TcpTuning,
+    timeout: Duration,
+    congestion: &[&str],
+) -> io::Result<TcpStream> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     tuning.apply(SockRef::from(&s))?;
+    prefer_congestion(SockRef::from(&s), congestion);
     s.connect_timeout(&addr.into(), timeout)?;
     let s: TcpStream = s.into();
     s.set_nodelay(true)?;
@@ -65,10 +74,57 @@ pub fn connect(addr: SocketAddr, tuning: TcpTuning, timeout: Duration) -> io::Re
 /// keeps queues short on long fat pipes) if the kernel allows it for this user.
 /// Returns whether it was applied.
 pub fn set_congestion(s: &TcpStream, name: &str) -> bool {
+    prefer_congestion(SockRef::from(s), &[name])
+}
+
+/// Sets the first of `names` the kernel allows; works on listeners too (accepted
+/// connections inherit it). Returns whether one was applied.
+pub fn prefer_congestion(s: SockRef<'_>, names: &[&str]) -> bool {
     let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
         .unwrap_or_default();
-    allowed.split_whitespace().any(|a| a == name)
-        && SockRef::from(s).set_tcp_congestion(name.as_bytes()).is_ok()
+    names.iter().any(|name| {
+        allowed.split_whitespace().any(|a| a == *name)
+            && s.set_tcp_congestion(name.as_bytes()).is_ok()
+    })
+}
+
+/// The network namespace's default congestion control.
+pub fn system_congestion() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// Congestion controls tried for latency connections, in order: loss-based and
+/// not paced, so a small transfer leaves in one window (Linux always allows reno).
+pub const LATENCY_CONGESTION: [&str; 2] = ["cubic", "reno"];
+
+/// Caps how fast the kernel paces this connection (SO_MAX_PACING_RATE, bytes/s).
+/// TCP paces internally when no fq qdisc does, so this works on any interface.
+/// Flows that together stay just below a bottleneck keep its queue (and with it
+/// the RTT every flow's window must cover) near empty.
+#[allow(unsafe_code)]
+pub fn set_max_pacing_rate(s: &TcpStream, bytes_per_s: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v: u64 = bytes_per_s;
+    // SAFETY: the fd is a live socket owned by `s`; the option value is a valid
+    // u64 for the duration of the call and its size is passed exactly (the
+    // kernel accepts a 32- or 64-bit rate for this option).
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_MAX_PACING_RATE,
+            (&v as *const u64).cast(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 pub struct TcpTransport {
