@@ -5,6 +5,12 @@
 //! time, algbw and busbw (NCCL's definitions), the ratio to the WAN lower
 //! bound (each WAN direction must carry S bytes: T >= S*8/B) and to the RTT,
 //! and Gloo's time divided by ours.
+//!
+//! The time of one operation is taken across ranks, not at rank 0 alone: from
+//! the moment the last rank called allreduce to the moment the last rank got
+//! its result (all ranks run on this machine, so their wall clocks agree).
+//! Rank 0's own view depends on how far apart the preceding barrier let the
+//! ranks go, which is up to a one-way WAN delay either way.
 
 use std::{
     path::Path,
@@ -44,6 +50,7 @@ pub fn run(extra: &[String]) -> Result<()> {
     let script = cmd::root().join("userspace/collective/bench/gloo_allreduce.py");
     for profile in &profiles {
         let bed = Testbed::up("bench", profile)?;
+        tune_hosts(&bed)?;
         eprintln!("bench: profile {profile}: causeway");
         let c = run_world(&bed, |_| {
             let mut c = Command::new(&ours);
@@ -53,6 +60,25 @@ pub fn run(extra: &[String]) -> Result<()> {
         eprintln!("bench: profile {profile}: gloo");
         let g = run_world(&bed, |_| gloo_command(&python, &script))?;
         print_table(profile, &bed, &c, &g);
+    }
+    Ok(())
+}
+
+/// Both implementations keep their connections across operations and idle
+/// between them (the barrier): without this, Linux restarts every WAN flow from
+/// its initial window after an idle RTO. Set in every host namespace, so it
+/// applies to Gloo and Causeway alike.
+fn tune_hosts(bed: &Testbed) -> Result<()> {
+    for h in &bed.hosts {
+        cmd::run(Command::new("ip").args([
+            "netns",
+            "exec",
+            &h.netns,
+            "sysctl",
+            "-q",
+            "-w",
+            "net.ipv4.tcp_slow_start_after_idle=0",
+        ]))?;
     }
     Ok(())
 }
@@ -86,7 +112,8 @@ fn run_world(bed: &Testbed, command: impl Fn(usize) -> Command) -> Result<Vec<Va
             .stderr(Stdio::piped());
         children.push(c.spawn().with_context(|| format!("starting rank {rank}"))?);
     }
-    let mut rows = Vec::new();
+    let mut summaries = Vec::new();
+    let mut iters = Vec::new();
     for (rank, child) in children.into_iter().enumerate() {
         let out = child.wait_with_output()?;
         if !out.status.success() {
@@ -96,37 +123,77 @@ fn run_world(bed: &Testbed, command: impl Fn(usize) -> Command) -> Result<Vec<Va
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
-        if rank == 0 {
-            rows = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .filter(|v| v.get("bytes").is_some())
-                .collect();
+        for v in String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v.get("bytes").is_some())
+        {
+            if v["event"] == "iters" {
+                iters.push(v);
+            } else if rank == 0 {
+                summaries.push(v);
+            }
         }
     }
-    Ok(rows)
+    for row in &mut summaries {
+        let bytes = row["bytes"].as_u64();
+        let mine: Vec<&Value> = iters
+            .iter()
+            .filter(|v| v["bytes"].as_u64() == bytes)
+            .collect();
+        let t = across_ranks(&mine)
+            .with_context(|| format!("per-rank times of {bytes:?} bytes are incomplete"))?;
+        row["time_s"] = t.into();
+    }
+    Ok(summaries)
+}
+
+/// Median over iterations of (last rank's return − last rank's call), seconds.
+fn across_ranks(ranks: &[&Value]) -> Option<f64> {
+    let series = |v: &Value, key: &str| -> Option<Vec<f64>> {
+        v[key].as_array()?.iter().map(Value::as_f64).collect()
+    };
+    let starts: Vec<Vec<f64>> = ranks
+        .iter()
+        .map(|v| series(v, "start_unix_ns"))
+        .collect::<Option<_>>()?;
+    let ends: Vec<Vec<f64>> = ranks
+        .iter()
+        .map(|v| series(v, "end_unix_ns"))
+        .collect::<Option<_>>()?;
+    let n = starts.first()?.len();
+    if n == 0 || starts.iter().chain(&ends).any(|s| s.len() != n) {
+        return None;
+    }
+    let last = |s: &[Vec<f64>], i: usize| s.iter().map(|r| r[i]).fold(f64::MIN, f64::max);
+    let mut t: Vec<f64> = (0..n)
+        .map(|i| (last(&ends, i) - last(&starts, i)) / 1e9)
+        .collect();
+    t.sort_by(f64::total_cmp);
+    Some(t[n / 2])
 }
 
 fn print_table(profile: &str, bed: &Testbed, ours: &[Value], gloo: &[Value]) {
     let rtt = 2.0 * bed.delay_ms / 1e3;
-    println!("\nallreduce, 2 domains x 2 hosts, profile {profile} ({:.0} Mbit/s, RTT {:.0} ms), float32, median of 5", bed.rate_mbit, rtt * 1e3);
+    let world = bed.hosts.len();
+    println!("\nallreduce, 2 domains x 2 hosts, profile {profile} ({:.0} Mbit/s, RTT {:.0} ms), float32, median of 5, time from the last rank's call to the last rank's return", bed.rate_mbit, rtt * 1e3);
     println!(
         "| size | causeway s | algbw GB/s | busbw GB/s | vs WAN bound | vs RTT | algorithm | gloo s | gloo busbw GB/s | gloo / causeway |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|");
     for row in ours {
         let bytes = row["bytes"].as_u64().unwrap_or(0);
-        let t = row["median_s"].as_f64().unwrap_or(f64::NAN);
+        let t = row["time_s"].as_f64().unwrap_or(f64::NAN);
         let bound = bytes as f64 * 8.0 / (bed.rate_mbit * 1e6);
         let g = gloo.iter().find(|g| g["bytes"].as_u64() == Some(bytes));
-        let gt = g.and_then(|g| g["median_s"].as_f64()).unwrap_or(f64::NAN);
-        let gbus = g.and_then(|g| g["busbw_GBps"].as_f64()).unwrap_or(f64::NAN);
+        let gt = g.and_then(|g| g["time_s"].as_f64()).unwrap_or(f64::NAN);
+        let gbus = busbw(bytes, gt, world);
         println!(
             "| {} | {:.4} | {:.4} | {:.4} | {:.2}x | {:.2}x | {} | {:.4} | {:.4} | {:.2}x |",
             human(bytes),
             t,
-            row["algbw_GBps"].as_f64().unwrap_or(f64::NAN),
-            row["busbw_GBps"].as_f64().unwrap_or(f64::NAN),
+            bytes as f64 / t / 1e9,
+            busbw(bytes, t, world),
             t / bound,
             t / rtt,
             row["algorithm"].as_str().unwrap_or("?"),
@@ -135,6 +202,11 @@ fn print_table(profile: &str, bed: &Testbed, ours: &[Value], gloo: &[Value]) {
             gt / t
         );
     }
+}
+
+/// NCCL's bus bandwidth: algbw × 2(n−1)/n, GB/s.
+fn busbw(bytes: u64, t: f64, world: usize) -> f64 {
+    bytes as f64 / t / 1e9 * 2.0 * (world as f64 - 1.0) / world as f64
 }
 
 fn human(bytes: u64) -> String {

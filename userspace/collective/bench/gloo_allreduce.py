@@ -6,7 +6,8 @@ MASTER_ADDR, MASTER_PORT), e.g. through bench/run_testbed.sh:
     bench/run_testbed.sh TAG 29500 python3 bench/gloo_allreduce.py --sizes 1M,16M --iters 5
 
 Rank 0 prints one JSON line per size with the same fields as the Rust benchmark:
-median time, algbw and busbw (bytes x 2(n-1)/n / time), in GB/s.
+median time, algbw and busbw (bytes x 2(n-1)/n / time), in GB/s. Every rank
+prints an "iters" line with its wall-clock call and return times.
 """
 
 import argparse
@@ -43,14 +44,19 @@ def main() -> int:
     for nbytes in sizes:
         elems = max(nbytes // 4, 1)
         buf = torch.arange(elems, dtype=torch.float32).remainder_(7)
-        times = []
+        times, starts, ends = [], [], []
         for i in range(args.warmup + args.iters):
             dist.barrier()
-            t = time.perf_counter()
+            t, start = time.perf_counter(), time.time_ns()
             dist.all_reduce(buf, op=dist.ReduceOp.SUM)
             if i >= args.warmup:
                 times.append(time.perf_counter() - t)
+                starts.append(start)
+                ends.append(time.time_ns())
             buf.fill_(1.0)
+        # Every rank's call and return times on the wall clock (see the Rust bench).
+        print(json.dumps({"impl": "gloo", "event": "iters", "rank": rank, "bytes": elems * 4,
+                          "start_unix_ns": starts, "end_unix_ns": ends, "times_s": times}), flush=True)
         times.sort()
         median = times[len(times) // 2]
         algbw = elems * 4 / median / 1e9

@@ -2,7 +2,8 @@
 //! `RANK=0 WORLD_SIZE=4 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 CAUSEWAY_DOMAIN=east
 //! causeway-allreduce-bench --sizes 1M,16M --iters 5`. Rank 0 prints one JSON line
 //! per size: median time, algbw and busbw (bytes × 2(n-1)/n / time), the same
-//! fields as `bench/gloo_allreduce.py` prints for PyTorch's Gloo.
+//! fields as `bench/gloo_allreduce.py` prints for PyTorch's Gloo; every rank
+//! prints an `iters` line with its wall-clock call and return times.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -43,31 +44,48 @@ fn main() -> Result<()> {
         let elems = (bytes / 4).max(1);
         let mut buf: Vec<f32> = (0..elems).map(|i| (i % 7) as f32).collect();
         let mut times = Vec::with_capacity(iters);
+        let (mut starts, mut ends) = (Vec::new(), Vec::new());
         for i in 0..warmup + iters {
             comm.barrier().context("barrier")?;
-            let t = Instant::now();
+            let (t, start) = (Instant::now(), unix_ns());
             buf = comm
                 .allreduce_async(buf, ReduceOp::Sum)
                 .wait()
                 .context("allreduce")?;
             if i >= warmup {
                 times.push(t.elapsed().as_secs_f64());
+                starts.push(start);
+                ends.push(unix_ns());
             }
             buf.iter_mut().for_each(|x| *x = 1.0);
         }
+        let in_order = times.clone();
         times.sort_by(f64::total_cmp);
         let median = times.get(times.len() / 2).copied().unwrap_or(f64::NAN);
         let algbw = (elems * 4) as f64 / median / 1e9;
         let busbw = algbw * 2.0 * (n as f64 - 1.0) / n as f64;
+        // Every rank's call and return times on the wall clock: on one machine
+        // (the testbed) the harness can line the ranks up.
+        println!(
+            "{}",
+            json!({"impl": "causeway", "event": "iters", "rank": r, "bytes": elems * 4,
+            "start_unix_ns": starts, "end_unix_ns": ends, "times_s": in_order})
+        );
         if r == 0 {
             println!(
                 "{}",
                 json!({"impl": "causeway", "world": n, "bytes": elems * 4, "dtype": "float32", "iters": iters,
                 "median_s": median, "min_s": times.first(), "max_s": times.last(),
-                "algbw_GBps": algbw, "busbw_GBps": busbw,
+                "algbw_GBps": algbw, "busbw_GBps": busbw, "times_s": in_order,
                 "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))})
             );
         }
     }
     Ok(())
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
