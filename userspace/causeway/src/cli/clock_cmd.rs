@@ -17,7 +17,9 @@ use super::Context;
 pub enum ClockCommand {
     /// Per peer: the estimated clock offset and drift, its error bound, the
     /// timestamp source in use, and every source's estimate side by side.
-    #[command(after_help = "Examples:\n  causeway clock status\n  causeway --netns dc1 clock status --json")]
+    #[command(
+        after_help = "Examples:\n  causeway clock status\n  causeway --netns dc1 clock status --json"
+    )]
     Status(StatusArgs),
 }
 
@@ -55,7 +57,11 @@ fn print_table(r: &AgentReport) {
         r.host_id,
         r.scope,
         if r.kernel_stamps { "on" } else { "off" },
-        if r.session.software_stamps { "on" } else { "off" },
+        if r.session.software_stamps {
+            "on"
+        } else {
+            "off"
+        },
     );
     for i in &r.interfaces {
         println!(
@@ -76,14 +82,22 @@ fn print_table(r: &AgentReport) {
     );
     for p in &r.session.peers {
         if p.sources.is_empty() {
-            println!("{:<14} {:<21} (no estimate yet)", p.name, p.addr.to_string());
+            println!(
+                "{:<14} {:<21} (no estimate yet)",
+                p.name,
+                p.addr.to_string()
+            );
         }
         for (k, s) in p.sources.iter().enumerate() {
             let selected = p.selected.is_some_and(|sel| sel.source == s.source);
             println!(
                 "{:<14} {:<21} {:<16} {:>14.1} {:>10.3} {:>12.1} {:>11.3} {:>8}",
                 if k == 0 { p.name.as_str() } else { "" },
-                if k == 0 { p.addr.to_string() } else { String::new() },
+                if k == 0 {
+                    p.addr.to_string()
+                } else {
+                    String::new()
+                },
                 format!("{}{}", s.source, if selected { " *" } else { "" }),
                 s.offset_ns / 1e3,
                 s.drift_ppm,
