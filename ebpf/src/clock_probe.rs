@@ -45,7 +45,8 @@ pub static CLOCK_COUNTERS: PerCpuArray<ClockStampCounters> = PerCpuArray::with_m
 /// library (no program touches it; it lives here so that it is created and
 /// pinned with the object's other maps).
 #[map(name = "CW_CLK_PEERS")]
-pub static CLOCK_PEERS: HashMap<PeerClockKey, PeerClock> = HashMap::with_max_entries(MAX_CLOCK_PEERS, 0);
+pub static CLOCK_PEERS: HashMap<PeerClockKey, PeerClock> =
+    HashMap::with_max_entries(MAX_CLOCK_PEERS, 0);
 
 const UDP_HLEN: usize = 8;
 /// Largest IPv4 L4 offset: two VLAN tags (22) + a 60-byte header.
@@ -93,7 +94,11 @@ fn host_time(cfg: &ClockStampConfig) -> u64 {
     // SAFETY: a helper without arguments, available to XDP and TC.
     let raw = unsafe { bpf_ktime_get_tai_ns() };
     let negative_dt = raw < cfg.epoch_ns;
-    let dt = if negative_dt { cfg.epoch_ns - raw } else { raw - cfg.epoch_ns };
+    let dt = if negative_dt {
+        cfg.epoch_ns - raw
+    } else {
+        raw - cfg.epoch_ns
+    };
     let ppb = u64::from(cfg.drift_ppb_abs);
     let drift = (dt / 1_000_000_000) * ppb + (dt % 1_000_000_000) * ppb / 1_000_000_000;
     let drift_negative = negative_dt != (cfg.drift_negative != 0);
@@ -192,7 +197,8 @@ pub fn stamp_tc_egress(ctx: &TcContext, frame: &ParsedFrame) {
         return;
     };
     let now = host_time(cfg).to_be_bytes();
-    let flags = u16::from_be_bytes([head[PROBE_OFF_FLAGS], head[PROBE_OFF_FLAGS + 1]]) | (FLAG_KERNEL_T1 << slot);
+    let flags = u16::from_be_bytes([head[PROBE_OFF_FLAGS], head[PROBE_OFF_FLAGS + 1]])
+        | (FLAG_KERNEL_T1 << slot);
     let stored = ctx
         .store(payload + stamp_offset(STAMP_SET_KERNEL, slot), &now, 0)
         .and_then(|()| ctx.store(payload + PROBE_OFF_FLAGS, &flags.to_be_bytes(), 0));
