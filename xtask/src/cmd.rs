@@ -17,7 +17,12 @@ pub fn root() -> PathBuf {
 
 /// Runs `cmd` in the workspace root, echoing it; fails if it fails.
 pub fn run(cmd: &mut Command) -> Result<()> {
-    cmd.current_dir(root());
+    run_in(&root(), cmd)
+}
+
+/// Runs `cmd` in `dir`, echoing it; fails if it fails.
+pub fn run_in(dir: &std::path::Path, cmd: &mut Command) -> Result<()> {
+    cmd.current_dir(dir);
     eprintln!("+ {}", describe(cmd));
     let status = cmd
         .status()
@@ -66,7 +71,7 @@ pub fn cargo_bin(bin: &str, release: bool) -> Command {
 
 /// Whether this process runs as root (`id -u` prints 0).
 pub fn is_root() -> bool {
-    output(&mut Command::new("id").arg("-u")).is_some_and(|uid| uid.trim() == "0")
+    output(Command::new("id").arg("-u")).is_some_and(|uid| uid.trim() == "0")
 }
 
 fn describe(cmd: &Command) -> String {

@@ -1,5 +1,7 @@
 //! The whole test suite, as `.ci/run` and the README run it.
 
+use std::process::Command;
+
 use anyhow::Result;
 use clap::Args;
 
@@ -7,9 +9,9 @@ use crate::{cmd, setup};
 
 #[derive(Args)]
 pub struct TestArgs {
-    /// Also run fmt --check and clippy -D warnings first.
+    /// Skip the fmt --check and clippy -D warnings that run first.
     #[arg(long)]
-    pub lint: bool,
+    pub no_lint: bool,
 }
 
 pub fn run(args: &TestArgs) -> Result<()> {
@@ -17,16 +19,29 @@ pub fn run(args: &TestArgs) -> Result<()> {
     if !cmd::is_root() {
         eprintln!("NOTE: not root: eBPF, namespace and testbed tests will print SKIP and not run");
     }
-    if args.lint {
+    if !args.no_lint {
         lint()?;
     }
     // --no-fail-fast: one failing test binary must not hide the others.
     // Unit tests and the per-crate tests (BPF_PROG_TEST_RUN, differential,
     // collectives on loopback) run with cargo's default parallelism.
-    let crates = cmd::run(cmd::cargo().args(["test", "--no-fail-fast", "--workspace", "--exclude", "causeway-tests"]));
+    let crates = cmd::run(cmd::cargo().args([
+        "test",
+        "--no-fail-fast",
+        "--workspace",
+        "--exclude",
+        "causeway-tests",
+    ]));
     // Namespace and testbed tests measure rates and delays: one at a time, so
     // that they do not steal each other's two cores.
-    let netns = cmd::run(cmd::cargo().args(["test", "--no-fail-fast", "--package", "causeway-tests", "--", "--test-threads=1"]));
+    let netns = cmd::run(cmd::cargo().args([
+        "test",
+        "--no-fail-fast",
+        "--package",
+        "causeway-tests",
+        "--",
+        "--test-threads=1",
+    ]));
     match (crates, netns) {
         (Ok(()), Ok(())) => Ok(()),
         (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
@@ -43,5 +58,20 @@ pub fn lint() -> Result<()> {
         "--",
         "-D",
         "warnings",
-    ]))
+    ]))?;
+    // The eBPF crate is not a workspace member: its own toolchain and target
+    // come from ebpf/rust-toolchain.toml and ebpf/.cargo/config.toml.
+    cmd::run_in(
+        &cmd::root().join("ebpf"),
+        Command::new("rustup").args([
+            "run",
+            "nightly",
+            "cargo",
+            "clippy",
+            "--release",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    )
 }

@@ -159,6 +159,25 @@ impl Testbed {
             .collect()
     }
 
+    /// `causeway policy show` of every WAN port: per class, the configured
+    /// shaping next to the rate measured by the TC program.
+    pub fn policy_show(&self) -> Vec<(String, String)> {
+        self.wan_ports
+            .iter()
+            .filter_map(|port| {
+                let text = cmd::output(cmd::cargo_bin("causeway", true).args([
+                    "--netns",
+                    &port.netns,
+                    "policy",
+                    "show",
+                    "--iface",
+                    &port.iface,
+                ]))?;
+                Some((format!("{}:{}", port.netns, port.iface), text))
+            })
+            .collect()
+    }
+
     /// The emulators' counters, as `causeway-netsim status --json` prints them.
     pub fn emulator_status(&self) -> Option<Value> {
         let text = cmd::output(

@@ -3,8 +3,8 @@
 
 pub mod agent;
 pub mod classifier;
-pub mod datapath;
 pub mod clock;
+pub mod datapath;
 pub mod ebpf_object;
 pub mod policy;
 pub mod shaper;

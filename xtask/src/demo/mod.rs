@@ -87,7 +87,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             .join(", ")
     );
     let policy = cmd::root().join("xtask/src/demo/policy.toml");
-    println!("\n== eBPF: attaching the classifier to the gateways' WAN ports ==");
+    println!("\n== eBPF: attaching the classifier (XDP) and shaper (TC + HTB) to the gateways' WAN ports ==");
     bed.attach(&policy)?;
 
     println!(
@@ -98,6 +98,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let outcome = run_ranks(&bed, args);
     let wall = started.elapsed();
     let stats = bed.stats();
+    let shaping = bed.policy_show();
     let emulator = bed.emulator_status();
     let outcome = outcome?;
     report::print(&report::Inputs {
@@ -106,6 +107,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         outcome: &outcome,
         wall,
         stats: &stats,
+        shaping: &shaping,
         emulator: emulator.as_ref(),
     });
     if !outcome.consistent {

@@ -13,6 +13,7 @@ pub struct Inputs<'a> {
     pub outcome: &'a Outcome,
     pub wall: Duration,
     pub stats: &'a [(String, Value)],
+    pub shaping: &'a [(String, String)],
     pub emulator: Option<&'a Value>,
 }
 
@@ -109,6 +110,13 @@ pub fn print(r: &Inputs) {
                 u["packets"].as_u64().unwrap_or(0),
                 u["bytes"].as_u64().unwrap_or(0)
             );
+        }
+    }
+    println!("\nshaping (TC egress + HTB on the gateways' WAN ports, `causeway policy show`):");
+    for (port, text) in r.shaping {
+        println!("  {port}");
+        for line in text.lines() {
+            println!("    {line}");
         }
     }
     if let Some(em) = r.emulator {

@@ -46,7 +46,12 @@ impl IpPrefix {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => {
-                Self { addr: ip, len: self.len }.masked() == self.addr
+                Self {
+                    addr: ip,
+                    len: self.len,
+                }
+                .masked()
+                    == self.addr
             }
             _ => false,
         }
@@ -59,7 +64,9 @@ impl IpPrefix {
                 IpAddr::V4((u32::from(a) & mask).into())
             }
             IpAddr::V6(a) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.len)).unwrap_or(0);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.len))
+                    .unwrap_or(0);
                 IpAddr::V6((u128::from(a) & mask).into())
             }
         }
@@ -136,31 +143,46 @@ impl RuleSet {
     /// Validates and sorts `rules` by priority.
     pub fn new(mut rules: Vec<Rule>) -> Result<Self, RuleSetError> {
         if rules.len() > MAX_RULES {
-            return Err(RuleSetError::TooManyRules { count: rules.len(), max: MAX_RULES });
+            return Err(RuleSetError::TooManyRules {
+                count: rules.len(),
+                max: MAX_RULES,
+            });
         }
         for rule in &rules {
             if u32::from(rule.class) >= MAX_CLASSES {
-                return Err(RuleSetError::ClassOutOfRange { priority: rule.priority, class: rule.class });
+                return Err(RuleSetError::ClassOutOfRange {
+                    priority: rule.priority,
+                    class: rule.class,
+                });
             }
             if let Some(dscp) = rule.dscp {
                 if dscp > 63 {
-                    return Err(RuleSetError::DscpOutOfRange { priority: rule.priority, dscp });
+                    return Err(RuleSetError::DscpOutOfRange {
+                        priority: rule.priority,
+                        dscp,
+                    });
                 }
             }
             if let (Some(s), Some(d)) = (rule.src, rule.dst) {
                 if s.is_ipv4() != d.is_ipv4() {
-                    return Err(RuleSetError::MixedFamilies { priority: rule.priority });
+                    return Err(RuleSetError::MixedFamilies {
+                        priority: rule.priority,
+                    });
                 }
             }
             if (rule.src_ports.is_some() || rule.dst_ports.is_some())
                 && !matches!(rule.proto, None | Some(6) | Some(17))
             {
-                return Err(RuleSetError::PortsWithoutTransport { priority: rule.priority });
+                return Err(RuleSetError::PortsWithoutTransport {
+                    priority: rule.priority,
+                });
             }
         }
         rules.sort_by_key(|r| r.priority);
         if let Some(w) = rules.windows(2).find(|w| w[0].priority == w[1].priority) {
-            return Err(RuleSetError::DuplicatePriority { priority: w[0].priority });
+            return Err(RuleSetError::DuplicatePriority {
+                priority: w[0].priority,
+            });
         }
         Ok(Self { rules })
     }

@@ -51,16 +51,26 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Policy, PolicyError> {
             None => fail(offset, Problem::LinkShaping(kind)),
             Some(i) => fail(
                 offset,
-                Problem::ClassShaping { index: i + 1, line: line(raw.classes[i].span().start), kind },
+                Problem::ClassShaping {
+                    index: i + 1,
+                    line: line(raw.classes[i].span().start),
+                    kind,
+                },
             ),
         },
     )?;
-    Ok(Policy { classes, rules, shaping })
+    Ok(Policy {
+        classes,
+        rules,
+        shaping,
+    })
 }
 
 /// Class ids in `[[class]]` order (checked by `check_classes`).
 fn classes_in_file_order(raw: &[Spanned<RawClass>]) -> Vec<u8> {
-    raw.iter().map(|c| u8::try_from(*c.get_ref().id.get_ref()).unwrap_or(u8::MAX)).collect()
+    raw.iter()
+        .map(|c| u8::try_from(*c.get_ref().id.get_ref()).unwrap_or(u8::MAX))
+        .collect()
 }
 
 type Failure = (usize, Problem);
