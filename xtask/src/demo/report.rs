@@ -112,11 +112,15 @@ pub fn print(r: &Inputs) {
             );
         }
     }
-    println!("\nshaping (TC egress + HTB on the gateways' WAN ports, `causeway policy show`):");
+    println!("\nshaping (TC egress + HTB on the gateways' WAN ports, `causeway policy show`; MEASURED is the last second, after the sync):");
     for (port, text) in r.shaping {
         println!("  {port}");
-        for line in text.lines() {
-            println!("    {line}");
+        // Only the per-class table (the rules are the demo policy's, shown above).
+        let table = text
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("CLASS"));
+        for line in table.take_while(|l| !l.trim().is_empty()) {
+            println!("    {}", line.trim_start());
         }
     }
     if let Some(em) = r.emulator {
