@@ -6,6 +6,7 @@ pub mod classifier;
 pub mod clock;
 pub mod datapath;
 pub mod ebpf_object;
+mod map_handles;
 pub mod policy;
 pub mod shaper;
 pub mod stats;

@@ -42,6 +42,8 @@ use bpf_maps::classifier::{
     MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
 };
 
+use crate::map_handles::{self, OpenMapError};
+
 use super::{
     compile::{compile, CompiledRuleSet},
     map_writes::{boottime_ns, wait_out_grace_period, write_array, write_lpm, LpmData},
@@ -117,24 +119,14 @@ pub(super) fn map_err(name: &'static str) -> impl FnOnce(MapError) -> Classifier
     move |source| ClassifierMapsError::Map { name, source }
 }
 
-/// Opens a second handle on the map `name` of a loaded object, leaving the
-/// object's own handle in place (so that it can still be pinned or used).
-fn reopen(ebpf: &Ebpf, name: &'static str) -> Result<Map> {
-    let map = ebpf
-        .map(name)
-        .ok_or(ClassifierMapsError::MissingMap { name })?;
-    let data = match map {
-        Map::Array(data) | Map::LpmTrie(data) => data,
-        _ => {
-            return Err(ClassifierMapsError::Map {
-                name,
-                source: MapError::InvalidMapType { map_type: 0 },
-            })
+impl From<OpenMapError> for ClassifierMapsError {
+    fn from(e: OpenMapError) -> Self {
+        match e {
+            OpenMapError::Missing { name } => Self::MissingMap { name },
+            OpenMapError::Pin { path, source, .. } => Self::Pin { path, source },
+            OpenMapError::Map { name, source } => Self::Map { name, source },
         }
-    };
-    let id = data.info().map_err(map_err(name))?.id();
-    let data = MapData::from_id(id).map_err(map_err(name))?;
-    Map::from_map_data(data).map_err(map_err(name))
+    }
 }
 
 /// Opens the map `name` through `get` as the typed map `T`.
@@ -148,17 +140,12 @@ fn typed<T: TryFrom<Map, Error = MapError>>(
 impl ClassifierMaps {
     /// Handles on the classifier maps of a loaded Causeway object.
     pub fn from_ebpf(ebpf: &Ebpf) -> Result<Self> {
-        Self::open(|name| reopen(ebpf, name))
+        Self::open(|name| Ok(map_handles::reopen(ebpf, name)?))
     }
 
     /// Handles on classifier maps pinned as `<dir>/<MAP_NAME>`.
     pub fn from_pin_dir(dir: &Path) -> Result<Self> {
-        Self::open(|name| {
-            let path = dir.join(name);
-            let data = MapData::from_pin(&path)
-                .map_err(|source| ClassifierMapsError::Pin { path, source })?;
-            Map::from_map_data(data).map_err(map_err(name))
-        })
+        Self::open(|name| Ok(map_handles::open_pinned(dir, name)?))
     }
 
     fn open(mut get: impl FnMut(&'static str) -> Result<Map>) -> Result<Self> {

@@ -10,6 +10,8 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, MapError, PerCpuArray},
     Ebpf,
 };
+
+use crate::map_handles::{self, OpenMapError};
 use bpf_maps::clock::{
     ClockStampConfig, ClockStampCounters, PeerClock, PeerClockKey, MAP_CLOCK_CONFIG,
     MAP_CLOCK_COUNTERS, MAP_CLOCK_PEERS,
@@ -34,6 +36,16 @@ pub enum ClockMapsError {
     },
 }
 
+impl From<OpenMapError> for ClockMapsError {
+    fn from(e: OpenMapError) -> Self {
+        match e {
+            OpenMapError::Missing { name } => Self::Missing { name },
+            OpenMapError::Pin { path, source, .. } => Self::Pin { path, source },
+            OpenMapError::Map { name, source } => Self::Map { name, source },
+        }
+    }
+}
+
 fn err(name: &'static str) -> impl Fn(MapError) -> ClockMapsError {
     move |source| ClockMapsError::Map { name, source }
 }
@@ -48,19 +60,7 @@ pub struct ClockMaps {
 impl ClockMaps {
     /// Second handles on the maps of a loaded object.
     pub fn from_ebpf(ebpf: &Ebpf) -> Result<Self, ClockMapsError> {
-        let reopen = |name: &'static str| {
-            let map = ebpf.map(name).ok_or(ClockMapsError::Missing { name })?;
-            let (Map::Array(data) | Map::PerCpuArray(data) | Map::HashMap(data)) = map else {
-                return Err(ClockMapsError::Map {
-                    name,
-                    source: MapError::InvalidMapType { map_type: 0 },
-                });
-            };
-            let id = data.info().map_err(err(name))?.id();
-            MapData::from_id(id)
-                .and_then(Map::from_map_data)
-                .map_err(err(name))
-        };
+        let reopen = |name| map_handles::reopen(ebpf, name);
         Self::from_maps(
             reopen(MAP_CLOCK_CONFIG)?,
             reopen(MAP_CLOCK_COUNTERS)?,
@@ -70,12 +70,7 @@ impl ClockMaps {
 
     /// The maps pinned in `dir` under their own names.
     pub fn from_pins(dir: &Path) -> Result<Self, ClockMapsError> {
-        let open = |name: &'static str| {
-            let path = dir.join(name);
-            MapData::from_pin(&path)
-                .and_then(Map::from_map_data)
-                .map_err(|source| ClockMapsError::Pin { path, source })
-        };
+        let open = |name| map_handles::open_pinned(dir, name);
         Self::from_maps(
             open(MAP_CLOCK_CONFIG)?,
             open(MAP_CLOCK_COUNTERS)?,

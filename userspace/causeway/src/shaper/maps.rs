@@ -17,6 +17,7 @@ use bpf_maps::{
 };
 
 use super::config::ShapingTable;
+use crate::map_handles::{self, OpenMapError};
 
 /// A map operation that failed, and on which map.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +30,18 @@ pub enum ShaperMapError {
         #[source]
         source: MapError,
     },
+}
+
+impl From<OpenMapError> for ShaperMapError {
+    fn from(e: OpenMapError) -> Self {
+        match e {
+            OpenMapError::Missing { name } => Self::Missing { name },
+            // The shaper reports a failed pin like any other map error.
+            OpenMapError::Pin { name, source, .. } | OpenMapError::Map { name, source } => {
+                Self::Map { name, source }
+            }
+        }
+    }
 }
 
 fn err(name: &'static str) -> impl FnOnce(MapError) -> ShaperMapError {
@@ -57,19 +70,7 @@ impl ShaperMaps {
     /// Opens second handles on the maps of a loaded object (the object
     /// keeps its own, so that it can still pin them).
     pub fn from_ebpf(ebpf: &Ebpf) -> Result<Self, ShaperMapError> {
-        let reopen = |name: &'static str| {
-            let map = ebpf.map(name).ok_or(ShaperMapError::Missing { name })?;
-            let (Map::Array(data) | Map::PerCpuArray(data)) = map else {
-                return Err(ShaperMapError::Map {
-                    name,
-                    source: MapError::InvalidMapType { map_type: 0 },
-                });
-            };
-            let id = data.info().map_err(err(name))?.id();
-            MapData::from_id(id)
-                .and_then(Map::from_map_data)
-                .map_err(err(name))
-        };
+        let reopen = |name| map_handles::reopen(ebpf, name);
         Self::from_maps(
             reopen(MAP_EGRESS_CONTROL)?,
             reopen(MAP_EGRESS_CLASSES)?,
@@ -80,11 +81,7 @@ impl ShaperMaps {
 
     /// Opens the maps pinned in `dir` under their own names.
     pub fn from_pins(dir: &Path) -> Result<Self, ShaperMapError> {
-        let open = |name: &'static str| {
-            MapData::from_pin(dir.join(name))
-                .and_then(Map::from_map_data)
-                .map_err(err(name))
-        };
+        let open = |name| map_handles::open_pinned(dir, name);
         Self::from_maps(
             open(MAP_EGRESS_CONTROL)?,
             open(MAP_EGRESS_CLASSES)?,
