@@ -4,3 +4,4 @@ pub mod causeway_cli;
 pub mod clock_agent;
 pub mod netns;
 pub mod netsim_support;
+pub mod shaper_net;

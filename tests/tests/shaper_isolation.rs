@@ -3,13 +3,11 @@
 //! idle p99. The same measurement with Causeway detached (the same rate
 //! limit as one plain HTB class, no classes) is printed beside it.
 
-mod shaper_common;
-
 use std::{process::Command, time::Duration};
 
 use causeway::shaper::OverAction;
 use causeway_tests::netns::VethLink;
-use shaper_common::*;
+use causeway_tests::shaper_net::*;
 
 const LINK_BITS: u64 = 100_000_000;
 const PROBES: usize = 1500;
@@ -39,15 +37,27 @@ const ROUNDS: usize = 3;
 
 /// (idle p99, loaded p99) in µs of control probes over `link`.
 fn p99_idle_and_loaded(link: &VethLink) -> (f64, f64) {
-    let _echo = EchoServer::start(&link.b, &link.b_addr);
+    let _echo = EchoServer::start(&link.b, &link.b_addr, Sched::Normal);
     let per_round = PROBES / ROUNDS;
     let (mut idle, mut loaded) = (Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
-        idle.extend(probe_rtts(&link.a, &link.b_addr, per_round, GAP));
+        idle.extend(probe_rtts(
+            &link.a,
+            &link.b_addr,
+            per_round,
+            GAP,
+            Sched::Normal,
+        ));
         let _server = Iperf3Server::start(&link.b);
         let client = iperf3_client(&link.a, &link.b_addr, 4);
         std::thread::sleep(Duration::from_millis(1500));
-        loaded.extend(probe_rtts(&link.a, &link.b_addr, per_round, GAP));
+        loaded.extend(probe_rtts(
+            &link.a,
+            &link.b_addr,
+            per_round,
+            GAP,
+            Sched::Normal,
+        ));
         let out = client.wait_with_output().expect("iperf3 client");
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("iperf3 JSON");
         let goodput = report["end"]["sum_received"]["bits_per_second"]

@@ -3,15 +3,13 @@
 //! refused changes (unknown class, zero or absurd rate, burst below one
 //! frame, class without shaping) change nothing.
 
-mod shaper_common;
-
 use std::time::{Duration, Instant};
 
+use causeway_tests::shaper_net::*;
 use causeway_tests::{
     causeway_cli::{causeway, causeway_ok, Attachment},
     netns::VethLink,
 };
-use shaper_common::*;
 
 const POLICY: &str = r#"
 [shaping]

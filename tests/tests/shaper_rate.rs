@@ -6,13 +6,11 @@
 //! configured rate. HTB's own count of what it sent is printed beside it.
 //! The flow runs with ECN, the bulk class's over-limit action.
 
-mod shaper_common;
-
 use std::time::Duration;
 
 use causeway::shaper::OverAction;
 use causeway_tests::netns::VethLink;
-use shaper_common::*;
+use causeway_tests::shaper_net::*;
 
 fn classes(rate: u64, over: OverAction, police: bool) -> Vec<ClassSpec> {
     let burst = causeway::policy::shaping::default_burst(rate);

@@ -33,7 +33,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     setup::run(setup::Mode::Install)?;
     match args.which {
         Which::Classifier => cargo_bench("causeway", "classifier", &args.args),
-        Which::Shaper => cargo_bench("causeway", "shaper", &args.args),
+        Which::Shaper => cargo_bench("causeway-tests", "shaper", &args.args),
         Which::Clock => cargo_bench("causeway-tests", "clock", &args.args),
         Which::Allreduce => crate::bench_allreduce::run(&args.args),
         Which::Netsim => {

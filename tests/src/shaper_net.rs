@@ -1,8 +1,8 @@
-//! Shared by the `shaper_*` tests: a veth link whose A side runs the TC
-//! egress program (loaded and attached by this process through aya, TCX)
-//! with Causeway's HTB hierarchy, plus traffic tools (iperf3, a UDP
-//! echo-based RTT probe). Everything is torn down on drop.
-#![allow(dead_code)]
+//! Shared by the `shaper_*` tests and the shaper benchmark: a veth link
+//! whose A side runs the TC egress program (loaded and attached by this
+//! process through aya, TCX) with Causeway's HTB hierarchy, plus traffic
+//! tools (iperf3, a UDP echo-based RTT probe). Everything is torn down on
+//! drop.
 
 use std::{
     fs::File,
@@ -11,6 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::netns::{Netns, VethLink};
 use aya::{
     programs::{tc::TcAttachType, SchedClassifier},
     Ebpf,
@@ -22,7 +23,6 @@ use causeway::{
         BucketParams, ClassShaping, OverAction, ShaperMaps, ShapingTable,
     },
 };
-use causeway_tests::netns::{Netns, VethLink};
 use nix::sched::{setns, CloneFlags};
 
 pub const DEFAULT: u8 = 0;
@@ -33,6 +33,35 @@ pub const BULK_PORT: u16 = 5201;
 /// UDP echo port: the control class.
 pub const CONTROL_PORT: u16 = 7007;
 const FRAME: u64 = 1514;
+
+/// How the threads of the RTT prober and the echo server are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sched {
+    /// The default policy.
+    Normal,
+    /// SCHED_FIFO (see [`make_realtime`]).
+    Realtime,
+}
+
+impl Sched {
+    fn apply(self) {
+        if self == Sched::Realtime {
+            make_realtime();
+        }
+    }
+}
+
+/// Enters the network namespace `ns` on the calling thread.
+fn enter(ns: &Netns) -> impl FnOnce() {
+    let path = format!("/run/netns/{}", ns.name());
+    move || {
+        setns(
+            File::open(&path).expect("open netns"),
+            CloneFlags::CLONE_NEWNET,
+        )
+        .expect("setns");
+    }
+}
 
 /// The rules every shaper test uses: iperf3 → bulk, echo → control.
 pub fn rules() -> RuleSet {
@@ -72,13 +101,12 @@ impl Drop for Shaped {
 
 /// Loads the object and attaches `causeway_tc_egress` to `iface` in `ns`.
 pub fn attach(ns: &Netns, iface: &str) -> Shaped {
-    let path = format!("/run/netns/{}", ns.name());
+    let enter_ns = enter(ns);
     let iface_owned = iface.to_string();
     // Attach from a thread inside the namespace (interface names resolve
     // there); the link keeps working after the thread is gone.
     let ebpf = std::thread::spawn(move || {
-        let file = File::open(&path).expect("open netns");
-        setns(file, CloneFlags::CLONE_NEWNET).expect("setns");
+        enter_ns();
         let mut ebpf = Ebpf::load(causeway::ebpf_object::EBPF_OBJECT).expect("load object");
         let prog: &mut SchedClassifier = ebpf
             .program_mut("causeway_tc_egress")
@@ -210,6 +238,12 @@ impl Drop for Iperf3Server {
 
 /// Starts an iperf3 TCP client in `ns` to `server` for `secs` seconds.
 pub fn iperf3_client(ns: &Netns, server: &str, secs: u32) -> Child {
+    iperf3_client_omitting(ns, server, secs, 0)
+}
+
+/// Like [`iperf3_client`], after `omit` seconds not counted in the report
+/// (`iperf3 -O`).
+pub fn iperf3_client_omitting(ns: &Netns, server: &str, secs: u32, omit: u32) -> Child {
     Command::new("ip")
         .args([
             "netns",
@@ -221,7 +255,8 @@ pub fn iperf3_client(ns: &Netns, server: &str, secs: u32) -> Child {
             "-p",
             &BULK_PORT.to_string(),
         ])
-        .args(["-t", &secs.to_string(), "-J", "--connect-timeout", "3000"])
+        .args(["-t", &secs.to_string(), "-O", &omit.to_string(), "-J"])
+        .args(["--connect-timeout", "3000"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -239,25 +274,23 @@ pub fn measure_rate(link: &VethLink, class: u8, warmup: Duration, window: Durati
 }
 
 /// A UDP echo server on `CONTROL_PORT` in `ns`, running on a thread that
-/// entered the namespace; stops when dropped (its socket times out).
+/// entered the namespace, scheduled as `sched`; stops when dropped (its
+/// socket times out).
 pub struct EchoServer {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl EchoServer {
-    pub fn start(ns: &Netns, addr: &str) -> Self {
-        let path = format!("/run/netns/{}", ns.name());
+    pub fn start(ns: &Netns, addr: &str, sched: Sched) -> Self {
+        let enter_ns = enter(ns);
         let bind = format!("{addr}:{CONTROL_PORT}");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
-            setns(
-                File::open(&path).expect("open netns"),
-                CloneFlags::CLONE_NEWNET,
-            )
-            .expect("setns");
+            enter_ns();
+            sched.apply();
             let sock = UdpSocket::bind(&bind).expect("bind echo");
             sock.set_read_timeout(Some(Duration::from_millis(100)))
                 .expect("timeout");
@@ -286,17 +319,15 @@ impl Drop for EchoServer {
     }
 }
 
-/// Sends `count` 64-byte probes from `ns` to the echo server, one every
-/// `gap`, and returns the RTTs of those answered, in µs.
-pub fn probe_rtts(ns: &Netns, server: &str, count: usize, gap: Duration) -> Vec<f64> {
-    let path = format!("/run/netns/{}", ns.name());
+/// Sends `count` probes from `ns` to the echo server, one every `gap`,
+/// from a thread scheduled as `sched`, and returns the RTTs of those
+/// answered, in µs.
+pub fn probe_rtts(ns: &Netns, server: &str, count: usize, gap: Duration, sched: Sched) -> Vec<f64> {
+    let enter_ns = enter(ns);
     let target = format!("{server}:{CONTROL_PORT}");
     std::thread::spawn(move || {
-        setns(
-            File::open(&path).expect("open netns"),
-            CloneFlags::CLONE_NEWNET,
-        )
-        .expect("setns");
+        enter_ns();
+        sched.apply();
         let sock = UdpSocket::bind("0.0.0.0:0").expect("bind probe");
         sock.set_read_timeout(Some(Duration::from_millis(500)))
             .expect("timeout");
@@ -342,7 +373,7 @@ pub fn quantile(samples: &mut [f64], q: f64) -> f64 {
 }
 
 pub fn skip_unless_root() -> bool {
-    if causeway_tests::netns::is_root() {
+    if crate::netns::is_root() {
         return false;
     }
     eprintln!("SKIP: shaper netns tests need root");

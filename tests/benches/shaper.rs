@@ -12,12 +12,12 @@
 //!    saturating bulk flow, with Causeway attached and detached (the same
 //!    rate as one plain HTB class).
 //!
-//! Run: `cargo bench -p causeway --bench shaper`. `CAUSEWAY_BENCH_REPEAT`
+//! Run: `cargo bench -p causeway-tests --bench shaper`. `CAUSEWAY_BENCH_REPEAT`
 //! overrides the TestRun repeat count (default 1,000,000);
 //! `CAUSEWAY_BENCH_ONLY=cost|accuracy|isolation` runs one part.
 
-#[path = "shaper_net/mod.rs"]
-mod shaper_net;
+#[path = "shaper_traffic/mod.rs"]
+mod shaper_traffic;
 
 use aya::{
     programs::{SchedClassifier, TestRun, TestRunOptions},
@@ -50,10 +50,10 @@ fn main() {
         cost();
     }
     if part("accuracy") {
-        shaper_net::accuracy();
+        shaper_traffic::accuracy();
     }
     if part("isolation") {
-        shaper_net::isolation();
+        shaper_traffic::isolation();
     }
 }
 
