@@ -78,7 +78,20 @@ async fn ipv4_loopback_sessions_estimate_a_synthetic_offset() {
             "{:?}: error {err} ns beyond its bound",
             s.source
         );
-        assert!(err < 200_000.0, "{:?}: error {err} ns", s.source);
+        // Kernel software stamps (SO_TIMESTAMPING) do not see the scheduler;
+        // userspace stamps do, by design, and this test shares two cores with
+        // the rest of the suite: for them the honest bound above is the check,
+        // plus a sanity limit an order of magnitude wider.
+        let limit = if s.source == Source::Userspace {
+            2_000_000.0
+        } else {
+            200_000.0
+        };
+        assert!(
+            err < limit,
+            "{:?}: error {err} ns (limit {limit} ns)",
+            s.source
+        );
     }
     assert_eq!(
         st.ignored.malformed + st.ignored.unknown_peer + st.io_errors,
