@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch Gloo allreduce worker: the reference that causeway-allreduce-bench is
 compared with. Run one per rank with torchrun's variables (RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT), e.g. through bench/run_testbed.sh:
-
-    bench/run_testbed.sh TAG 29500 python3 bench/gloo_allreduce.py --sizes 1M,16M --iters 5
+MASTER_ADDR, MASTER_PORT); `cargo xtask bench allreduce` runs it on the
+two-domain testbed beside causeway-allreduce-bench (xtask/src/bench_allreduce.rs).
 
 Rank 0 prints one JSON line per size with the same fields as the Rust benchmark:
 median time, algbw and busbw (bytes x 2(n-1)/n / time), in GB/s. Every rank
