@@ -12,10 +12,7 @@
 //! Rank 0's own view depends on how far apart the preceding barrier let the
 //! ranks go, which is up to a one-way WAN delay either way.
 
-use std::{
-    path::Path,
-    process::{Command, Stdio},
-};
+use std::{path::Path, process::Command};
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -92,24 +89,13 @@ fn gloo_command(python: &Path, script: &Path) -> Command {
 
 /// Runs one rank per host; returns rank 0's JSON lines with a `bytes` field.
 fn run_world(bed: &Testbed, command: impl Fn(usize) -> Command) -> Result<Vec<Value>> {
-    let world = bed.hosts.len();
     let mut children = Vec::new();
-    for (rank, host) in bed.hosts.iter().enumerate() {
+    for rank in 0..bed.hosts.len() {
         let inner = command(rank);
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &host.netns])
-            .arg(inner.get_program())
-            .args(inner.get_args());
-        c.env("RANK", rank.to_string())
-            .env("LOCAL_RANK", "0")
-            .env("WORLD_SIZE", world.to_string())
-            .env("MASTER_ADDR", &bed.hosts[0].ip)
-            .env("MASTER_PORT", MASTER_PORT)
-            .env("CAUSEWAY_DOMAIN", format!("d{}", host.domain))
+        let mut c = bed.rank_command(rank, MASTER_PORT, std::path::Path::new(inner.get_program()));
+        c.args(inner.get_args())
             .env("GLOO_SOCKET_IFNAME", "eth0")
-            .env("OMP_NUM_THREADS", "1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .env("OMP_NUM_THREADS", "1");
         children.push(c.spawn().with_context(|| format!("starting rank {rank}"))?);
     }
     let mut summaries = Vec::new();

@@ -119,6 +119,30 @@ impl Testbed {
         })
     }
 
+    /// A command that runs `program` as rank `rank` (one rank per host, in
+    /// host order) inside that host's namespace, with torchrun's variables
+    /// and the host's domain; stdout and stderr piped.
+    pub fn rank_command(
+        &self,
+        rank: usize,
+        master_port: &str,
+        program: &std::path::Path,
+    ) -> Command {
+        let host = &self.hosts[rank];
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &host.netns])
+            .arg(program)
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", "0")
+            .env("WORLD_SIZE", self.hosts.len().to_string())
+            .env("MASTER_ADDR", &self.hosts[0].ip)
+            .env("MASTER_PORT", master_port)
+            .env("CAUSEWAY_DOMAIN", format!("d{}", host.domain))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    }
+
     /// Attaches the classifier to every gateway WAN port with `policy`.
     pub fn attach(&self, policy: &std::path::Path) -> Result<()> {
         for port in &self.wan_ports {

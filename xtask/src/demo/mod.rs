@@ -16,7 +16,7 @@ mod report;
 
 use std::{
     io::{BufRead, BufReader, IsTerminal},
-    process::{Child, Command, Stdio},
+    process::Child,
     time::Instant,
 };
 
@@ -128,12 +128,10 @@ pub struct Outcome {
 fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs) -> Result<Outcome> {
     let exe = cmd::root().join("target/release/examples/gradient_sync");
     let world = bed.hosts.len();
-    let master = &bed.hosts[0].ip;
     let mut children: Vec<Child> = Vec::new();
     for (rank, host) in bed.hosts.iter().enumerate() {
-        let child = Command::new("ip")
-            .args(["netns", "exec", &host.netns])
-            .arg(&exe)
+        let child = bed
+            .rank_command(rank, MASTER_PORT, &exe)
             .args([
                 "--mib",
                 &args.mib.to_string(),
@@ -146,15 +144,7 @@ fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs) -> Result<Outcome> {
                 "--compute-ms",
                 &args.compute_ms.to_string(),
             ])
-            .env("RANK", rank.to_string())
-            .env("LOCAL_RANK", "0")
-            .env("WORLD_SIZE", world.to_string())
-            .env("MASTER_ADDR", master)
-            .env("MASTER_PORT", MASTER_PORT)
-            .env("CAUSEWAY_DOMAIN", format!("d{}", host.domain))
             .env("CAUSEWAY_TIMEOUT_MS", "30000")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting rank {rank} in {}", host.netns))?;
         children.push(child);
