@@ -44,29 +44,7 @@ fn achieved(rate: u64, over: OverAction, police: bool) -> (f64, f64) {
     configure(&mut shaped, rate, &classes(rate, over, police));
     let _server = Iperf3Server::start(&link.b);
     // 2 s omitted (slow start, queue build-up), then 5 s measured.
-    let client = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            link.a.name(),
-            "iperf3",
-            "-c",
-            &link.b_addr,
-            "-p",
-        ])
-        .args([
-            BULK_PORT.to_string().as_str(),
-            "-t",
-            "5",
-            "-O",
-            "2",
-            "-J",
-            "--connect-timeout",
-            "3000",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("start iperf3 -c");
+    let client = iperf3_client_omitting(&link.a, &link.b_addr, 5, 2);
     let measured = measure_rate(&link, BULK, Duration::from_secs(2), Duration::from_secs(4));
     let out = client.wait_with_output().expect("iperf3 client");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("iperf3 JSON");
@@ -108,27 +86,8 @@ fn plain_htb(rate: u64) -> f64 {
         assert!(status.success(), "tc {args:?}");
     }
     let _server = Iperf3Server::start(&link.b);
-    let out = std::process::Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            link.a.name(),
-            "iperf3",
-            "-c",
-            &link.b_addr,
-            "-p",
-        ])
-        .args([
-            BULK_PORT.to_string().as_str(),
-            "-t",
-            "5",
-            "-O",
-            "2",
-            "-J",
-            "--connect-timeout",
-            "3000",
-        ])
-        .output()
+    let out = iperf3_client_omitting(&link.a, &link.b_addr, 5, 2)
+        .wait_with_output()
         .expect("iperf3 -c");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("iperf3 JSON");
     report["end"]["sum_received"]["bits_per_second"]

@@ -12,7 +12,7 @@ mod table;
 
 use std::path::Path;
 
-use anyhow::{Context as _, Result};
+use anyhow::{bail, Context as _, Result};
 use clap::Parser as _;
 
 use causeway::datapath::{netns, Layout, NetnsScope};
@@ -27,6 +27,29 @@ pub struct Context {
     /// `--netns` named a namespace that no longer exists: the command works
     /// on its pins only and must not touch interfaces (of this namespace).
     pub netns_gone: bool,
+}
+
+impl Context {
+    /// The interfaces a command addresses: `iface`, or every attached one in
+    /// the namespace.
+    pub fn targets(&self, iface: Option<&str>) -> Result<Vec<String>> {
+        if let Some(iface) = iface {
+            return Ok(vec![iface.to_string()]);
+        }
+        let all: Vec<String> = self
+            .layout
+            .attachments(Some(&self.scope))?
+            .into_iter()
+            .map(|(_, iface)| iface)
+            .collect();
+        if all.is_empty() {
+            bail!(
+                "no interface is attached in the {}; attach one first (causeway attach --iface IF)",
+                self.scope
+            );
+        }
+        Ok(all)
+    }
 }
 
 /// Runs the command line of this process.

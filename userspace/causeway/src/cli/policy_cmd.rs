@@ -69,32 +69,11 @@ pub fn run(ctx: &Context, command: PolicyCommand) -> Result<()> {
     }
 }
 
-/// The interfaces a command addresses: `iface`, or every attached one in
-/// the namespace.
-fn targets(ctx: &Context, iface: Option<&str>) -> Result<Vec<String>> {
-    if let Some(iface) = iface {
-        return Ok(vec![iface.to_string()]);
-    }
-    let all: Vec<String> = ctx
-        .layout
-        .attachments(Some(&ctx.scope))?
-        .into_iter()
-        .map(|(_, iface)| iface)
-        .collect();
-    if all.is_empty() {
-        bail!(
-            "no interface is attached in the {}; attach one first (causeway attach --iface IF)",
-            ctx.scope
-        );
-    }
-    Ok(all)
-}
-
 /// Validates the file, checks that every target is live, then applies.
 fn apply(ctx: &Context, iface: Option<&str>, file: &Path) -> Result<()> {
     let loaded = load(file)?;
     let _lock = state::StateLock::acquire(&ctx.layout.lock_file())?;
-    let targets = targets(ctx, iface)?;
+    let targets = ctx.targets(iface)?;
     let mut live = Vec::new();
     for iface in &targets {
         let paths = ctx.layout.iface(&ctx.scope, iface)?;
@@ -130,7 +109,7 @@ fn apply(ctx: &Context, iface: Option<&str>, file: &Path) -> Result<()> {
 }
 
 fn show(ctx: &Context, iface: Option<&str>) -> Result<()> {
-    for iface in targets(ctx, iface)? {
+    for iface in ctx.targets(iface)? {
         let paths = ctx.layout.iface(&ctx.scope, &iface)?;
         if !paths.pin_dir.exists() {
             bail!("{iface} is not attached in the {}", ctx.scope);

@@ -152,18 +152,7 @@ pub fn set_rate(ctx: &Context, args: &SetRateArgs) -> Result<()> {
         .transpose()
         .map_err(anyhow::Error::msg)?;
     let _lock = state::StateLock::acquire(&ctx.layout.lock_file())?;
-    let targets: Vec<String> = match &args.iface {
-        Some(i) => vec![i.clone()],
-        None => ctx
-            .layout
-            .attachments(Some(&ctx.scope))?
-            .into_iter()
-            .map(|(_, i)| i)
-            .collect(),
-    };
-    if targets.is_empty() {
-        bail!("no interface is attached in the {}", ctx.scope);
-    }
+    let targets = ctx.targets(args.iface.as_deref())?;
     let mut plans = Vec::new();
     for iface in &targets {
         let live = load_live(ctx, iface)?;

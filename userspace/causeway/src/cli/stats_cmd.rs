@@ -46,18 +46,7 @@ pub fn run(ctx: &Context, args: &StatsArgs) -> Result<()> {
 }
 
 fn collect(ctx: &Context, iface: Option<&str>) -> Result<Vec<InterfaceStats>> {
-    let ifaces: Vec<String> = match iface {
-        Some(i) => vec![i.to_string()],
-        None => ctx
-            .layout
-            .attachments(Some(&ctx.scope))?
-            .into_iter()
-            .map(|(_, i)| i)
-            .collect(),
-    };
-    if ifaces.is_empty() {
-        bail!("no interface is attached in the {}", ctx.scope);
-    }
+    let ifaces = ctx.targets(iface)?;
     ifaces
         .iter()
         .map(|i| {
