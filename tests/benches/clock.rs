@@ -9,7 +9,11 @@
 //! Part 1 drives the estimator on the virtual network of
 //! `causeway::clock::sim` (8 seeds × 120 s, probes every 100 ms, measured
 //! after the first 100 probes; remote clock +20 ms, +50 ppm). Part 2 runs
-//! two `causeway agent`s on the netsim testbed (needs root).
+//! two `causeway agent`s on the netsim testbed (needs root) and, on the same
+//! link at the same time, chrony as an outside reference: `chronyd -x` in
+//! both hosts (never adjusting the host clock; installed from apt when
+//! missing, service starts denied), measured over the same window — see
+//! `causeway_tests::chrony` for what its error is.
 
 use std::time::Duration;
 
@@ -18,7 +22,10 @@ use causeway::clock::{
     Estimator, EstimatorConfig,
 };
 use causeway_netsim::{params::ParamsPatch, Profile, Testbed};
-use causeway_tests::clock_agent::{measure_pair, quantile};
+use causeway_tests::{
+    chrony::{self, ChronyError, ChronyErrors, ChronyPair, PairSpec, Programs},
+    clock_agent::{measure_pair, quantile},
+};
 
 const MS: f64 = 1e6;
 const INTERVAL_NS: f64 = 100.0 * MS;
@@ -101,9 +108,14 @@ fn run_virtual() {
     }
 }
 
+/// Our agents' relative drift (B +70 ppm against A −30 ppm): chrony's
+/// client starts with the same frequency error to find.
+const CHRONY_FREQ_ERROR_PPM: f64 = 100.0;
+
 fn run_testbed() {
     let warmup = Duration::from_secs(10);
     let measure = Duration::from_secs(30);
+    let chrony = chrony::ensure_installed();
     println!("| testbed profile | source | n | p50 µs | p99 µs | max µs | within bound | fit-only p99 µs |");
     println!("|---|---|---|---|---|---|---|---|");
     for (name, profile, jitter) in [
@@ -127,7 +139,24 @@ fn run_testbed() {
             )
             .expect("set jitter");
         }
-        for (source, e) in measure_pair(&tb, name, warmup, measure) {
+        let pair = chrony
+            .as_ref()
+            .map_err(ChronyError::to_string)
+            .and_then(|programs| start_chrony(&tb, programs).map_err(|e| e.to_string()));
+        let (errors, chrony_errors) = match &pair {
+            Ok(pair) => {
+                let (errors, c) = chrony::measure_alongside(pair, measure, || {
+                    measure_pair(&tb, name, warmup, measure)
+                });
+                match pair.client_log() {
+                    Ok(log) => eprintln!("{name}: chrony client {log:?}"),
+                    Err(e) => eprintln!("{name}: chrony client log: {e}"),
+                }
+                (errors, Ok(c))
+            }
+            Err(e) => (measure_pair(&tb, name, warmup, measure), Err(e.clone())),
+        };
+        for (source, e) in errors {
             println!(
                 "| {name} | {source} | {} | {:.1} | {:.1} | {:.1} | {:.1} % | {:.1} |",
                 e.abs.len(),
@@ -138,7 +167,58 @@ fn run_testbed() {
                 quantile(&e.fit_abs, 0.99) / 1e3,
             );
         }
+        println!("{}", chrony_row(name, chrony_errors));
+        drop(pair);
     }
+    let adjusting = chrony::clock_adjusting_chronyds();
+    if !adjusting.is_empty() {
+        eprintln!("WARNING: chronyd processes that may adjust the host clock: {adjusting:?}");
+    }
+}
+
+fn start_chrony(tb: &Testbed, programs: &Programs) -> Result<ChronyPair, ChronyError> {
+    let (client, server) = (tb.host(0, 0), tb.host(1, 0));
+    ChronyPair::start(
+        programs,
+        &PairSpec {
+            server_netns: &server.netns,
+            server_ip: server.ip,
+            client_netns: &client.netns,
+            client_freq_error_ppm: CHRONY_FREQ_ERROR_PPM,
+        },
+    )
+}
+
+fn chrony_row(name: &str, errors: Result<ChronyErrors, String>) -> String {
+    let unavailable = |why: String| {
+        format!("| {name} | chrony reference: unavailable: {why} | – | – | – | – | – | – |")
+    };
+    let e = match errors {
+        Ok(e) if !e.abs.is_empty() => e,
+        Ok(e) => {
+            return unavailable(format!(
+                "not synchronised in the window ({} polls unsynchronised, {} failed{})",
+                e.unsynchronised,
+                e.failed,
+                e.last_failure.map(|f| format!(": {f}")).unwrap_or_default()
+            ))
+        }
+        Err(why) => return unavailable(why),
+    };
+    if e.unsynchronised + e.failed > 0 {
+        eprintln!(
+            "{name}: chrony unsynchronised at {} polls, chronyc failed at {} ({:?})",
+            e.unsynchronised, e.failed, e.last_failure
+        );
+    }
+    format!(
+        "| {name} | chrony (chronyd -x) | {} | {:.1} | {:.1} | {:.1} | {:.1} % | – |",
+        e.abs.len(),
+        quantile(&e.abs, 0.5) / 1e3,
+        quantile(&e.abs, 0.99) / 1e3,
+        quantile(&e.abs, 1.0) / 1e3,
+        100.0 * e.within_bound as f64 / e.abs.len() as f64,
+    )
 }
 
 fn main() {
