@@ -32,6 +32,12 @@ impl Dir {
     }
 }
 
+/// Default spin window before a departure: above this machine's typical
+/// SCHED_FIFO wake-up lateness (≈90 µs).
+pub const DEFAULT_SPIN_NS: u64 = 200_000;
+/// Default share of one core a direction may spend spinning.
+pub const DEFAULT_SPIN_SHARE: f64 = 0.02;
+
 /// What the emulator needs to run.
 #[derive(Debug, Clone)]
 pub struct EmulatorConfig {
@@ -43,9 +49,12 @@ pub struct EmulatorConfig {
     pub b_to_a: LinkParams,
     /// Seed of the loss/jitter/reorder generators (each direction derives its own).
     pub seed: u64,
-    /// Busy-wait this long before a departure instead of sleeping (sleep wake-ups
-    /// are late by tens of µs; spinning is exact but burns CPU).
+    /// Wake this long before a departure and busy-wait up to it (sleep wake-ups
+    /// are late by tens of µs; spinning is exact but burns CPU)...
     pub spin_ns: u64,
+    /// ...within this share of one core per direction (0.0–1.0): see
+    /// [`SpinBudget`](crate::spin_budget::SpinBudget).
+    pub spin_share: f64,
     /// Turn off GRO/GSO/TSO/checksum offloads on both interfaces at start.
     pub disable_offloads: bool,
     /// Run the direction threads under SCHED_FIFO at this priority (None: normal
@@ -62,7 +71,8 @@ impl EmulatorConfig {
             a_to_b: params,
             b_to_a: params,
             seed: 1,
-            spin_ns: 0,
+            spin_ns: DEFAULT_SPIN_NS,
+            spin_share: DEFAULT_SPIN_SHARE,
             disable_offloads: true,
             realtime_priority: Some(10),
         }
@@ -262,7 +272,7 @@ fn direction_thread(cfg: EmulatorConfig, index: usize, shared: Arc<Shared>, read
     let core: LinkCore<Box<[u8]>> = LinkCore::new(params, seed);
     let result = io.run(
         core,
-        cfg.spin_ns,
+        crate::spin_budget::SpinBudget::new(cfg.spin_ns, cfg.spin_share),
         &crate::forward::Control {
             stop: &shared.stop,
             generation: &dir.generation,

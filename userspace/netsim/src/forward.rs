@@ -10,6 +10,7 @@ use crate::core::LinkCore;
 use crate::csum::{finish_frame, FrameState, VNET_HDR_LEN};
 use crate::emulator::{prepare_thread, DirStats, EmulatorConfig, EmulatorError};
 use crate::params::LinkParams;
+use crate::spin_budget::SpinBudget;
 use crate::sys;
 use crate::sys::packet::PacketSocket;
 
@@ -87,7 +88,7 @@ impl DirectionIo {
     pub fn run(
         self,
         mut core: LinkCore<Box<[u8]>>,
-        spin_ns: u64,
+        mut budget: SpinBudget,
         ctl: &Control<'_>,
     ) -> io::Result<()> {
         let now_ns = || ctl.epoch.elapsed().as_nanos() as u64;
@@ -203,14 +204,14 @@ impl DirectionIo {
             } else {
                 p.delay_ns.saturating_sub(p.jitter_ns)
             };
-            if wait <= spin_ns {
+            if budget.spin_now(now, wait) {
                 std::hint::spin_loop();
             } else if core.in_flight() > 0 && min_delay >= COALESCE_MIN_DELAY_NS {
                 std::thread::sleep(std::time::Duration::from_nanos(
-                    (wait - spin_ns).min(min_delay / 2),
+                    budget.sleep_for(wait).min(min_delay / 2),
                 ));
             } else {
-                sys::wait_readable(std::os::fd::AsFd::as_fd(&self.rx), wait - spin_ns)?;
+                sys::wait_readable(std::os::fd::AsFd::as_fd(&self.rx), budget.sleep_for(wait))?;
             }
         }
         Ok(())

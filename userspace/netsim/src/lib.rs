@@ -45,6 +45,7 @@ pub mod params;
 pub mod probe;
 pub mod profile;
 pub mod rng;
+pub mod spin_budget;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod testbed;

@@ -38,6 +38,7 @@ pub struct TestbedBuilder {
     tag: Option<String>,
     seed: u64,
     spin_ns: u64,
+    spin_share: f64,
     realtime_priority: Option<i32>,
 }
 
@@ -72,10 +73,16 @@ impl TestbedBuilder {
         self
     }
 
-    /// Busy-wait this long before each departure (default 0: sleep on an hrtimer,
-    /// which under SCHED_FIFO wakes within tens of µs without burning a core).
+    /// Wake this long before each departure and busy-wait up to it (default
+    /// 200 µs; 0 = sleep on an hrtimer, which wakes tens of µs late).
     pub fn spin_us(mut self, us: u64) -> Self {
         self.spin_ns = us * 1000;
+        self
+    }
+    /// Share of one core each emulator direction may spend spinning (default
+    /// 0.02; 1.0 = unlimited).
+    pub fn spin_share(mut self, share: f64) -> Self {
+        self.spin_share = share;
         self
     }
     /// SCHED_FIFO priority of the emulator threads (default 10; None = normal).
@@ -111,6 +118,7 @@ impl TestbedBuilder {
             cfg.netns = Some(p.emulator_netns.clone());
             cfg.seed = self.seed.wrapping_add(p.index as u64);
             cfg.spin_ns = self.spin_ns;
+            cfg.spin_share = self.spin_share;
             cfg.realtime_priority = self.realtime_priority;
             let em = Emulator::start(cfg).map_err(|source| TestbedError::Emulator {
                 path: p.index,
@@ -185,7 +193,8 @@ impl Testbed {
             profile: Profile::Wan40,
             tag: None,
             seed: 1,
-            spin_ns: 0,
+            spin_ns: crate::emulator::DEFAULT_SPIN_NS,
+            spin_share: crate::emulator::DEFAULT_SPIN_SHARE,
             realtime_priority: Some(10),
         }
     }

@@ -38,8 +38,8 @@ pub struct BenchArgs {
     /// RTT probes per configuration.
     #[arg(long, default_value_t = 60)]
     pub probes: usize,
-    /// Busy-wait before departures, µs (0 = sleep only).
-    #[arg(long, default_value_t = 0)]
+    /// Wake this many µs before departures and busy-wait (0 = sleep only).
+    #[arg(long, default_value_t = causeway_netsim::emulator::DEFAULT_SPIN_NS / 1000)]
     pub spin_us: u64,
     /// SCHED_FIFO priority of the emulator threads; 0 = normal scheduling.
     #[arg(long, default_value_t = 10)]

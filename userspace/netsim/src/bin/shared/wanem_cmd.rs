@@ -28,9 +28,12 @@ pub struct WanemArgs {
     /// Seed of the loss/jitter/reorder generators.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Busy-wait this many µs before each departure instead of sleeping.
-    #[arg(long, default_value_t = 0)]
+    /// Wake this many µs before each departure and busy-wait up to it (0 = sleep only).
+    #[arg(long, default_value_t = causeway_netsim::emulator::DEFAULT_SPIN_NS / 1000)]
     pub spin_us: u64,
+    /// Share of one core each direction may spend spinning (0–1; 1 = unlimited).
+    #[arg(long, default_value_t = causeway_netsim::emulator::DEFAULT_SPIN_SHARE)]
+    pub spin_share: f64,
     /// SCHED_FIFO priority of the forwarding threads; 0 = normal scheduling.
     #[arg(long, default_value_t = 10)]
     pub rt_prio: i32,
@@ -58,6 +61,12 @@ pub fn run(args: WanemArgs) -> Result<()> {
     cfg.netns = args.netns.clone();
     cfg.seed = args.seed;
     cfg.spin_ns = args.spin_us * 1000;
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&args.spin_share),
+        "--spin-share {} is not within 0..=1",
+        args.spin_share
+    );
+    cfg.spin_share = args.spin_share;
     cfg.realtime_priority = (args.rt_prio > 0).then_some(args.rt_prio);
     cfg.disable_offloads = !args.keep_offloads;
     let emulator = Emulator::start(cfg).with_context(|| {
