@@ -131,7 +131,7 @@ mod tests {
         // 100k departures per second: a departure is always within 200 µs.
         for share in [0.01, 0.02, 0.1] {
             let mut b = SpinBudget::new(200 * US, share);
-            let (cpu, precise) = simulate(&mut b, 10 * US, 1 * US, 2_000_000 * US);
+            let (cpu, precise) = simulate(&mut b, 10 * US, US, 2_000_000 * US);
             assert!(
                 cpu <= share * 1.05 + MAX_TOKENS_NS as f64 / 2e9,
                 "share {share}: spun {cpu}"
