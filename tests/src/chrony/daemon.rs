@@ -107,12 +107,17 @@ impl ChronyPair {
         })
     }
 
-    /// What the client logged about its NTP measurements.
+    /// What the client logged about its NTP measurements and regression.
     pub fn client_log(&self) -> Result<LogSummary, ChronyError> {
-        let path = self.client.dir.join("measurements.log");
-        let text = fs::read_to_string(&path)
-            .map_err(|e| ChronyError::io(format!("read {}", path.display()), e))?;
-        Ok(LogSummary::from_measurements_log(&text))
+        let read = |name: &str| {
+            let path = self.client.dir.join(name);
+            fs::read_to_string(&path)
+                .map_err(|e| ChronyError::io(format!("read {}", path.display()), e))
+        };
+        Ok(
+            LogSummary::from_measurements_log(&read("measurements.log")?)
+                .with_statistics_log(&read("statistics.log")?),
+        )
     }
 
     /// Process ids of the server and the client chronyd.

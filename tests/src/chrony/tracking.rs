@@ -71,6 +71,10 @@ pub struct LogSummary {
     /// D daemon, K kernel, H hardware.
     pub stamps: BTreeMap<String, usize>,
     pub median_delay_s: Option<f64>,
+    /// The jitter asymmetry chrony estimated last (statistics.log "Asym":
+    /// ±0.5 = all jitter in one direction; it then corrects offsets to the
+    /// minimum delay).
+    pub asymmetry: Option<f64>,
 }
 
 impl LogSummary {
@@ -98,6 +102,21 @@ impl LogSummary {
         delays.sort_by(f64::total_cmp);
         s.median_delay_s = delays.get(delays.len() / 2).copied();
         s
+    }
+
+    /// Adds the last asymmetry of statistics.log (data lines: date, time,
+    /// address, std dev, est offset, offset sd, diff freq, est skew,
+    /// stress, Ns, Bs, Nr, Asym).
+    pub fn with_statistics_log(mut self, text: &str) -> LogSummary {
+        self.asymmetry = text
+            .lines()
+            .filter(|l| !l.starts_with(' ') && !l.starts_with('='))
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 13).then(|| f[12].parse().ok()).flatten()
+            })
+            .next_back();
+        self
     }
 }
 
@@ -155,5 +174,13 @@ mod tests {
         assert_eq!(s.stamps.get("K/K"), Some(&2));
         assert_eq!(s.stamps.get("D/K"), Some(&1));
         assert_eq!(s.median_delay_s, Some(4.0e-2));
+        let stats = "\
+====================================================================
+   Date (UTC) Time     IP Address    Std dev'n Est offset  Offset sd  Diff freq   Est skew  Stress  Ns  Bs  Nr  Asym
+====================================================================
+2026-11-29 22:23:29 10.1.0.10        4.814e-04  2.237e-04  1.223e-04 -7.918e-08  1.126e-05 2.3e-02  11   0   9 -0.50
+2026-11-29 22:25:24 10.1.0.10        4.629e-04  3.571e-05  1.179e-04  1.375e-07  1.074e-05 2.1e-02  64   0  36 -0.49
+";
+        assert_eq!(s.with_statistics_log(stats).asymmetry, Some(-0.49));
     }
 }
