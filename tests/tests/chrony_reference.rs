@@ -88,6 +88,16 @@ fn chrony_pair_tracks_the_shared_clock_and_leaves_nothing_behind() {
         assert!(s.error_ns.abs() <= s.bound_ns, "{s:?}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // The bench's poller: only the polls of the last `measure` count.
+    let (value, errors) = chrony::measure_alongside(&pair, Duration::from_secs(2), || {
+        std::thread::sleep(Duration::from_secs(3));
+        7
+    });
+    assert_eq!(value, 7);
+    assert!((8..=11).contains(&errors.abs.len()), "{errors:?}");
+    assert_eq!((errors.failed, errors.unsynchronised), (0, 0), "{errors:?}");
+    assert_eq!(errors.within_bound, errors.abs.len(), "{errors:?}");
+    assert!(errors.abs.iter().all(|e| *e < 100_000.0), "{errors:?}");
     let log = pair.client_log().expect("measurements.log");
     assert!(log.samples > 10, "{log:?}");
     assert!(

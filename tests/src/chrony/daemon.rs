@@ -42,6 +42,16 @@ pub struct ErrorSample {
     pub synchronised: bool,
 }
 
+impl ErrorSample {
+    pub fn between(client: &Tracking, server: &Tracking) -> ErrorSample {
+        ErrorSample {
+            error_ns: (client.correction_s - server.correction_s) * 1e9,
+            bound_ns: client.max_error_s() * 1e9,
+            synchronised: client.synchronised() && server.synchronised(),
+        }
+    }
+}
+
 /// A chronyd serving in one namespace and one synchronising to it in another.
 pub struct ChronyPair {
     // Fields drop in order: both daemons stop before the directory goes.
@@ -100,11 +110,7 @@ impl ChronyPair {
     pub fn error_sample(&self) -> Result<ErrorSample, ChronyError> {
         let client = self.client_tracking()?;
         let server = self.server_tracking()?;
-        Ok(ErrorSample {
-            error_ns: (client.correction_s - server.correction_s) * 1e9,
-            bound_ns: client.max_error_s() * 1e9,
-            synchronised: client.synchronised() && server.synchronised(),
-        })
+        Ok(ErrorSample::between(&client, &server))
     }
 
     /// What the client logged about its NTP measurements and regression.

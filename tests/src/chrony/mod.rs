@@ -111,8 +111,22 @@ pub fn measure_alongside<R>(
     let (result, end, polls) = std::thread::scope(|s| {
         let poller = s.spawn(|| {
             let mut polls = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                polls.push((Instant::now(), pair.error_sample()));
+            let mut server = Err("not asked yet".to_string());
+            for n in 0u64.. {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                // The server's correction never changes (no sources, -x):
+                // asking once a second keeps chronyc runs few.
+                if n % 5 == 0 {
+                    server = pair.server_tracking().map_err(|e| e.to_string());
+                }
+                let at = Instant::now();
+                let sample = server.clone().and_then(|server| {
+                    let client = pair.client_tracking().map_err(|e| e.to_string())?;
+                    Ok(ErrorSample::between(&client, &server))
+                });
+                polls.push((at, sample));
                 std::thread::sleep(Duration::from_millis(200));
             }
             polls
@@ -138,7 +152,7 @@ pub fn measure_alongside<R>(
             }
             Err(e) => {
                 errors.failed += 1;
-                errors.last_failure = Some(e.to_string());
+                errors.last_failure = Some(e);
             }
         }
     }
