@@ -109,10 +109,13 @@ impl DirectionIo {
             }
             // Receive everything waiting.
             loop {
-                let now = now_ns();
+                // Kernel receive times are CLOCK_REALTIME: map them onto our
+                // clock with two readings taken back to back (reading one of
+                // them after the receive call would shift every arrival, and
+                // so every departure, earlier by that call's duration).
+                let real_minus_mono = realtime_ns() as i128 - now_ns() as i128;
                 let got = self.rx.recv_batch(&mut rx_bufs, &mut lens, &mut stamps)?;
-                // Kernel receive times are CLOCK_REALTIME: map them onto our clock.
-                let real_minus_mono = realtime_ns() as i128 - now as i128;
+                let now = now_ns();
                 for i in 0..got {
                     let arrival = match stamps[i] {
                         0 => now,
