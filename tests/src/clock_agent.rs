@@ -129,6 +129,15 @@ pub fn true_offset(local_clock: &SyncClock, peer_clock: &SyncClock, local: u64) 
     (peer_clock.apply(raw) as i128 - local as i128) as f64
 }
 
+/// Ground truth: the peer clock's rate minus the local clock's, ppm.
+fn truth_drift_ppm(local_clock: &SyncClock, peer_clock: &SyncClock) -> f64 {
+    let (l, p) = (
+        local_clock.drift_ppb as f64 * 1e-9,
+        peer_clock.drift_ppb as f64 * 1e-9,
+    );
+    ((1.0 + p) / (1.0 + l) - 1.0) * 1e6
+}
+
 /// Errors of one timestamp source's estimates against the ground truth.
 pub struct SourceErrors {
     pub abs: Vec<f64>,
@@ -173,6 +182,8 @@ pub fn measure_pair(
     agent_b.wait_ready();
     std::thread::sleep(warmup);
     let mut errors: BTreeMap<Source, SourceErrors> = BTreeMap::new();
+    // CAUSEWAY_CLOCK_TRACE=1 prints every kernel-stamped estimate polled.
+    let trace = std::env::var_os("CAUSEWAY_CLOCK_TRACE").is_some();
     let end = Instant::now() + measure;
     let mut last = None;
     while Instant::now() < end {
@@ -189,6 +200,17 @@ pub fn measure_pair(
             let fit_err = s.fit_offset_ns - true_offset(&clock_a, &clock_b, s.at_local_ns);
             e.fit_abs.push(fit_err.abs());
             e.within_bound += usize::from(err.abs() <= s.error_bound_ns);
+            if trace && s.source == Source::Kernel {
+                eprintln!(
+                    "{label}: trace kernel err {:+.1} µs fit {:+.1} µs bound {:.1} µs drift err {:+.3} ppm min rtt {} ns used {}",
+                    err / 1e3,
+                    fit_err / 1e3,
+                    s.error_bound_ns / 1e3,
+                    s.drift_ppm - (truth_drift_ppm(&clock_a, &clock_b)),
+                    s.min_rtt_ns,
+                    s.samples_used
+                );
+            }
         }
         last = Some(r);
         std::thread::sleep(Duration::from_millis(200));

@@ -12,6 +12,7 @@
 //! bind = "0.0.0.0:7339"             # optional
 //! interval_ms = 100                 # optional, probe period per peer
 //! fast_start = 16                   # optional, first probes 8× faster
+//! burst = 2                         # optional, requests per round (1..=8)
 //! kernel_stamps = true              # optional, configure the eBPF stamps
 //!
 //! [[clock.peers]]
@@ -86,6 +87,7 @@ struct FileClock {
     bind: Option<SocketAddr>,
     interval_ms: Option<u64>,
     fast_start: Option<u32>,
+    burst: Option<u32>,
     kernel_stamps: Option<bool>,
     #[serde(default)]
     peers: Vec<PeerSpec>,
@@ -118,6 +120,7 @@ pub struct AgentConfig {
     pub bind: SocketAddr,
     pub interval: Duration,
     pub fast_start: u32,
+    pub burst: u32,
     pub kernel_stamps: bool,
     pub peers: Vec<PeerSpec>,
     pub clock: SyncClock,
@@ -168,6 +171,10 @@ impl AgentConfig {
             return invalid(format!(
                 "clock.interval_ms must be in 10..=60000 (got {interval_ms})"
             ));
+        }
+        let burst = c.burst.unwrap_or(2);
+        if !(1..=8).contains(&burst) {
+            return invalid(format!("clock.burst must be in 1..=8 (got {burst})"));
         }
         if c.peers.is_empty() {
             return invalid("clock.peers: at least one peer is needed".into());
@@ -225,6 +232,7 @@ impl AgentConfig {
             }),
             interval: Duration::from_millis(interval_ms),
             fast_start: c.fast_start.unwrap_or(16),
+            burst,
             kernel_stamps: c.kernel_stamps.unwrap_or(true),
             peers: c.peers,
             clock,
@@ -270,6 +278,11 @@ drift_ppb = 20000
         assert!(v6.bind.is_ipv6() && v6.bind.ip().is_unspecified());
         assert_eq!((c.clock.offset_ns, c.clock.drift_ppb), (-5000, 20000));
         assert!(c.kernel_stamps);
+        assert_eq!(c.burst, 2);
+        let single =
+            AgentConfig::parse(&GOOD.replace("interval_ms = 50", "interval_ms = 50\nburst = 1"))
+                .expect("valid");
+        assert_eq!(single.burst, 1);
     }
 
     #[test]
@@ -280,6 +293,14 @@ drift_ppb = 20000
             (
                 GOOD.replace("interval_ms = 50", "interval_ms = 1"),
                 "interval_ms",
+            ),
+            (
+                GOOD.replace("interval_ms = 50", "interval_ms = 50\nburst = 0"),
+                "clock.burst must be in 1..=8",
+            ),
+            (
+                GOOD.replace("interval_ms = 50", "interval_ms = 50\nburst = 9"),
+                "clock.burst must be in 1..=8",
             ),
             (
                 GOOD.replace("drift_ppb = 20000", "drift_ppb = 20000000"),

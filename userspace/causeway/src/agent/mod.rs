@@ -127,6 +127,7 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         peers: cfg.peers.clone(),
         interval: cfg.interval,
         fast_start: cfg.fast_start,
+        burst: cfg.burst,
         timeout: cfg.interval.max(std::time::Duration::from_millis(500)) * 4,
         estimator: cfg.estimator.clone(),
         clock: cfg.clock,

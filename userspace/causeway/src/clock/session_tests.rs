@@ -21,6 +21,7 @@ fn config(host_id: u32, bind: SocketAddr, peer: SocketAddr, clock: SyncClock) ->
         }],
         interval: Duration::from_millis(20),
         fast_start: 8,
+        burst: 2,
         timeout: Duration::from_millis(500),
         estimator: EstimatorConfig::default(),
         clock,
