@@ -10,7 +10,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use nix::{sys::signal, unistd::Pid};
+use nix::{
+    fcntl::{Flock, FlockArg},
+    sys::signal,
+    unistd::Pid,
+};
 
 use super::ChronyError;
 
@@ -48,6 +52,22 @@ pub fn ensure_installed() -> Result<Programs, ChronyError> {
     }
     if !nix::unistd::geteuid().is_root() {
         return Err(ChronyError::NotRoot);
+    }
+    // One installer at a time (threads and processes: flock excludes every
+    // other open of the file): a second one would move the first one's
+    // policy-rc.d aside as if it were the system's.
+    let lock_path = std::env::temp_dir().join("causeway-chrony-install.lock");
+    let what = format!("lock {}", lock_path.display());
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| ChronyError::io(what.clone(), e))?;
+    let _one_installer = Flock::lock(file, FlockArg::LockExclusive)
+        .map_err(|(_, errno)| ChronyError::io(what, errno.into()))?;
+    if let Some(p) = programs() {
+        return Ok(p);
     }
     eprintln!("chrony: installing the Debian package (service starts denied)");
     let installed = {
@@ -145,6 +165,9 @@ impl DenyServiceStarts {
         let saved = if path.symlink_metadata().is_ok() {
             let name = path.file_name().unwrap_or_default().to_string_lossy();
             let aside = path.with_file_name(format!("{name}.causeway-saved"));
+            if aside.symlink_metadata().is_ok() {
+                return Err(ChronyError::PolicyAside(aside));
+            }
             fs::rename(path, &aside)
                 .map_err(|e| ChronyError::io(format!("move {} aside", path.display()), e))?;
             Some(aside)
@@ -237,6 +260,29 @@ mod tests {
             "#!/bin/sh\nexit 0\n"
         );
         assert_eq!(fs::read_dir(&dir).expect("list").count(), 1);
+        fs::remove_dir_all(dir).expect("clean up");
+    }
+
+    #[test]
+    fn never_saves_over_a_saved_policy() {
+        let dir = scratch("twice");
+        let path = dir.join("policy-rc.d");
+        fs::write(&path, "#!/bin/sh\nexit 0\n").expect("write");
+        {
+            let _first = DenyServiceStarts::engage(&path).expect("engage");
+            let second = DenyServiceStarts::engage(&path).map(|_| ());
+            assert!(
+                matches!(second, Err(ChronyError::PolicyAside(_))),
+                "{second:?}"
+            );
+            assert!(fs::read_to_string(&path)
+                .expect("read")
+                .contains("exit 101"));
+        }
+        assert_eq!(
+            fs::read_to_string(&path).expect("read"),
+            "#!/bin/sh\nexit 0\n"
+        );
         fs::remove_dir_all(dir).expect("clean up");
     }
 }

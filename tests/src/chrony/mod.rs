@@ -40,6 +40,12 @@ pub enum ChronyError {
     },
     #[error("chrony was installed but {0} is not on the PATH")]
     Missing(&'static str),
+    #[error(
+        "{} exists: an earlier chrony install was interrupted; \
+         move it back to policy-rc.d by hand",
+        .0.display()
+    )]
+    PolicyAside(std::path::PathBuf),
     #[error("a clock-adjusting chronyd (pid {pid}) kept running after SIGTERM")]
     HostChronyd { pid: i32 },
     #[error("{what}: {source}")]
