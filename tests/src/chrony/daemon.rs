@@ -6,14 +6,17 @@
 use std::{
     fs::{self, DirBuilder, File},
     net::Ipv4Addr,
-    os::unix::fs::DirBuilderExt,
+    os::unix::{fs::DirBuilderExt, process::CommandExt},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
-use nix::{sys::signal, unistd::Pid};
+use nix::{
+    sys::{prctl, signal},
+    unistd::Pid,
+};
 
 use super::{
     install::Programs,
@@ -206,14 +209,27 @@ impl Daemon {
         let log = File::create(&log_path)
             .map_err(|e| ChronyError::io(format!("create {}", log_path.display()), e))?;
         // -x: never adjust the host clock. -d: stay in the foreground.
-        let child = Command::new("ip")
+        let mut command = Command::new("ip");
+        command
             .args(["netns", "exec", netns])
             .arg(&programs.chronyd)
             .args(["-x", "-d", "-f"])
             .arg(&conf_path)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
+            .stderr(log);
+        // Killed without unwinding (SIGKILL, ^C), the caller cannot stop
+        // chronyd: the kernel sends it SIGTERM when the starting thread
+        // ends (the setting survives exec, and `ip` execs chronyd).
+        // SAFETY: the hook runs in the forked child before exec and only
+        // makes the prctl(2) system call, which is async-signal-safe and
+        // allocates nothing.
+        unsafe {
+            command.pre_exec(|| {
+                prctl::set_pdeathsig(signal::Signal::SIGTERM).map_err(std::io::Error::from)
+            });
+        }
+        let child = command
             .spawn()
             .map_err(|e| ChronyError::io(format!("start chronyd in {netns}"), e))?;
         let mut daemon = Daemon {
