@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::cmd;
 
@@ -25,7 +25,12 @@ const APT_PACKAGES: &[(&str, Option<&str>)] = &[
     ("iproute2", Some("ip")),
     ("iperf3", Some("iperf3")),
     ("util-linux", Some("chrt")),
+    // The clock bench's outside reference (run as `chronyd -x` in namespaces).
+    ("chrony", Some("chronyd")),
 ];
+
+/// Where Debian's `invoke-rc.d` asks whether a package's service may start.
+const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
 
 const BPF_LINKER_VERSION: &str = "0.13";
 
@@ -73,12 +78,70 @@ fn apt(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
     }
     eprintln!("setup: installing Debian packages: {}", absent.join(" "));
     cmd::run(Command::new("apt-get").args(["update", "-qq"]))?;
-    cmd::run(
+    let deny = DenyServiceStarts::new()?;
+    let installed = cmd::run(
         Command::new("apt-get")
             .args(["install", "-y", "-qq", "--no-install-recommends"])
             .args(&absent)
             .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
+    );
+    drop(deny);
+    if absent.contains(&"chrony") {
+        stop_clock_adjusting_chronyd();
+    }
+    installed
+}
+
+/// None of our packages' services may run: above all a chronyd without
+/// `-x` would adjust the host clock. While we install, every service start
+/// is denied (as Docker images do), unless a policy is already in place.
+struct DenyServiceStarts {
+    created: bool,
+}
+
+impl DenyServiceStarts {
+    fn new() -> Result<Self> {
+        let path = std::path::Path::new(POLICY_RC_D);
+        if path.exists() {
+            return Ok(Self { created: false });
+        }
+        std::fs::write(
+            path,
+            "#!/bin/sh\n# causeway setup: no service starts while installing\nexit 101\n",
+        )
+        .with_context(|| format!("writing {POLICY_RC_D}"))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("making {POLICY_RC_D} executable"))?;
+        Ok(Self { created: true })
+    }
+}
+
+impl Drop for DenyServiceStarts {
+    fn drop(&mut self) {
+        if self.created {
+            let _ = std::fs::remove_file(POLICY_RC_D);
+        }
+    }
+}
+
+/// chrony was not installed before this setup, so any chronyd without `-x`
+/// now running was started by the install (an existing policy that allowed
+/// it): stop it before it touches the host clock.
+fn stop_clock_adjusting_chronyd() {
+    let Some(list) = cmd::output(Command::new("pgrep").args(["-a", "chronyd"])) else {
+        return;
+    };
+    for line in list.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(pid), false) = (words.next(), line.split_whitespace().any(|w| w == "-x")) else {
+            continue;
+        };
+        eprintln!(
+            "setup: stopping chronyd {pid} started by its package (it would adjust the host clock)"
+        );
+        let _ = cmd::run(Command::new("kill").arg(pid));
+    }
 }
 
 fn nightly(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
