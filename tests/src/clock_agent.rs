@@ -57,6 +57,11 @@ impl Agent {
         let child = Command::new(causeway_bin())
             .args(["--netns", &self.netns, "agent", "--config"])
             .arg(&self.config)
+            // Warnings only in test output unless the caller asks for more.
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
