@@ -25,6 +25,7 @@ use causeway_netsim::{params::ParamsPatch, Profile, Testbed};
 use causeway_tests::{
     chrony::{self, ChronyError, ChronyErrors, ChronyPair, PairSpec, Programs},
     clock_agent::{measure_pair, quantile},
+    netsim_support::two_hosts,
 };
 
 const MS: f64 = 1e6;
@@ -123,12 +124,7 @@ fn run_testbed() {
         ("wan40 ±1 ms", Profile::Wan40, 1_000_000),
         ("lossy80", Profile::Lossy80, 0),
     ] {
-        let tb = Testbed::builder()
-            .domains(2)
-            .hosts_per_domain(1)
-            .wan(profile)
-            .build()
-            .expect("build the testbed");
+        let tb = two_hosts(profile);
         if jitter > 0 {
             tb.set_path(
                 0,

@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use causeway_netsim::probe::{probe_rtt, EchoServer, RttSamples};
-use causeway_netsim::{Host, Testbed};
+use causeway_netsim::{Host, Profile, Testbed};
 
 /// True when the test can run; otherwise prints a visible SKIP line.
 pub fn root_or_skip(test: &str) -> bool {
@@ -22,6 +22,18 @@ pub fn root_or_skip(test: &str) -> bool {
         eprintln!("SKIP: {test} needs root (network namespaces, raw sockets)");
     }
     root
+}
+
+/// Two domains of one host each, joined by `profile`'s WAN paths (torn
+/// down when dropped).
+pub fn two_hosts(profile: Profile) -> Testbed {
+    let name = format!("{profile:?}");
+    Testbed::builder()
+        .domains(2)
+        .hosts_per_domain(1)
+        .wan(profile)
+        .build()
+        .unwrap_or_else(|e| panic!("building a 2 × 1 testbed on {name}: {e}"))
 }
 
 pub const ECHO_PORT: u16 = 7007;

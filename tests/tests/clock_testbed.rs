@@ -18,10 +18,10 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use causeway::clock::Source;
-use causeway_netsim::{params::ParamsPatch, Profile, Testbed};
+use causeway_netsim::{params::ParamsPatch, Profile};
 use causeway_tests::{
     clock_agent::{measure_pair, quantile, SourceErrors},
-    netsim_support::root_or_skip,
+    netsim_support::{root_or_skip, two_hosts},
 };
 
 fn check_kernel(errors: &BTreeMap<Source, SourceErrors>, label: &str, p99_target_ns: f64) {
@@ -46,12 +46,7 @@ fn clock_sync_over_wan40_per_timestamp_source() {
     if !root_or_skip("clock_sync_over_wan40_per_timestamp_source") {
         return;
     }
-    let tb = Testbed::builder()
-        .domains(2)
-        .hosts_per_domain(1)
-        .wan(Profile::Wan40)
-        .build()
-        .expect("build the testbed");
+    let tb = two_hosts(Profile::Wan40);
     let warmup = Duration::from_secs(8); // 80 probes
     let measure = Duration::from_secs(15);
     let calm = measure_pair(&tb, "wan40", warmup, measure);

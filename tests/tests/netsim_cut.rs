@@ -3,20 +3,17 @@
 
 use std::time::Duration;
 
-use causeway_netsim::{ParamsPatch, Profile, Testbed};
-use causeway_tests::netsim_support::{echo_in, median_ms, root_or_skip, rtts, socket_in};
+use causeway_netsim::{ParamsPatch, Profile};
+use causeway_tests::netsim_support::{
+    echo_in, median_ms, root_or_skip, rtts, socket_in, two_hosts,
+};
 
 #[test]
 fn cut_restore_and_change_a_path_at_run_time() {
     if !root_or_skip("cut_restore_and_change_a_path_at_run_time") {
         return;
     }
-    let tb = Testbed::builder()
-        .domains(2)
-        .hosts_per_domain(1)
-        .wan(Profile::Wan40)
-        .build()
-        .expect("build");
+    let tb = two_hosts(Profile::Wan40);
     let (a, b) = (tb.host(0, 0), tb.host(1, 0));
     let _echo = echo_in(&tb, b);
     let sock = socket_in(&tb, &a.netns);

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use causeway_netsim::probe::{set_mark, set_tos};
 use causeway_netsim::{Profile, Testbed};
-use causeway_tests::netsim_support::{echo_in, median_ms, root_or_skip, rtts, socket_in};
+use causeway_tests::netsim_support::{
+    echo_in, median_ms, root_or_skip, rtts, socket_in, two_hosts,
+};
 
 fn forwarded(tb: &Testbed, path: usize) -> u64 {
     tb.path_stats(path)
@@ -20,12 +22,7 @@ fn dual_paths_differ_and_are_selectable() {
     if !root_or_skip("dual_paths_differ_and_are_selectable") {
         return;
     }
-    let tb = Testbed::builder()
-        .domains(2)
-        .hosts_per_domain(1)
-        .wan(Profile::Dual)
-        .build()
-        .expect("build");
+    let tb = two_hosts(Profile::Dual);
     let (a, b) = (tb.host(0, 0), tb.host(1, 0));
     let _echo = echo_in(&tb, b);
     let sock = socket_in(&tb, &a.netns);

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use causeway_netsim::{Profile, Testbed};
-use causeway_tests::netsim_support::{namespaces_with, root_or_skip};
+use causeway_tests::netsim_support::{namespaces_with, root_or_skip, two_hosts};
 
 const CHILD_ENV: &str = "CW_NETSIM_CHILD";
 
@@ -15,12 +15,7 @@ const CHILD_ENV: &str = "CW_NETSIM_CHILD";
 #[ignore = "child role of panics_and_kills_leave_no_namespaces, which runs it"]
 fn child_role() {
     let role = std::env::var(CHILD_ENV).expect("run only as a child, with CW_NETSIM_CHILD set");
-    let tb = Testbed::builder()
-        .domains(2)
-        .hosts_per_domain(1)
-        .wan(Profile::Lan)
-        .build()
-        .expect("build");
+    let tb = two_hosts(Profile::Lan);
     println!("TAG {}", tb.tag());
     match role.as_str() {
         "panic" => panic!("deliberate panic with testbed {} up", tb.tag()),
@@ -66,12 +61,7 @@ fn panics_and_kills_leave_no_namespaces() {
     // 1. In-process: a panic while the testbed is up (and one inside a namespace closure).
     let mut tag = String::new();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let tb = Testbed::builder()
-            .domains(2)
-            .hosts_per_domain(1)
-            .wan(Profile::Wan40)
-            .build()
-            .expect("build");
+        let tb = two_hosts(Profile::Wan40);
         tag = tb.tag().to_string();
         assert!(!namespaces_with(&format!("cw-{tag}-")).is_empty());
         let h = tb.host(0, 0).clone();
