@@ -46,8 +46,12 @@
 //! [`cost`] (α-β model, algorithm choice), [`wire`] (frames), [`dtype`] (kernels).
 //! I/O: [`store`] and the rendezvous, the mesh of [`transport`]s, one reader and one
 //! writer thread per connection, and one engine thread per communicator that runs
-//! operations in submission order. `unsafe` lives only in [`transport::shm`] and
-//! in one setsockopt of [`transport::tcp`] (the pacing cap).
+//! operations in submission order. `unsafe` lives only in [`transport::shm`],
+//! in one setsockopt of [`transport::tcp`] (the pacing cap) and in one read-only
+//! `BPF_OBJ_GET` of `peer_clock`.
+//!
+//! `peer_clock` (cargo feature `peer-clock`, on by default) reads the peer clock
+//! estimates the Causeway agent pins: offset, drift, error bound, source.
 #![deny(unsafe_code)]
 
 mod builder;
@@ -60,6 +64,8 @@ pub mod error;
 mod handle;
 mod links;
 mod mesh;
+#[cfg(feature = "peer-clock")]
+pub mod peer_clock;
 pub mod pool;
 pub mod probe;
 mod rendezvous;
