@@ -104,6 +104,8 @@ pub enum PeerClockError {
         peer: IpAddr,
         source_id: u32,
     },
+    #[error("the drift error must be a finite number of ppm ≥ 0, got {0}")]
+    BadDriftError(f64),
     #[error("reading CLOCK_TAI: {0}")]
     Clock(#[source] nix::Error),
 }
@@ -260,6 +262,14 @@ pub fn read_stable<E>(
     Err(None)
 }
 
+fn check_drift_error_ppm(ppm: f64) -> Result<f64, PeerClockError> {
+    if ppm.is_finite() && ppm >= 0.0 {
+        Ok(ppm)
+    } else {
+        Err(PeerClockError::BadDriftError(ppm))
+    }
+}
+
 /// This host's CLOCK_TAI, ns: the agent's local timescale.
 pub fn local_tai_now() -> Result<u64, PeerClockError> {
     let t =
@@ -309,14 +319,11 @@ impl PeerClocks {
         }
     }
 
-    /// The drift error, ppm, used to widen bounds for age (see the module docs).
-    pub fn with_drift_error_ppm(mut self, ppm: f64) -> Self {
-        self.drift_error_ppm = if ppm.is_finite() {
-            ppm.abs()
-        } else {
-            DEFAULT_DRIFT_ERROR_PPM
-        };
-        self
+    /// The drift error, ppm, used to widen bounds for age (see the module
+    /// docs); finite and ≥ 0.
+    pub fn with_drift_error_ppm(mut self, ppm: f64) -> Result<Self, PeerClockError> {
+        self.drift_error_ppm = check_drift_error_ppm(ppm)?;
+        Ok(self)
     }
 
     pub fn path(&self) -> &Path {

@@ -180,6 +180,16 @@ fn env_unset_and_missing_pins_are_clear_errors() {
     assert!(e.to_string().contains(path), "{e}");
 }
 
+#[test]
+fn drift_error_must_be_finite_and_non_negative() {
+    assert_eq!(check_drift_error_ppm(0.0).ok(), Some(0.0));
+    assert_eq!(check_drift_error_ppm(5.0).ok(), Some(5.0));
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        let e = check_drift_error_ppm(bad).expect_err("refused");
+        assert!(matches!(e, PeerClockError::BadDriftError(_)), "{e}");
+    }
+}
+
 proptest! {
     /// Whenever the published offset is within its bound at ref_ns and the
     /// published drift within the assumed drift error of the truth, the
