@@ -153,14 +153,10 @@ fn run_testbed() {
             Err(e) => (measure_pair(&tb, name, warmup, measure), Err(e.clone())),
         };
         for (source, e) in errors {
+            let fit = format!("{:.1}", quantile(&e.fit_abs, 0.99) / 1e3);
             println!(
-                "| {name} | {source} | {} | {:.1} | {:.1} | {:.1} | {:.1} % | {:.1} |",
-                e.abs.len(),
-                quantile(&e.abs, 0.5) / 1e3,
-                quantile(&e.abs, 0.99) / 1e3,
-                quantile(&e.abs, 1.0) / 1e3,
-                100.0 * e.within_bound as f64 / e.abs.len() as f64,
-                quantile(&e.fit_abs, 0.99) / 1e3,
+                "{}",
+                error_row(name, &source.to_string(), &e.abs, e.within_bound, &fit)
             );
         }
         println!("{}", chrony_row(name, chrony_errors));
@@ -207,13 +203,18 @@ fn chrony_row(name: &str, errors: Result<ChronyErrors, String>) -> String {
             e.unsynchronised, e.failed, e.last_failure
         );
     }
+    error_row(name, "chrony (chronyd -x)", &e.abs, e.within_bound, "–")
+}
+
+/// One row of the testbed table: |error| quantiles in µs from ns.
+fn error_row(name: &str, source: &str, abs: &[f64], within_bound: usize, fit: &str) -> String {
     format!(
-        "| {name} | chrony (chronyd -x) | {} | {:.1} | {:.1} | {:.1} | {:.1} % | – |",
-        e.abs.len(),
-        quantile(&e.abs, 0.5) / 1e3,
-        quantile(&e.abs, 0.99) / 1e3,
-        quantile(&e.abs, 1.0) / 1e3,
-        100.0 * e.within_bound as f64 / e.abs.len() as f64,
+        "| {name} | {source} | {} | {:.1} | {:.1} | {:.1} | {:.1} % | {fit} |",
+        abs.len(),
+        quantile(abs, 0.5) / 1e3,
+        quantile(abs, 0.99) / 1e3,
+        quantile(abs, 1.0) / 1e3,
+        100.0 * within_bound as f64 / abs.len() as f64,
     )
 }
 
