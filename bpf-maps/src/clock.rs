@@ -154,12 +154,15 @@ pub struct PeerClock {
     pub source: u32,
     /// Samples the estimate used.
     pub samples: u32,
+    /// How fast the bound grows away from `ref_ns`: at local time `t` the
+    /// error is at most `error_bound_ns + drift_bound_ppb · |t − ref_ns| / 10⁹`.
+    pub drift_bound_ppb: u64,
 }
 
 crate::assert_no_padding!(ClockStampConfig, u32, u32, u32, u32, i64, u64);
 crate::assert_no_padding!(ClockStampCounters, u64, u64, u64);
 crate::assert_no_padding!(PeerClockKey, [u8; 16]);
-crate::assert_no_padding!(PeerClock, u64, i64, i64, u64, u64, u64, u32, u32);
+crate::assert_no_padding!(PeerClock, u64, i64, i64, u64, u64, u64, u32, u32, u64);
 crate::impl_pod!(
     ClockStampConfig,
     ClockStampCounters,

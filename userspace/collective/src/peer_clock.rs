@@ -19,18 +19,17 @@
 //! # Ok(()) }
 //! ```
 //!
-//! **Bound for the value's age.** The published bound holds at `ref_ns`
-//! only; between `ref_ns` and the time asked for, the estimate is
-//! extrapolated with the published drift, whose own error the map does not
-//! carry. The agent's estimator only reports drifts within ±`max_drift_ppm`
-//! (500 ppm by default) and assumes the true drift is too, so
-//! |drift error| ≤ 1000 ppm and [`DEFAULT_DRIFT_ERROR_PPM`] is that worst
-//! case: bound(t) = `error_bound_ns` + 1000 ppm · |t − ref_ns| (+1 ns for
-//! the agent's rounding). It is honest but loose (100 µs per 100 ms of age;
-//! the agent publishes every 100 ms): a caller that trusts the drift fit
-//! more sets [`PeerClocks::with_drift_error_ppm`], or reads
+//! **Bound for the value's age.** The published bound holds at `ref_ns`;
+//! between `ref_ns` and the time asked for, the estimate is extrapolated
+//! with the published drift, and the agent also publishes how fast its
+//! bound grows doing so (`drift_bound_ppb`, derived from the same weights
+//! as the bound itself: `docs/clock.md`): bound(t) = `error_bound_ns` +
+//! `drift_bound_ppb` · |t − ref_ns| / 10⁹ (+1 ns for the agent's rounding).
+//! A caller may replace that rate with its own
+//! ([`PeerClocks::with_drift_error_ppm`]; 1000 ppm, twice the estimator's
+//! largest drift, is the assumption-free worst case), or read
 //! [`PeerClockReading::bound_at_ref_ns`] and [`PeerClockReading::age_ns`]
-//! and decides itself.
+//! and decide itself.
 //!
 //! **Consistent reads.** With preallocated hash maps the kernel reuses a
 //! replaced element at once (`kernel/bpf/hashtab.c`, `free_htab_elem` →
@@ -60,9 +59,9 @@ use bpf_maps::clock::{
 pub const CLOCK_MAP_ENV: &str = "CAUSEWAY_CLOCK_MAP";
 /// The agent's default pin root (`causeway::datapath::DEFAULT_PIN_ROOT`).
 pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/causeway";
-/// Worst-case |true drift − published drift|, ppm: twice the estimator's
-/// default `max_drift_ppm` (see the module docs).
-pub const DEFAULT_DRIFT_ERROR_PPM: f64 = 1000.0;
+/// Worst-case |true drift − published drift|, ppm, whatever the estimate
+/// says: twice the estimator's default `max_drift_ppm` (see the module docs).
+pub const WORST_DRIFT_ERROR_PPM: f64 = 1000.0;
 /// Lookups tried before a value that keeps changing is reported.
 pub const READ_ATTEMPTS: usize = 8;
 
@@ -151,7 +150,8 @@ pub struct PeerClockReading {
     pub drift_ppb: i64,
     /// The published bound, valid at `ref_ns`.
     pub bound_at_ref_ns: u64,
-    /// The drift error the widening assumed, ppm.
+    /// The drift error the widening assumed, ppm: the published drift bound
+    /// unless the caller set its own.
     pub drift_error_ppm: f64,
     pub source: ClockSource,
     /// Counts the agent's updates.
@@ -165,7 +165,12 @@ pub struct PeerClockReading {
 impl PeerClockReading {
     /// Evaluates a published value at local time `at_local_ns`; `None` for
     /// an unknown source.
-    pub fn from_value(v: &PeerClock, at_local_ns: u64, drift_error_ppm: f64) -> Option<Self> {
+    pub fn from_value(
+        v: &PeerClock,
+        at_local_ns: u64,
+        drift_error_ppm: Option<f64>,
+    ) -> Option<Self> {
+        let drift_error_ppm = drift_error_ppm.unwrap_or(v.drift_bound_ppb as f64 * 1e-3);
         let mut r = PeerClockReading {
             at_local_ns,
             offset_ns: 0.0,
@@ -281,7 +286,8 @@ pub fn local_tai_now() -> Result<u64, PeerClockError> {
 pub struct PeerClocks {
     path: PathBuf,
     map: HashMap<MapData, PeerClockKey, PeerClock>,
-    drift_error_ppm: f64,
+    /// `None`: the published drift bound.
+    drift_error_ppm: Option<f64>,
 }
 
 impl PeerClocks {
@@ -303,7 +309,7 @@ impl PeerClocks {
         Ok(PeerClocks {
             path,
             map,
-            drift_error_ppm: DEFAULT_DRIFT_ERROR_PPM,
+            drift_error_ppm: None,
         })
     }
 
@@ -319,10 +325,10 @@ impl PeerClocks {
         }
     }
 
-    /// The drift error, ppm, used to widen bounds for age (see the module
-    /// docs); finite and ≥ 0.
+    /// The drift error, ppm, used to widen bounds for age instead of the
+    /// published drift bound (see the module docs); finite and ≥ 0.
     pub fn with_drift_error_ppm(mut self, ppm: f64) -> Result<Self, PeerClockError> {
-        self.drift_error_ppm = check_drift_error_ppm(ppm)?;
+        self.drift_error_ppm = Some(check_drift_error_ppm(ppm)?);
         Ok(self)
     }
 

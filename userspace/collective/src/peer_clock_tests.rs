@@ -17,11 +17,12 @@ fn value(offset_ns: i64, drift_ppb: i64, bound: u64) -> PeerClock {
         generation: 7,
         source: CLOCK_SOURCE_KERNEL,
         samples: 12,
+        drift_bound_ppb: 3_000,
     }
 }
 
 fn reading(v: &PeerClock, at: u64, ppm: f64) -> PeerClockReading {
-    PeerClockReading::from_value(v, at, ppm).expect("known source")
+    PeerClockReading::from_value(v, at, Some(ppm)).expect("known source")
 }
 
 #[test]
@@ -60,9 +61,20 @@ fn bound_widens_with_age_in_both_directions() {
     );
     assert_eq!(reading(&v, REF, 1000.0).error_bound_ns, 2_001.0);
     assert_eq!(reading(&v, REF + SEC, 0.0).error_bound_ns, 2_001.0);
-    let r = reading(&v, REF + SEC, DEFAULT_DRIFT_ERROR_PPM);
+    let r = reading(&v, REF + SEC, WORST_DRIFT_ERROR_PPM);
     assert_eq!(r.bound_at(REF + 2 * SEC), 2_001.0 + 2e6);
     assert_eq!(r.bound_at_ref_ns, 2_000);
+}
+
+#[test]
+fn the_published_drift_bound_widens_unless_the_caller_sets_one() {
+    // 3000 ppb = 3 ppm: 300 ns per 100 ms.
+    let v = value(0, 0, 2_000);
+    let published = PeerClockReading::from_value(&v, REF + SEC / 10, None).expect("known");
+    assert_eq!(published.drift_error_ppm, 3.0);
+    assert!((published.error_bound_ns - 2_301.0).abs() < 1e-6);
+    let own = PeerClockReading::from_value(&v, REF + SEC / 10, Some(10.0)).expect("known");
+    assert!((own.error_bound_ns - 3_001.0).abs() < 1e-6);
 }
 
 #[test]
@@ -92,7 +104,7 @@ fn sources_map_from_the_wire_and_unknown_ones_are_refused() {
     let mut v = value(0, 0, 0);
     for bad in [0, 4, u32::MAX] {
         v.source = bad;
-        assert_eq!(PeerClockReading::from_value(&v, REF, 0.0), None);
+        assert_eq!(PeerClockReading::from_value(&v, REF, Some(0.0)), None);
     }
 }
 

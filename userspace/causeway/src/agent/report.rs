@@ -67,5 +67,7 @@ pub fn peer_clock(e: &SourceEstimate, generation: u64) -> PeerClock {
         generation,
         source: e.source.wire(),
         samples: e.samples_used.min(u32::MAX as usize) as u32,
+        // +1 ppb: `drift_ppb` is rounded to whole ppb.
+        drift_bound_ppb: (e.drift_bound_ppm * 1000.0).ceil().max(0.0) as u64 + 1,
     }
 }

@@ -34,6 +34,10 @@
 //! sample lies within its own bound: a deterministic bound, including the
 //! extrapolation from the last sample to `now`. The offset-only model adds
 //! `max_drift · |t − xᵢ|` per sample. The model with the smaller bound wins.
+//! Away from `now` the same sum grows at most linearly: `ℓᵢ(t)` is linear in
+//! `t`, so the bound at `now + Δ` is the bound at `now` plus `|Δ|` times
+//! `Σ |dℓᵢ/dt| eᵢ` for the drift model (`max_drift` for the offset-only one):
+//! the drift bound published with every estimate.
 //! Samples whose residual exceeds their bound by more than `outlier_k`
 //! robust scales are rejected and the line refitted; the largest remaining
 //! excess `|rᵢ| − eᵢ` (evidence that an assumption is off) is added to the
@@ -170,6 +174,9 @@ pub struct Estimate {
     pub drift_ppm: f64,
     /// |true offset − `offset_ns`| ≤ this, under the documented assumptions.
     pub error_bound_ns: f64,
+    /// How fast that bound grows for a prediction away from `at_local_ns`
+    /// ([`Estimate::bound_at`]), ppm: the drift's own error bound.
+    pub drift_bound_ppm: f64,
     /// Smallest round-trip delay in the window, ns.
     pub min_delay_ns: u64,
     /// Samples in the window / used by the fit / rejected as outliers.
@@ -187,6 +194,12 @@ impl Estimate {
     pub fn offset_at(&self, local_ns: u64) -> f64 {
         let dt = local_ns as i128 - self.at_local_ns as i128;
         self.offset_ns + self.drift_ppm * 1e-6 * dt as f64
+    }
+
+    /// The error bound of [`Estimate::offset_at`] at `local_ns`.
+    pub fn bound_at(&self, local_ns: u64) -> f64 {
+        let dt = (local_ns as i128 - self.at_local_ns as i128).unsigned_abs();
+        self.error_bound_ns + self.drift_bound_ppm * 1e-6 * dt as f64
     }
 }
 
@@ -343,6 +356,7 @@ impl Estimator {
             offset_ns: fit.offset_ns,
             drift_ppm: fit.drift * 1e6,
             error_bound_ns: fit.bound_ns,
+            drift_bound_ppm: fit.drift_bound * 1e6,
             min_delay_ns: fit.min_delay,
             samples_in_window: window.len(),
             samples_used: fit.used,
@@ -362,6 +376,10 @@ impl Estimator {
                 est.error_bound_ns = (offset - lo).max(hi - offset);
                 est.offset_ns = offset;
                 est.drift_ppm = sm.drift * 1e6;
+                // The truth stays within the fit's interval, which widens at
+                // the fit's drift bound; the reported line leaves the fit's
+                // line at the difference of their drifts.
+                est.drift_bound_ppm = (fit.drift_bound + (sm.drift - fit.drift).abs()) * 1e6;
                 est.samples_used = window.len();
                 est.model = Model::SplitMin;
             }

@@ -14,7 +14,13 @@ struct Outcome {
     errors: Vec<f64>,
     /// Steps whose |error| exceeded the estimate's own bound.
     violations: Vec<usize>,
+    /// Steps whose estimate, extrapolated 1 s ahead with its drift, missed
+    /// the truth there by more than `bound_at` (bound + drift bound · 1 s).
+    ahead_violations: usize,
 }
+
+/// How far ahead the published line is checked (readers use it between updates).
+const AHEAD_NS: u64 = 1_000_000_000;
 
 fn quantile(errors: &[f64], q: f64) -> f64 {
     let mut v = errors.to_vec();
@@ -34,6 +40,7 @@ fn run(seed: u64, path: Path, remote: VirtualClock, steps: usize) -> Outcome {
     let mut out = Outcome {
         errors: Vec::new(),
         violations: Vec::new(),
+        ahead_violations: 0,
     };
     for i in 0..steps {
         let send = i as f64 * INTERVAL_NS;
@@ -47,6 +54,9 @@ fn run(seed: u64, path: Path, remote: VirtualClock, steps: usize) -> Outcome {
         if err > e.error_bound_ns {
             out.violations.push(i);
         }
+        let ahead = now + AHEAD_NS;
+        let ahead_err = (e.offset_at(ahead) - sim.true_offset(ahead)).abs();
+        out.ahead_violations += usize::from(ahead_err > e.bound_at(ahead));
     }
     out
 }
@@ -85,6 +95,12 @@ fn check_all(name: &str, path: Path, p99_target: f64, converge_within: usize) {
             &o.violations[..o.violations.len().min(8)],
         );
         assert!(within >= 0.99, "{name}: error exceeded its bound too often");
+        let ahead_within = 1.0 - o.ahead_violations as f64 / o.errors.len() as f64;
+        assert!(
+            ahead_within >= 0.99,
+            "{name}: 1 s ahead the error exceeded bound + drift bound in {} steps",
+            o.ahead_violations
+        );
         assert!(
             quantile(settled, 0.99) <= 1.5 * p99_target,
             "{name}: p99 of one run too large"

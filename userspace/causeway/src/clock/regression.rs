@@ -48,6 +48,9 @@ pub(crate) struct Fit {
     /// Dimensionless (ns per ns).
     pub drift: f64,
     pub bound_ns: f64,
+    /// How fast the bound grows away from `now`: at `now + Δ` the error is
+    /// at most `bound_ns + drift_bound · |Δ|` (dimensionless).
+    pub drift_bound: f64,
     pub used: usize,
     pub outliers: usize,
     pub min_delay: u64,
@@ -113,7 +116,7 @@ fn fit_once(points: &[Point], bounds: Bounds, now: u64, cfg: &EstimatorConfig) -
     let off_bound: f64 = (0..points.len())
         .map(|i| w[i] / sum_w * (e[i] + max_drift * x[i].abs()))
         .sum();
-    let mut best = (Model::OffsetOnly, y_bar, 0.0, off_bound);
+    let mut best = (Model::OffsetOnly, y_bar, 0.0, off_bound, max_drift);
 
     let span = points.last().map_or(0, |l| l.x) - points.first().map_or(0, |f| f.x);
     if points.len() >= 3 && span >= cfg.min_drift_span_ns {
@@ -129,17 +132,25 @@ fn fit_once(points: &[Point], bounds: Bounds, now: u64, cfg: &EstimatorConfig) -
             let drift_bound: f64 = (0..points.len())
                 .map(|i| (w[i] / sum_w - w[i] * (x[i] - x_bar) * x_bar / sxx).abs() * e[i])
                 .sum();
+            // ℓᵢ(x) = ℓᵢ(0) + x·wᵢ(xᵢ − x̄)/Sxx, so Σ|ℓᵢ(x)|eᵢ grows by at most
+            // |x|·Σ|wᵢ(xᵢ − x̄)/Sxx|·eᵢ; no more than twice the largest drift
+            // (both the truth's and the fit's are within it).
+            let rate_bound = (0..points.len())
+                .map(|i| (w[i] * (x[i] - x_bar) / sxx).abs() * e[i])
+                .sum::<f64>()
+                .min(2.0 * max_drift);
             if slope.abs() <= max_drift && drift_bound < off_bound {
                 best = (
                     Model::OffsetAndDrift,
                     y_bar - slope * x_bar,
                     slope,
                     drift_bound,
+                    rate_bound,
                 );
             }
         }
     }
-    let (model, offset_ns, drift, bound) = best;
+    let (model, offset_ns, drift, bound, drift_bound) = best;
     let mut abs_res: Vec<f64> = (0..points.len())
         .map(|i| (ys[i] - (offset_ns + drift * x[i])).abs())
         .collect();
@@ -154,6 +165,7 @@ fn fit_once(points: &[Point], bounds: Bounds, now: u64, cfg: &EstimatorConfig) -
         offset_ns,
         drift,
         bound_ns: bound + excess,
+        drift_bound,
         used: points.len(),
         outliers: 0,
         min_delay: bounds.min_delay,

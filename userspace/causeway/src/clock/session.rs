@@ -70,6 +70,9 @@ pub struct SourceEstimate {
     pub offset_ns: f64,
     pub drift_ppm: f64,
     pub error_bound_ns: f64,
+    /// How fast the bound grows away from `at_local_ns`, ppm.
+    #[serde(default)]
+    pub drift_bound_ppm: f64,
     pub min_rtt_ns: u64,
     pub samples_used: usize,
     pub samples_accepted: u64,
@@ -86,6 +89,7 @@ impl SourceEstimate {
             offset_ns: e.offset_ns,
             drift_ppm: e.drift_ppm,
             error_bound_ns: e.error_bound_ns,
+            drift_bound_ppm: e.drift_bound_ppm,
             min_rtt_ns: e.min_delay_ns,
             samples_used: e.samples_used,
             samples_accepted: accepted,
