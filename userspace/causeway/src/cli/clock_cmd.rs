@@ -77,8 +77,16 @@ fn print_table(r: &AgentReport) {
         );
     }
     println!(
-        "{:<14} {:<21} {:<16} {:>14} {:>10} {:>12} {:>11} {:>8}",
-        "PEER", "ADDRESS", "SOURCE", "OFFSET µs", "DRIFT ppm", "±BOUND µs", "MIN RTT ms", "SAMPLES"
+        "{:<14} {:<21} {:<16} {:>14} {:>10} {:>12} {:>10} {:>11} {:>8}",
+        "PEER",
+        "ADDRESS",
+        "SOURCE",
+        "OFFSET µs",
+        "DRIFT ppm",
+        "±BOUND µs",
+        "±ppm",
+        "MIN RTT ms",
+        "SAMPLES"
     );
     for p in &r.session.peers {
         if p.sources.is_empty() {
@@ -91,7 +99,7 @@ fn print_table(r: &AgentReport) {
         for (k, s) in p.sources.iter().enumerate() {
             let selected = p.selected.is_some_and(|sel| sel.source == s.source);
             println!(
-                "{:<14} {:<21} {:<16} {:>14.1} {:>10.3} {:>12.1} {:>11.3} {:>8}",
+                "{:<14} {:<21} {:<16} {:>14.1} {:>10.3} {:>12.1} {:>10.3} {:>11.3} {:>8}",
                 if k == 0 { p.name.as_str() } else { "" },
                 if k == 0 {
                     p.addr.to_string()
@@ -102,6 +110,7 @@ fn print_table(r: &AgentReport) {
                 s.offset_ns / 1e3,
                 s.drift_ppm,
                 s.error_bound_ns / 1e3,
+                s.drift_bound_ppm,
                 s.min_rtt_ns as f64 / 1e6,
                 s.samples_used
             );
