@@ -127,6 +127,17 @@ pub struct PeerClockKey {
     pub addr: [u8; 16],
 }
 
+impl From<core::net::IpAddr> for PeerClockKey {
+    /// IPv4 addresses are stored IPv4-mapped (`::ffff:a.b.c.d`).
+    fn from(addr: core::net::IpAddr) -> Self {
+        let v6 = match addr {
+            core::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
+            core::net::IpAddr::V6(a) => a,
+        };
+        PeerClockKey { addr: v6.octets() }
+    }
+}
+
 /// Timestamp source of a published estimate ([`PeerClock::source`]).
 pub const CLOCK_SOURCE_KERNEL: u32 = 1;
 pub const CLOCK_SOURCE_SO_TIMESTAMPING: u32 = 2;

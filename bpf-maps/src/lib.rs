@@ -3,8 +3,16 @@
 //!
 //! Every type is `#[repr(C)]`, has no implicit padding (checked by the
 //! `assert_no_padding!` constants below) and implements `aya::Pod` when the
-//! `user` feature is on. This crate holds no logic.
+//! `user` feature is on. This crate holds no logic beyond constructors that
+//! encode a documented key layout (both sides must build keys alike).
 #![no_std]
+
+/// Where userspace pins the programs and maps:
+/// `<pin root>/<scope>/<iface>/`[`MAPS_DIR`]`/<map name>` (the CLI and the
+/// agent write it; the collective library reads the clock map there).
+pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/causeway";
+/// The directory of an interface's pinned maps, under its pin directory.
+pub const MAPS_DIR: &str = "maps";
 
 pub mod classifier;
 pub mod clock;

@@ -57,8 +57,7 @@ use bpf_maps::clock::{
 
 /// Environment variable naming the pinned map a training process reads.
 pub const CLOCK_MAP_ENV: &str = "CAUSEWAY_CLOCK_MAP";
-/// The agent's default pin root (`causeway::datapath::DEFAULT_PIN_ROOT`).
-pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/causeway";
+pub use bpf_maps::DEFAULT_PIN_ROOT;
 /// Worst-case |true drift − published drift|, ppm, whatever the estimate
 /// says: twice the estimator's default `max_drift_ppm` (see the module docs).
 pub const WORST_DRIFT_ERROR_PPM: f64 = 1000.0;
@@ -221,15 +220,6 @@ fn since(from: u64, to: u64) -> i128 {
     i128::from(to) - i128::from(from)
 }
 
-/// The map key of a peer address (IPv4 as `::ffff:a.b.c.d`).
-pub fn peer_key(addr: IpAddr) -> PeerClockKey {
-    let v6 = match addr {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    };
-    PeerClockKey { addr: v6.octets() }
-}
-
 /// Where the agent pins the map of `iface` in `scope`, laid out like
 /// `causeway::datapath::Layout::iface(..).maps_dir`: `scope` is the scope's
 /// directory name, `root`, `netns-<NAME>` or `netns-ino-<inode>`.
@@ -245,7 +235,7 @@ pub fn map_path(pin_root: &Path, scope: &str, iface: &str) -> Result<PathBuf, Pe
     Ok(pin_root
         .join(scope)
         .join(iface)
-        .join("maps")
+        .join(bpf_maps::MAPS_DIR)
         .join(MAP_CLOCK_PEERS))
 }
 
@@ -347,7 +337,7 @@ impl PeerClocks {
         peer: IpAddr,
         local_ns: u64,
     ) -> Result<Option<PeerClockReading>, PeerClockError> {
-        let key = peer_key(peer);
+        let key = PeerClockKey::from(peer);
         let value = read_stable(READ_ATTEMPTS, || match self.map.get(&key, 0) {
             Ok(v) => Ok(Some(v)),
             Err(MapError::KeyNotFound) => Ok(None),

@@ -110,13 +110,13 @@ fn sources_map_from_the_wire_and_unknown_ones_are_refused() {
 
 #[test]
 fn ipv4_peers_use_mapped_keys() {
-    let k = peer_key(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
+    let k = PeerClockKey::from(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
     assert_eq!(
         k.addr,
         [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3]
     );
     let v6: Ipv6Addr = "fd00::1:2".parse().expect("address");
-    assert_eq!(peer_key(IpAddr::V6(v6)).addr, v6.octets());
+    assert_eq!(PeerClockKey::from(IpAddr::V6(v6)).addr, v6.octets());
 }
 
 #[test]

@@ -111,13 +111,13 @@ impl ClockMaps {
     /// Publishes (one map update) the estimate of the peer at `addr`.
     pub fn publish(&mut self, addr: IpAddr, value: &PeerClock) -> Result<(), ClockMapsError> {
         self.peers
-            .insert(peer_key(addr), value, 0)
+            .insert(PeerClockKey::from(addr), value, 0)
             .map_err(err(MAP_CLOCK_PEERS))
     }
 
     /// The published estimate of the peer at `addr`, if any.
     pub fn peer(&self, addr: IpAddr) -> Result<Option<PeerClock>, ClockMapsError> {
-        match self.peers.get(&peer_key(addr), 0) {
+        match self.peers.get(&PeerClockKey::from(addr), 0) {
             Ok(v) => Ok(Some(v)),
             Err(MapError::KeyNotFound) => Ok(None),
             Err(source) => Err(ClockMapsError::Map {
@@ -126,13 +126,4 @@ impl ClockMaps {
             }),
         }
     }
-}
-
-/// The map key of a peer address (IPv4 as `::ffff:a.b.c.d`).
-pub fn peer_key(addr: IpAddr) -> PeerClockKey {
-    let v6 = match addr {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    };
-    PeerClockKey { addr: v6.octets() }
 }

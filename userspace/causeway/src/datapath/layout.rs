@@ -22,7 +22,7 @@ use super::{netns::NetnsScope, DatapathError};
 use crate::ebpf_object::XDP_PROGRAM;
 
 /// Default pin root.
-pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/causeway";
+pub use bpf_maps::DEFAULT_PIN_ROOT;
 /// Default state root.
 pub const DEFAULT_STATE_ROOT: &str = "/run/causeway";
 
@@ -85,7 +85,7 @@ impl Layout {
         let pin_dir = scope_dir.join(iface);
         let state_scope_dir = self.state_root.join(scope.dir_name());
         Ok(IfacePaths {
-            maps_dir: pin_dir.join("maps"),
+            maps_dir: pin_dir.join(bpf_maps::MAPS_DIR),
             prog_dir: pin_dir.join("prog"),
             link_dir: pin_dir.join("link"),
             state_dir: state_scope_dir.join(iface),
