@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use causeway::clock::{
-    sim::{Bursts, Jitter, Path, Sim, VirtualClock},
+    sim::{Jitter, Path, Sim, VirtualClock},
     Estimator, EstimatorConfig,
 };
 use causeway_netsim::{params::ParamsPatch, Profile, Testbed};
@@ -32,17 +32,6 @@ const MS: f64 = 1e6;
 const INTERVAL_NS: f64 = 100.0 * MS;
 
 fn virtual_profiles() -> Vec<(&'static str, Path)> {
-    let mut asym = Path::symmetric(40.0 * MS, Jitter::None);
-    asym.jitter_fwd = Jitter::Exponential { mean_ns: 2.0 * MS };
-    asym.jitter_back = Jitter::Uniform { max_ns: 0.1 * MS };
-    let mut bursts = Path::symmetric(40.0 * MS, Jitter::Uniform { max_ns: 1.0 * MS });
-    bursts.loss = 0.1;
-    bursts.bursts = Some(Bursts {
-        enter: 0.02,
-        leave: 0.1,
-        loss: 0.5,
-        extra_delay_ns: 20.0 * MS,
-    });
     let mut lossy80 = Path::symmetric(80.0 * MS, Jitter::None);
     lossy80.loss = 0.001;
     vec![
@@ -56,8 +45,14 @@ fn virtual_profiles() -> Vec<(&'static str, Path)> {
             "wan40 exp(1 ms)",
             Path::symmetric(40.0 * MS, Jitter::Exponential { mean_ns: 1.0 * MS }),
         ),
-        ("wan40 asymmetric exp(2 ms)/U(0.1 ms)", asym),
-        ("wan40 U(1 ms) + 10 % loss + bursts", bursts),
+        (
+            "wan40 asymmetric exp(2 ms)/U(0.1 ms)",
+            Path::wan40_asymmetric(),
+        ),
+        (
+            "wan40 U(1 ms) + 10 % loss + bursts",
+            Path::wan40_lossy_bursts(),
+        ),
         ("lossy80", lossy80),
     ]
 }

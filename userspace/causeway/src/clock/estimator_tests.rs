@@ -2,7 +2,7 @@
 //! ±100 ppm, symmetric and asymmetric jitter, loss and bursts.
 
 use super::estimator::{Estimator, EstimatorConfig, Sample, SampleError};
-use super::sim::{Bursts, Jitter, Path, Sim, VirtualClock};
+use super::sim::{Jitter, Path, Sim, VirtualClock};
 
 const MS: f64 = 1e6;
 const US: f64 = 1e3;
@@ -139,23 +139,12 @@ fn symmetric_exponential_jitter_of_1ms() {
 
 #[test]
 fn asymmetric_jitter() {
-    let mut path = Path::symmetric(40.0 * MS, Jitter::None);
-    path.jitter_fwd = Jitter::Exponential { mean_ns: 2.0 * MS };
-    path.jitter_back = Jitter::Uniform { max_ns: 0.1 * MS };
-    check_all("asymmetric", path, 150.0 * US, 100);
+    check_all("asymmetric", Path::wan40_asymmetric(), 150.0 * US, 100);
 }
 
 #[test]
 fn loss_and_bursts() {
-    let mut path = Path::symmetric(40.0 * MS, Jitter::Uniform { max_ns: 1.0 * MS });
-    path.loss = 0.1;
-    path.bursts = Some(Bursts {
-        enter: 0.02,
-        leave: 0.1,
-        loss: 0.5,
-        extra_delay_ns: 20.0 * MS,
-    });
-    check_all("loss+bursts", path, 100.0 * US, 100);
+    check_all("loss+bursts", Path::wan40_lossy_bursts(), 100.0 * US, 100);
 }
 
 #[test]

@@ -95,6 +95,29 @@ impl Path {
             hold_ns: 20_000.0,
         }
     }
+
+    /// 40 ms RTT, exponential jitter of mean 2 ms forward and uniform
+    /// 0–0.1 ms back (the tests' and the bench's asymmetric scenario).
+    pub fn wan40_asymmetric() -> Self {
+        let mut p = Path::symmetric(40e6, Jitter::None);
+        p.jitter_fwd = Jitter::Exponential { mean_ns: 2e6 };
+        p.jitter_back = Jitter::Uniform { max_ns: 0.1e6 };
+        p
+    }
+
+    /// 40 ms RTT, uniform 0–1 ms jitter, 10 % loss, and bursts (entered with
+    /// 2 %, left with 10 % per probe) of 50 % loss and 20 ms extra delay.
+    pub fn wan40_lossy_bursts() -> Self {
+        let mut p = Path::symmetric(40e6, Jitter::Uniform { max_ns: 1e6 });
+        p.loss = 0.1;
+        p.bursts = Some(Bursts {
+            enter: 0.02,
+            leave: 0.1,
+            loss: 0.5,
+            extra_delay_ns: 20e6,
+        });
+        p
+    }
 }
 
 /// A clock that reads `EPOCH + true + offset + drift·true`, rounded to ns.
