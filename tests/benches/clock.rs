@@ -11,8 +11,8 @@
 //! after the first 100 probes; remote clock +20 ms, +50 ppm). Part 2 runs
 //! two `causeway agent`s on the netsim testbed (needs root) and, on the same
 //! link at the same time, chrony as an outside reference: `chronyd -x` in
-//! both hosts (never adjusting the host clock; installed from apt when
-//! missing, service starts denied), measured over the same window — see
+//! both hosts (never adjusting the host clock; `cargo xtask setup` installs
+//! it with service starts denied), measured over the same window — see
 //! `causeway_tests::chrony` for what its error is.
 
 use std::time::Duration;
@@ -111,7 +111,7 @@ const CHRONY_FREQ_ERROR_PPM: f64 = 100.0;
 fn run_testbed() {
     let warmup = Duration::from_secs(10);
     let measure = Duration::from_secs(30);
-    let chrony = chrony::ensure_installed();
+    let chrony = chrony::installed();
     println!("| testbed profile | source | n | p50 µs | p99 µs | max µs | within bound | fit-only p99 µs |");
     println!("|---|---|---|---|---|---|---|---|");
     for (name, profile, jitter) in [

@@ -20,7 +20,7 @@ fn programs_or_skip(test: &str) -> Option<Programs> {
     if !root_or_skip(test) {
         return None;
     }
-    match chrony::ensure_installed() {
+    match chrony::installed() {
         Ok(p) => Some(p),
         Err(e) => {
             eprintln!("SKIP: {test}: chrony unavailable: {e}");

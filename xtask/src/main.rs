@@ -6,6 +6,7 @@ mod bench_allreduce;
 mod build;
 mod cmd;
 mod demo;
+mod deny_service_starts;
 mod gloo;
 mod setup;
 mod test;

@@ -6,9 +6,10 @@
 
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use crate::cmd;
+use crate::deny_service_starts::{DenyServiceStarts, POLICY_RC_D};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -28,9 +29,6 @@ const APT_PACKAGES: &[(&str, Option<&str>)] = &[
     // The clock bench's outside reference (run as `chronyd -x` in namespaces).
     ("chrony", Some("chronyd")),
 ];
-
-/// Where Debian's `invoke-rc.d` asks whether a package's service may start.
-const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
 
 const BPF_LINKER_VERSION: &str = "0.13";
 
@@ -78,7 +76,7 @@ fn apt(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
     }
     eprintln!("setup: installing Debian packages: {}", absent.join(" "));
     cmd::run(Command::new("apt-get").args(["update", "-qq"]))?;
-    let deny = DenyServiceStarts::new()?;
+    let deny = DenyServiceStarts::engage(std::path::Path::new(POLICY_RC_D))?;
     let installed = cmd::run(
         Command::new("apt-get")
             .args(["install", "-y", "-qq", "--no-install-recommends"])
@@ -90,39 +88,6 @@ fn apt(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
         stop_clock_adjusting_chronyd();
     }
     installed
-}
-
-/// None of our packages' services may run: above all a chronyd without
-/// `-x` would adjust the host clock. While we install, every service start
-/// is denied (as Docker images do), unless a policy is already in place.
-struct DenyServiceStarts {
-    created: bool,
-}
-
-impl DenyServiceStarts {
-    fn new() -> Result<Self> {
-        let path = std::path::Path::new(POLICY_RC_D);
-        if path.exists() {
-            return Ok(Self { created: false });
-        }
-        std::fs::write(
-            path,
-            "#!/bin/sh\n# causeway setup: no service starts while installing\nexit 101\n",
-        )
-        .with_context(|| format!("writing {POLICY_RC_D}"))?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
-            .with_context(|| format!("making {POLICY_RC_D} executable"))?;
-        Ok(Self { created: true })
-    }
-}
-
-impl Drop for DenyServiceStarts {
-    fn drop(&mut self) {
-        if self.created {
-            let _ = std::fs::remove_file(POLICY_RC_D);
-        }
-    }
 }
 
 /// chrony was not installed before this setup, so any chronyd without `-x`

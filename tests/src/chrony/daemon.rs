@@ -19,7 +19,7 @@ use nix::{
 };
 
 use super::{
-    install::Programs,
+    programs::Programs,
     tracking::{parse_tracking_csv, LogSummary, Tracking},
     ChronyError,
 };

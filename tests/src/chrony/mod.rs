@@ -16,7 +16,7 @@
 //! is off by its systematic bias).
 
 mod daemon;
-mod install;
+mod programs;
 mod tracking;
 
 use std::{
@@ -25,29 +25,16 @@ use std::{
 };
 
 pub use daemon::{ChronyPair, ErrorSample, PairSpec};
-pub use install::{clock_adjusting_chronyds, ensure_installed, Programs};
+pub use programs::{clock_adjusting_chronyds, installed, Programs};
 pub use tracking::{parse_tracking_csv, LogSummary, Tracking};
 
 /// Why chrony could not serve as the reference.
 #[derive(Debug, thiserror::Error)]
 pub enum ChronyError {
-    #[error("chronyd is not installed and installing it needs root")]
-    NotRoot,
-    #[error("apt-get install chrony failed ({status}): {stderr}")]
-    Install {
-        status: std::process::ExitStatus,
-        stderr: String,
-    },
-    #[error("chrony was installed but {0} is not on the PATH")]
-    Missing(&'static str),
     #[error(
-        "{} exists: an earlier chrony install was interrupted; \
-         move it back to policy-rc.d by hand",
-        .0.display()
+        "{0} is not installed (`cargo xtask setup` installs chrony, its service kept stopped)"
     )]
-    PolicyAside(std::path::PathBuf),
-    #[error("a clock-adjusting chronyd (pid {pid}) kept running after SIGTERM")]
-    HostChronyd { pid: i32 },
+    Missing(&'static str),
     #[error("{what}: {source}")]
     Io {
         what: String,
