@@ -44,11 +44,6 @@ impl SpinBudget {
         }
     }
 
-    /// The longest time spun before one departure, ns.
-    pub fn spin_ns(&self) -> u64 {
-        self.spin_ns
-    }
-
     /// Called once per pass of the forwarding loop at time `now` (ns, monotonic)
     /// with the time `wait` left until the next departure. Charges the time
     /// since the previous pass if that pass spun, and answers whether to spin
