@@ -1,7 +1,7 @@
 //! Prerequisites: checks each one, installs what is missing (as root), and
 //! names exactly what is missing and how to get it when it cannot.
 //!
-//! Versions follow ../shared/toolchain.md: the machine's nightly + rust-src for
+//! Versions follow docs/TOOLCHAIN.md: the machine's nightly + rust-src for
 //! the eBPF crate, bpf-linker 0.13 built against Debian's LLVM 22.
 
 use std::process::Command;
