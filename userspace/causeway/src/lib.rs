@@ -10,3 +10,5 @@ mod map_handles;
 pub mod policy;
 pub mod shaper;
 pub mod stats;
+
+pub use causeway_core::units;

@@ -28,6 +28,7 @@
 //! unresponsive UDP. `dscp` rewrites the DSCP of every frame of the class.
 //! Rates: a number of bit/s or a string with `bit`, `kbit`, `mbit`, `gbit`,
 //! `tbit` (powers of 1000). Sizes: bytes, or `kb`/`mb` (powers of 1024).
+//! Both are read by [`crate::units`].
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -38,8 +39,10 @@ use crate::shaper::{
     htb::{leaf_classid, HtbLeaf, HtbPlan},
 };
 
-pub use super::units::{parse_rate, parse_rate_str, parse_size, parse_size_str};
+pub use super::quantity::{parse_rate, parse_size};
 use super::{class::ClassTable, field};
+/// The units parser under its earlier names (`causeway::units` is the one).
+pub use crate::units::{parse_bytes as parse_size_str, parse_rate_bps as parse_rate_str};
 
 /// Bytes of link header counted on top of the MTU (Ethernet).
 pub const LINK_HEADER: u64 = 14;
