@@ -7,3 +7,6 @@
 #![deny(unsafe_code)]
 
 pub mod units;
+
+#[cfg(feature = "cli")]
+pub mod cli_main;
