@@ -6,14 +6,11 @@
 
 pub use causeway_core::clock::*;
 
-pub mod exchange;
 pub mod maps;
 pub mod session;
 pub mod socket;
 pub mod source;
 
-#[cfg(test)]
-mod exchange_tests;
 #[cfg(test)]
 mod session_tests;
 
