@@ -4,13 +4,14 @@ mod cli;
 
 use std::process::ExitCode;
 
+use causeway_core::cli_main;
+
 fn main() -> ExitCode {
-    match cli::main() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // `{:#}` prints the whole context chain on one line.
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    cli_main::run(|| {
+        // `policy apply` writes its HTB batch to `tc`'s stdin and must report
+        // (and undo after) a `tc` that went away, not die of SIGPIPE; keep
+        // the Rust runtime's disposition until that write cannot raise it.
+        cli_main::ignore_sigpipe();
+        cli::main()
+    })
 }

@@ -1,5 +1,10 @@
 use super::*;
 use crate::policy::{Policy, PolicyError, Problem};
+use crate::shaper::{
+    bucket::BucketError,
+    config::ShapingError,
+    htb::{leaf_classid, HtbPlanError},
+};
 
 const BASE: &str = r#"
 [shaping]
@@ -67,7 +72,7 @@ fn full_shaping_parses_into_plan_and_table() {
     );
     assert_eq!(plan.leaf(3).expect("control leaf").prio, 0);
 
-    let entries = p.shaping_table().map_entries();
+    let entries = p.shaping_table().expect("table").map_entries();
     assert_eq!(entries[3].priority, leaf_classid(3));
     assert_eq!(
         entries[3].rate_bytes_per_sec,
@@ -117,7 +122,10 @@ fn bad_values_are_refused_with_their_line() {
                 p,
                 Problem::ClassShaping {
                     index: 1,
-                    kind: ShapingProblem::CeilBelowRate { .. },
+                    kind: ShapingProblem::Plan(PlanError::Htb(HtbPlanError::RateAboveCeiling {
+                        class: 3,
+                        ..
+                    })),
                     ..
                 }
             )
@@ -135,7 +143,10 @@ fn bad_values_are_refused_with_their_line() {
             matches!(
                 p,
                 Problem::ClassShaping {
-                    kind: ShapingProblem::Bucket(BucketError::BurstBelowFrame { .. }),
+                    kind: ShapingProblem::Plan(PlanError::Bucket {
+                        class: 5,
+                        source: BucketError::BurstBelowFrame { .. }
+                    }),
                     ..
                 }
             )
@@ -148,7 +159,10 @@ fn bad_values_are_refused_with_their_line() {
                 matches!(
                     p,
                     Problem::ClassShaping {
-                        kind: ShapingProblem::CeilAboveLink { .. },
+                        index: 2,
+                        kind: ShapingProblem::Plan(PlanError::Htb(
+                            HtbPlanError::CeilingAboveLink { class: 5, .. }
+                        )),
                         ..
                     }
                 )
@@ -158,7 +172,10 @@ fn bad_values_are_refused_with_their_line() {
             matches!(
                 p,
                 Problem::ClassShaping {
-                    kind: ShapingProblem::BadPriority(9),
+                    kind: ShapingProblem::Plan(PlanError::Htb(HtbPlanError::PrioOutOfRange {
+                        class: 3,
+                        prio: 9
+                    })),
                     ..
                 }
             )
@@ -171,7 +188,9 @@ fn bad_values_are_refused_with_their_line() {
                 matches!(
                     p,
                     Problem::ClassShaping {
-                        kind: ShapingProblem::DemoteLoop(_),
+                        kind: ShapingProblem::Plan(PlanError::Table(ShapingError::DemoteToSelf {
+                            class: 6
+                        })),
                         ..
                     }
                 )
@@ -203,7 +222,9 @@ fn bad_values_are_refused_with_their_line() {
                 matches!(
                     p,
                     Problem::ClassShaping {
-                        kind: ShapingProblem::CeilAboveLink { .. },
+                        kind: ShapingProblem::Plan(PlanError::Htb(
+                            HtbPlanError::CeilingAboveLink { class: 5, .. }
+                        )),
                         ..
                     }
                 )
@@ -212,7 +233,12 @@ fn bad_values_are_refused_with_their_line() {
         ("rate = \"500mbit\"", "rate = \"999mbit\"", 3, |p| {
             matches!(
                 p,
-                Problem::LinkShaping(ShapingProblem::Oversubscribed { .. })
+                Problem::LinkShaping(ShapingProblem::Plan(PlanError::Htb(
+                    HtbPlanError::Oversubscribed {
+                        sum_bits: 1_010_000_000,
+                        ..
+                    }
+                )))
             )
         }),
     ];
@@ -232,6 +258,55 @@ fn bad_values_are_refused_with_their_line() {
     ));
     let unknown = BASE.replacen("priority = 0,", "prio = 0,", 1);
     assert!(matches!(problem(&unknown).1, Problem::Syntax(_)));
+}
+
+#[test]
+fn plan_rules_point_at_the_setting_they_name() {
+    // Guaranteed rates that fill the link leave nothing for the unshaped
+    // default class: reported at link_rate.
+    let full = BASE.replacen("rate = \"500mbit\"", "rate = \"989mbit\"", 1);
+    let (line, p) = problem(&full);
+    assert_eq!(line, 3, "{p}");
+    assert_eq!(
+        p,
+        Problem::LinkShaping(ShapingProblem::Plan(PlanError::NoRoomForDefault {
+            sum_bits: 1_000_000_000,
+            link_bits: 1_000_000_000
+        }))
+    );
+    // A demotion to a class that exists but has no shaping: at demote_to.
+    let unshaped = format!(
+        "{}\n[[class]]\nid = 7\nname = \"plain\"\n",
+        BASE.replacen("demote_to = \"bulk\"", "demote_to = \"plain\"", 1)
+    );
+    let (line, p) = problem(&unshaped);
+    assert_eq!(line, 18, "{p}");
+    assert!(
+        matches!(
+            &p,
+            Problem::ClassShaping {
+                index: 3,
+                kind: ShapingProblem::Plan(PlanError::Table(ShapingError::DemoteToUnknown {
+                    class: 6,
+                    target: 7
+                })),
+                ..
+            }
+        ),
+        "{p}"
+    );
+    // An MTU out of range: at mtu.
+    let mtu = BASE.replacen(
+        "link_rate = \"1gbit\"",
+        "link_rate = \"1gbit\"\nmtu = 60",
+        1,
+    );
+    let (line, p) = problem(&mtu);
+    assert_eq!(line, 4, "{p}");
+    assert_eq!(
+        p,
+        Problem::LinkShaping(ShapingProblem::Plan(PlanError::MtuOutOfRange(60)))
+    );
 }
 
 #[test]
