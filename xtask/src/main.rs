@@ -12,6 +12,7 @@ mod setup;
 mod test;
 mod testbed;
 
+use causeway_core::cli_main;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -54,15 +55,19 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    // Errors are printed with their causes, without anyhow's backtrace (which
-    // RUST_BACKTRACE=1 would otherwise add to every failed child command).
-    match run(Cli::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+    // Errors are printed once with their causes (`error: a: b: c`), without
+    // anyhow's backtrace (which RUST_BACKTRACE=1 would otherwise add to every
+    // failed child command).
+    cli_main::run(|| {
+        let cli = Cli::parse();
+        if matches!(cli.command, Command::Demo(_) | Command::Bench(_)) {
+            // The demo and the benches print while a testbed is up; a closed
+            // stdout must unwind through the testbed's guard (which tears the
+            // namespaces and programs down), not end the process on SIGPIPE.
+            cli_main::ignore_sigpipe();
         }
-    }
+        run(cli)
+    })
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {

@@ -73,7 +73,15 @@ fn backward(bucket: &mut [f32], offset: usize, rank: usize, step: usize, ms: u64
     }
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    causeway_core::cli_main::run(|| {
+        // The engine's writev to a peer that has gone must fail, not raise SIGPIPE.
+        causeway_core::cli_main::ignore_sigpipe();
+        run()
+    })
+}
+
+fn run() -> Result<()> {
     let args = parse_args()?;
     let t0 = Instant::now();
     let comm = Communicator::from_env()

@@ -18,7 +18,17 @@ const USAGE: &str = "causeway-allreduce-bench [--sizes 64K,1M,16M] [--iters 5] [
   Sizes are bytes of f32 per rank. Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n\
   CAUSEWAY_DOMAIN and the CAUSEWAY_* options. Rank 0 prints JSON lines.";
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    causeway_core::cli_main::run(|| {
+        // The engine writes to its TCP connections with writev, which raises
+        // SIGPIPE when a peer has gone: keep it ignored, so that a dead peer
+        // is an error naming it rather than a silent end of this process.
+        causeway_core::cli_main::ignore_sigpipe();
+        run()
+    })
+}
+
+fn run() -> Result<()> {
     let args = common::Args::parse(&["sizes", "iters", "warmup"], USAGE)?;
     let sizes: Vec<usize> = args
         .get("sizes")
@@ -34,11 +44,11 @@ fn main() -> Result<()> {
     if r == 0 {
         let m = comm.cost_model();
         let link = |c: causeway_collective::schedule::sim::LinkCost| json!({"alpha_us": c.alpha * 1e6, "gbit_s": 8.0 / c.beta / 1e9});
-        println!(
+        common::outln!(
             "{}",
             json!({"impl": "causeway", "event": "init", "world": n, "init_s": t0.elapsed().as_secs_f64(),
             "cost": {"host": link(m.intra_host), "domain": link(m.intra_domain), "wan": link(m.inter_domain)}})
-        );
+        )?;
     }
     for &bytes in &sizes {
         let elems = (bytes / 4).max(1);
@@ -66,19 +76,19 @@ fn main() -> Result<()> {
         let busbw = algbw * 2.0 * (n as f64 - 1.0) / n as f64;
         // Every rank's call and return times on the wall clock: on one machine
         // (the testbed) the harness can line the ranks up.
-        println!(
+        common::outln!(
             "{}",
             json!({"impl": "causeway", "event": "iters", "rank": r, "bytes": elems * 4,
             "start_unix_ns": starts, "end_unix_ns": ends, "times_s": in_order})
-        );
+        )?;
         if r == 0 {
-            println!(
+            common::outln!(
                 "{}",
                 json!({"impl": "causeway", "world": n, "bytes": elems * 4, "dtype": "float32", "iters": iters,
                 "median_s": median, "min_s": times.first(), "max_s": times.last(),
                 "algbw_GBps": algbw, "busbw_GBps": busbw, "times_s": in_order,
                 "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))})
-            );
+            )?;
         }
     }
     Ok(())

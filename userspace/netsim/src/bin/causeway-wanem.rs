@@ -31,6 +31,6 @@ struct Cli {
     args: wanem_cmd::WanemArgs,
 }
 
-fn main() -> anyhow::Result<()> {
-    wanem_cmd::run(Cli::parse().args)
+fn main() -> std::process::ExitCode {
+    causeway_core::cli_main::run(|| wanem_cmd::run(Cli::parse().args))
 }

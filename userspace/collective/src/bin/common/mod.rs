@@ -3,6 +3,17 @@
 
 use anyhow::{bail, Context, Result};
 
+/// `println!` that returns the write's error instead of panicking: the
+/// binaries keep SIGPIPE ignored (for their sockets), so a closed stdout
+/// (`| head -1`) is an `EPIPE` here, which `cli_main` turns into a quiet exit.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)
+    }};
+}
+pub(crate) use outln;
+
 pub struct Args(Vec<(String, String)>);
 
 impl Args {

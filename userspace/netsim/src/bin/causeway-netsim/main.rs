@@ -64,7 +64,11 @@ enum Cmd {
     Wanem(wanem_cmd::WanemArgs),
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    causeway_core::cli_main::run(run)
+}
+
+fn run() -> Result<()> {
     match Cli::parse().command {
         Cmd::Up(a) => up_down::up(a),
         Cmd::Down(a) => up_down::down(a),
