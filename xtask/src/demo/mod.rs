@@ -144,7 +144,7 @@ fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs) -> Result<Outcome> {
                 "--compute-ms",
                 &args.compute_ms.to_string(),
             ])
-            .env("CAUSEWAY_TIMEOUT_MS", "30000")
+            .env("CAUSEWAY_TIMEOUT", "30s")
             .spawn()
             .with_context(|| format!("starting rank {rank} in {}", host.netns))?;
         children.push(child);

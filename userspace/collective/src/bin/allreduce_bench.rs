@@ -1,6 +1,6 @@
 //! Allreduce benchmark worker: run one per rank with torchrun's variables, e.g.
 //! `RANK=0 WORLD_SIZE=4 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 CAUSEWAY_DOMAIN=east
-//! causeway-allreduce-bench --sizes 1M,16M --iters 5`. Rank 0 prints one JSON line
+//! causeway-allreduce-bench --sizes 1mb,16mb --iters 5`. Rank 0 prints one JSON line
 //! per size: median time, algbw and busbw (bytes × 2(n-1)/n / time), the same
 //! fields as `bench/gloo_allreduce.py` prints for PyTorch's Gloo; every rank
 //! prints an `iters` line with its wall-clock call and return times.
@@ -14,8 +14,8 @@ use anyhow::{Context, Result};
 use causeway_collective::{Communicator, ReduceOp};
 use serde_json::json;
 
-const USAGE: &str = "causeway-allreduce-bench [--sizes 64K,1M,16M] [--iters 5] [--warmup 1]\n\
-  Sizes are bytes of f32 per rank. Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n\
+const USAGE: &str = "causeway-allreduce-bench [--sizes 64kb,1mb,16mb] [--iters 5] [--warmup 1]\n\
+  Sizes are bytes of f32 per rank (64kb = 65536). Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n\
   CAUSEWAY_DOMAIN and the CAUSEWAY_* options. Rank 0 prints JSON lines.";
 
 fn main() -> std::process::ExitCode {
@@ -32,10 +32,11 @@ fn run() -> Result<()> {
     let args = common::Args::parse(&["sizes", "iters", "warmup"], USAGE)?;
     let sizes: Vec<usize> = args
         .get("sizes")
-        .unwrap_or("64K,1M,16M")
+        .unwrap_or("64kb,1mb,16mb")
         .split(',')
         .map(common::parse_size)
-        .collect::<Result<_>>()?;
+        .collect::<Result<_>>()
+        .context("--sizes")?;
     let iters: usize = args.num("iters", 5)?;
     let warmup: usize = args.num("warmup", 1)?;
     let t0 = Instant::now();
