@@ -233,7 +233,9 @@ fn binaries_refuse_bad_unit_values_in_one_line_with_status_1() {
         ("MASTER_ADDR", "127.0.0.1"),
         ("MASTER_PORT", "1"),
     ];
-    let cases: [(&[&str], &[(&str, &str)], &str); 4] = [
+    /// Arguments, environment, expected error.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 4] = [
         (
             &["--sizes", "64kb,1xb"],
             &[],
