@@ -83,7 +83,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Test(args) => test::run(&args),
         Command::Lint => test::lint(),
-        Command::Demo(args) => demo::run(&args),
+        Command::Demo(args) => demo::run(&args.resolve()?),
         Command::Bench(args) => bench::run(&args),
         Command::Netsim { args } => {
             setup::run(setup::Mode::Install)?;
