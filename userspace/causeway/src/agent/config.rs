@@ -10,7 +10,7 @@
 //!
 //! [clock]
 //! bind = "0.0.0.0:7339"             # optional
-//! interval_ms = 100                 # optional, probe period per peer
+//! interval = "100ms"                # optional, probe period per peer (10ms..=60s)
 //! fast_start = 16                   # optional, first probes 8× faster
 //! burst = 2                         # optional, requests per round (1..=8)
 //! kernel_stamps = true              # optional, configure the eBPF stamps
@@ -85,7 +85,8 @@ struct FileIface {
 #[serde(deny_unknown_fields)]
 struct FileClock {
     bind: Option<SocketAddr>,
-    interval_ms: Option<u64>,
+    /// A duration with a unit (`causeway_core::units`): "100ms", "1s".
+    interval: Option<String>,
     fast_start: Option<u32>,
     burst: Option<u32>,
     kernel_stamps: Option<bool>,
@@ -166,10 +167,14 @@ impl AgentConfig {
             interfaces.push(IfaceConfig { name: i.name, mode });
         }
         let c = f.clock;
-        let interval_ms = c.interval_ms.unwrap_or(100);
-        if !(10..=60_000).contains(&interval_ms) {
+        let interval = match c.interval.as_deref() {
+            None => Duration::from_millis(100),
+            Some(text) => causeway_core::units::parse_duration(text)
+                .map_err(|e| ConfigError::Invalid(format!("clock.interval: {e}")))?,
+        };
+        if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&interval) {
             return invalid(format!(
-                "clock.interval_ms must be in 10..=60000 (got {interval_ms})"
+                "clock.interval must be in 10ms..=60s (got {interval:?})"
             ));
         }
         let burst = c.burst.unwrap_or(2);
@@ -230,7 +235,7 @@ impl AgentConfig {
                     SocketAddr::from(([0, 0, 0, 0], CLOCK_PORT))
                 }
             }),
-            interval: Duration::from_millis(interval_ms),
+            interval,
             fast_start: c.fast_start.unwrap_or(16),
             burst,
             kernel_stamps: c.kernel_stamps.unwrap_or(true),
@@ -251,7 +256,7 @@ host_id = 7
 name = "veth0"
 mode = "skb"
 [clock]
-interval_ms = 50
+interval = "50ms"
 [[clock.peers]]
 name = "b"
 addr = "10.1.0.2:7339"
@@ -279,9 +284,10 @@ drift_ppb = 20000
         assert_eq!((c.clock.offset_ns, c.clock.drift_ppb), (-5000, 20000));
         assert!(c.kernel_stamps);
         assert_eq!(c.burst, 2);
-        let single =
-            AgentConfig::parse(&GOOD.replace("interval_ms = 50", "interval_ms = 50\nburst = 1"))
-                .expect("valid");
+        let single = AgentConfig::parse(
+            &GOOD.replace("interval = \"50ms\"", "interval = \"50ms\"\nburst = 1"),
+        )
+        .expect("valid");
         assert_eq!(single.burst, 1);
     }
 
@@ -291,15 +297,24 @@ drift_ppb = 20000
             (GOOD.replace("veth0", "a/b"), "not an interface name"),
             (GOOD.replace("skb", "warp"), "unknown XDP mode"),
             (
-                GOOD.replace("interval_ms = 50", "interval_ms = 1"),
-                "interval_ms",
+                GOOD.replace("interval = \"50ms\"", "interval = \"1ms\""),
+                "clock.interval must be in 10ms..=60s",
             ),
             (
-                GOOD.replace("interval_ms = 50", "interval_ms = 50\nburst = 0"),
+                GOOD.replace("interval = \"50ms\"", "interval = \"50\""),
+                "clock.interval: '50' is not a duration: a duration needs a unit",
+            ),
+            // The old key is refused, not ignored.
+            (
+                GOOD.replace("interval = \"50ms\"", "interval_ms = 50"),
+                "unknown field `interval_ms`",
+            ),
+            (
+                GOOD.replace("interval = \"50ms\"", "interval = \"50ms\"\nburst = 0"),
                 "clock.burst must be in 1..=8",
             ),
             (
-                GOOD.replace("interval_ms = 50", "interval_ms = 50\nburst = 9"),
+                GOOD.replace("interval = \"50ms\"", "interval = \"50ms\"\nburst = 9"),
                 "clock.burst must be in 1..=8",
             ),
             (
