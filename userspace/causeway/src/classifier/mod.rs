@@ -7,7 +7,9 @@ pub mod compile;
 mod map_writes;
 pub mod maps;
 pub mod reference;
+pub mod rollback;
 pub mod rule;
 
-pub use maps::{ClassifierMaps, ClassifierMapsError};
+pub use maps::{ClassifierMaps, ClassifierMapsError, StagedRules};
+pub use rollback::RulesSnapshot;
 pub use rule::{IpPrefix, PortRange, Rule, RuleSet, RuleSetError, Verdict};

@@ -10,4 +10,4 @@ pub mod maps;
 
 pub use bucket::{BucketError, BucketParams, Decision, SharedBucket};
 pub use config::{ClassShaping, OverAction, ShapingError, ShapingTable};
-pub use maps::{ShaperMapError, ShaperMaps};
+pub use maps::{ShaperMapError, ShaperMaps, ShaperSnapshot};
