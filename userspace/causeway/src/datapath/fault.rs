@@ -100,3 +100,20 @@ pub(crate) fn after_staging(
     let _ = (maps, faults);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_planned_step_fails() {
+        assert!(!FaultPlan::NONE.hits(ApplyStep::Htb));
+        let plan = FaultPlan::fail_at(ApplyStep::Records);
+        assert!(plan.hits(ApplyStep::Records));
+        assert!(!plan.hits(ApplyStep::CommitRules));
+        assert_eq!(
+            InjectedFault(ApplyStep::Htb).to_string(),
+            "fault injected at installing the HTB hierarchy (test)"
+        );
+    }
+}

@@ -294,3 +294,21 @@ pub(crate) fn remove_program_pins(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_step_the_program_and_the_interface() {
+        let e = LoadError {
+            step: LoadStep::Attach,
+            program: bpf_maps::programs::TC_EGRESS,
+            iface: "veth0".into(),
+            cause: LoadCause::NotBpfLink { needs: "6.6 (TCX)" },
+        };
+        let text = e.to_string();
+        assert!(text.starts_with("attaching the program (causeway_tc_egress on veth0): "));
+        assert!(text.ends_with("(needs Linux 6.6 (TCX) or later)"), "{text}");
+    }
+}

@@ -172,6 +172,24 @@ mod tests {
     }
 
     #[test]
+    fn record_snapshots_restore_bytes_and_absence() {
+        let dir = std::env::temp_dir().join(format!("causeway-snap-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (kept, absent) = (dir.join("policy.json"), dir.join("shaping-overrides.json"));
+        std::fs::write(&kept, b"{\"a\": 1}\n").unwrap();
+        let snaps = [&kept, &absent].map(|p| RecordSnapshot::capture(p).unwrap());
+        std::fs::write(&kept, b"changed").unwrap();
+        std::fs::write(&absent, b"new").unwrap();
+        for s in &snaps {
+            s.restore().unwrap();
+        }
+        assert_eq!(std::fs::read(&kept).unwrap(), b"{\"a\": 1}\n");
+        assert!(!absent.exists());
+        assert!(!dir.join("policy.json.tmp").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn records_round_trip_through_json_files() {
         let dir = std::env::temp_dir().join(format!("causeway-state-test-{}", std::process::id()));
         let path = dir.join("scope/eth0/policy.json");
