@@ -1,5 +1,8 @@
 //! Causeway's controller: loads the eBPF programs, applies policy to their
-//! maps, and serves the `causeway` CLI.
+//! maps, and serves the `causeway` CLI. The pure models (policy, classifier
+//! rules, shaping plan, clock estimator, units) are `causeway_core`, which
+//! builds without the eBPF toolchain; they are re-exported under the same
+//! paths here (`causeway::policy`, `causeway::shaper::bucket`, …).
 
 pub mod agent;
 pub mod classifier;
@@ -7,6 +10,7 @@ pub mod clock;
 pub mod datapath;
 pub mod ebpf_object;
 mod map_handles;
-pub mod policy;
 pub mod shaper;
 pub mod stats;
+
+pub use causeway_core::{policy, units};

@@ -1,15 +1,13 @@
-//! The classifier's rule model (what a validated policy becomes) and, beside
-//! it, how rules are compiled into the kernel's maps (`compile`), written to
-//! them atomically (`maps`), and a pure reference classifier (`reference`)
-//! that the kernel program is differential-tested against.
+//! The classifier: the pure rule model, compiler and reference classifier
+//! live in `causeway_core::classifier` (re-exported here); this module adds
+//! the atomic writes of compiled rules into the kernel's maps (`maps`) and
+//! their undo (`rollback`).
 
-pub mod compile;
+pub use causeway_core::classifier::*;
+
 mod map_writes;
 pub mod maps;
-pub mod reference;
 pub mod rollback;
-pub mod rule;
 
 pub use maps::{ClassifierMaps, ClassifierMapsError, StagedRules};
 pub use rollback::RulesSnapshot;
-pub use rule::{IpPrefix, PortRange, Rule, RuleSet, RuleSetError, Verdict};

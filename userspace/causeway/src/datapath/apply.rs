@@ -29,7 +29,7 @@ use crate::{
     policy::{Policy, PolicyError},
     shaper::{
         htb::{Htb, HtbError},
-        ShaperMapError, ShaperMaps, ShapingTable,
+        PlanError, ShaperMapError, ShaperMaps, ShapingTable,
     },
 };
 
@@ -117,6 +117,8 @@ pub enum StepError {
     #[error("{0}")]
     Shaper(#[from] ShaperMapError),
     #[error("{0}")]
+    Plan(#[from] PlanError),
+    #[error("{0}")]
     Injected(#[from] InjectedFault),
 }
 
@@ -184,6 +186,10 @@ pub(crate) fn apply_one(
     let paths = &target.paths;
     let maps_dir = &paths.maps_dir;
     let htb = Htb::new(&target.iface, None);
+    let table = match &policy.shaping {
+        Some(s) => at(ApplyStep::Validate, s.shaping_table())?,
+        None => ShapingTable::default(),
+    };
 
     // An unreadable old record only means undo cannot rebuild the old HTB.
     let recorded = RecordedPolicy::read(paths).ok().flatten();
@@ -244,10 +250,6 @@ pub(crate) fn apply_one(
         maps_dir: maps_dir.clone(),
         snapshot: Box::new(shaper_before),
     });
-    let table = policy
-        .shaping
-        .as_ref()
-        .map_or_else(ShapingTable::default, |s| s.shaping_table());
     at(ShaperTable, shaper.apply(&table))?;
     fault(faults, ShaperTable)?;
 

@@ -1,84 +1,21 @@
-//! The HTB hierarchy Causeway installs on an interface and owns: root
-//! qdisc `ca:`, one root class `ca:1` at the link rate, and one leaf class
-//! `ca:<0x10 + class id>` per policy class with its guaranteed rate, its
-//! ceiling and its priority (0 = strict priority for control and clock).
-//! The TC program sets `skb->priority` to the leaf's class id, which HTB
-//! uses directly; unclassified frames go to the leaf of class 0.
+//! Runs `tc` to install, change and remove the HTB hierarchy that
+//! `causeway_core::shaper::htb` plans (re-exported here).
 //!
 //! Driven through iproute2's `tc` (with `-n NETNS` when the interface lives
 //! in a named namespace) rather than a netlink crate: `netlink-packet-route`
 //! has no HTB option types (`tc_htb_opt`, rate tables, 64-bit rates), so
 //! using it would mean hand-encoding them; `tc` is the reference encoder and
 //! its JSON qdisc listing lets us check ownership before any change.
-//!
-//! Ownership: before installing, the root qdisc must be a default one
-//! (`noqueue`, `pfifo_fast`, `mq`, `fq_codel`, `noop`) or ours (HTB with
-//! handle `ca:`); removal deletes the root qdisc only when it is ours.
 
 use std::process::Command;
 
-use serde::Deserialize;
-
-/// Major number of Causeway's HTB qdisc.
-pub const HTB_MAJOR: u16 = 0xca;
-/// Minor of the root class.
-pub const ROOT_MINOR: u16 = 0x1;
-/// Minor of class 0's leaf; class `c` has `LEAF_MINOR_BASE + c`.
-pub const LEAF_MINOR_BASE: u16 = 0x10;
-/// Root qdisc kinds that Causeway may replace: the kernel's defaults.
-const DEFAULT_QDISCS: [&str; 5] = ["noqueue", "pfifo_fast", "mq", "fq_codel", "noop"];
-
-/// `skb->priority` / HTB class id of the leaf of `class`.
-pub const fn leaf_classid(class: u8) -> u32 {
-    ((HTB_MAJOR as u32) << 16) | (LEAF_MINOR_BASE + class as u16) as u32
-}
-
-/// One leaf class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HtbLeaf {
-    pub class: u8,
-    /// Guaranteed rate, bit/s.
-    pub rate_bits: u64,
-    /// Ceiling, bit/s (borrowing up to it).
-    pub ceil_bits: u64,
-    /// HTB priority 0..=7; 0 is served first.
-    pub prio: u8,
-    /// Bytes the class may send at once above its rate.
-    pub burst_bytes: u64,
-}
-
-/// The whole hierarchy for one interface.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HtbPlan {
-    /// Root class rate and ceiling, bit/s.
-    pub link_bits: u64,
-    /// Leaves; class 0 (the default class) must be one of them.
-    pub leaves: Vec<HtbLeaf>,
-}
+pub use causeway_core::shaper::htb::*;
 
 /// Why the hierarchy could not be planned, installed, changed or removed.
 #[derive(Debug, thiserror::Error)]
 pub enum HtbError {
-    #[error(
-        "class {class}: guaranteed rate {rate_bits} bit/s is above its ceiling {ceil_bits} bit/s"
-    )]
-    RateAboveCeiling {
-        class: u8,
-        rate_bits: u64,
-        ceil_bits: u64,
-    },
-    #[error("class {class}: ceiling {ceil_bits} bit/s is above the link rate {link_bits} bit/s")]
-    CeilingAboveLink {
-        class: u8,
-        ceil_bits: u64,
-        link_bits: u64,
-    },
-    #[error("the guaranteed rates add up to {sum_bits} bit/s, more than the link rate {link_bits} bit/s")]
-    Oversubscribed { sum_bits: u64, link_bits: u64 },
-    #[error("class {class}: HTB priority {prio} is out of range (0..=7)")]
-    PrioOutOfRange { class: u8, prio: u8 },
-    #[error("the plan has no leaf for class 0, which takes unclassified traffic")]
-    NoDefaultLeaf,
+    #[error(transparent)]
+    Plan(#[from] HtbPlanError),
     #[error("class {class} has no leaf in the installed hierarchy")]
     UnknownLeaf { class: u8 },
     #[error("{iface} already has a root qdisc {kind} {handle} that Causeway did not install; remove it first")]
@@ -97,150 +34,6 @@ pub enum HtbError {
     Tc { args: String, stderr: String },
     #[error("could not read the output of `tc {args}`: {reason}")]
     Output { args: String, reason: String },
-}
-
-impl HtbPlan {
-    /// Checks rates, ceilings and priorities against each other.
-    pub fn validate(&self) -> Result<(), HtbError> {
-        if !self.leaves.iter().any(|l| l.class == 0) {
-            return Err(HtbError::NoDefaultLeaf);
-        }
-        let mut sum_bits = 0u64;
-        for l in &self.leaves {
-            if l.rate_bits > l.ceil_bits {
-                return Err(HtbError::RateAboveCeiling {
-                    class: l.class,
-                    rate_bits: l.rate_bits,
-                    ceil_bits: l.ceil_bits,
-                });
-            }
-            if l.ceil_bits > self.link_bits {
-                return Err(HtbError::CeilingAboveLink {
-                    class: l.class,
-                    ceil_bits: l.ceil_bits,
-                    link_bits: self.link_bits,
-                });
-            }
-            if l.prio > 7 {
-                return Err(HtbError::PrioOutOfRange {
-                    class: l.class,
-                    prio: l.prio,
-                });
-            }
-            sum_bits = sum_bits.saturating_add(l.rate_bits);
-        }
-        if sum_bits > self.link_bits {
-            return Err(HtbError::Oversubscribed {
-                sum_bits,
-                link_bits: self.link_bits,
-            });
-        }
-        Ok(())
-    }
-
-    /// `tc -batch` lines that build the hierarchy on `iface` from scratch.
-    pub fn batch(&self, iface: &str) -> String {
-        let mut out = format!(
-            "qdisc add dev {iface} root handle {HTB_MAJOR:x}: htb default {:x}\n",
-            LEAF_MINOR_BASE
-        );
-        let root_burst = burst_for(self.link_bits, 0);
-        out += &format!(
-            "class add dev {iface} parent {HTB_MAJOR:x}: classid {HTB_MAJOR:x}:{ROOT_MINOR:x} htb rate {l}bit ceil {l}bit burst {root_burst} cburst {root_burst}\n",
-            l = self.link_bits
-        );
-        for leaf in &self.leaves {
-            out += &format!("class add dev {iface} {}\n", leaf_args(leaf).join(" "));
-        }
-        out
-    }
-
-    pub fn leaf(&self, class: u8) -> Option<&HtbLeaf> {
-        self.leaves.iter().find(|l| l.class == class)
-    }
-}
-
-/// HTB burst: the class's own burst capped at 10 ms of its rate (HTB
-/// bursts let a class run ahead of its rate; the program's bucket is what
-/// polices), at least 1 ms and ten full frames (HTB's default of one timer
-/// tick starves fast classes).
-fn burst_for(rate_bits: u64, own: u64) -> u64 {
-    own.min(rate_bits / 8 / 100)
-        .max(rate_bits / 8 / 1000)
-        .max(15_140)
-}
-
-/// DRR quantum: 1 ms at the rate, within HTB's sane range.
-fn quantum_for(rate_bits: u64) -> u64 {
-    (rate_bits / 8 / 1000).clamp(1514, 200_000)
-}
-
-/// `parent ... classid ... htb ...` arguments of one leaf.
-fn leaf_args(l: &HtbLeaf) -> Vec<String> {
-    let burst = burst_for(l.rate_bits, l.burst_bytes);
-    let cburst = burst_for(l.ceil_bits, l.burst_bytes);
-    [
-        "parent".to_string(),
-        format!("{HTB_MAJOR:x}:{ROOT_MINOR:x}"),
-        "classid".to_string(),
-        format!("{HTB_MAJOR:x}:{:x}", LEAF_MINOR_BASE + u16::from(l.class)),
-        "htb".to_string(),
-        "rate".to_string(),
-        format!("{}bit", l.rate_bits),
-        "ceil".to_string(),
-        format!("{}bit", l.ceil_bits),
-        "prio".to_string(),
-        l.prio.to_string(),
-        "burst".to_string(),
-        burst.to_string(),
-        "cburst".to_string(),
-        cburst.to_string(),
-        "quantum".to_string(),
-        quantum_for(l.rate_bits).to_string(),
-    ]
-    .into()
-}
-
-/// One entry of `tc -j qdisc show`.
-#[derive(Debug, Deserialize)]
-struct QdiscInfo {
-    kind: String,
-    handle: String,
-    #[serde(default)]
-    root: bool,
-}
-
-/// Who owns the root qdisc of an interface.
-#[derive(Debug, PartialEq, Eq)]
-pub enum RootOwner {
-    /// A kernel default: Causeway may install.
-    Default,
-    /// Causeway's HTB.
-    Causeway,
-    Foreign {
-        kind: String,
-        handle: String,
-    },
-}
-
-/// Classifies the root qdisc from `tc -j qdisc show dev IF` output.
-pub fn root_owner(json: &str) -> Result<RootOwner, String> {
-    let qdiscs: Vec<QdiscInfo> = serde_json::from_str(json).map_err(|e| e.to_string())?;
-    let Some(root) = qdiscs.into_iter().find(|q| q.root) else {
-        return Ok(RootOwner::Default);
-    };
-    Ok(
-        if root.kind == "htb" && root.handle == format!("{HTB_MAJOR:x}:") {
-            RootOwner::Causeway
-        } else if DEFAULT_QDISCS.contains(&root.kind.as_str()) {
-            RootOwner::Default
-        } else {
-            RootOwner::Foreign {
-                kind: root.kind,
-                handle: root.handle,
-            }
-        },
-    )
 }
 
 /// Runs `tc` for one interface, optionally inside a named namespace.
@@ -384,7 +177,3 @@ impl Htb {
         Ok(true)
     }
 }
-
-#[cfg(test)]
-#[path = "htb_tests.rs"]
-mod tests;

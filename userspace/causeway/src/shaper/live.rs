@@ -11,7 +11,7 @@ use super::{
     bucket::{BucketError, BucketParams, MAX_RATE_BITS, MIN_RATE_BITS},
     htb::{Htb, HtbError},
     maps::{ShaperMapError, ShaperMaps},
-    ShapingTable,
+    PlanError, ShapingTable,
 };
 use crate::policy::shaping::{htb_leaf, ShapingPolicy};
 
@@ -42,6 +42,8 @@ pub enum LiveError {
     AboveLink { rate_bits: u64, link_bits: u64 },
     #[error("{0}")]
     Bucket(#[from] BucketError),
+    #[error("{0}")]
+    Plan(#[from] PlanError),
     #[error("changing the HTB class: {0}")]
     Htb(Box<HtbError>),
     #[error("writing the shaper maps: {0}")]
@@ -122,8 +124,9 @@ pub fn install(
 ) -> Result<(), LiveError> {
     match shaping {
         Some(s) => {
+            let table = s.shaping_table()?;
             htb.install(&s.htb_plan())?;
-            if let Err(e) = maps.apply(&s.shaping_table()) {
+            if let Err(e) = maps.apply(&table) {
                 let _ = htb.remove();
                 return Err(e.into());
             }
@@ -151,8 +154,9 @@ pub fn change_class(
             name: format!("class-{class}"),
         });
     };
+    let table = new.shaping_table()?;
     htb.change_leaf(&htb_leaf(after))?;
-    if let Err(maps_err) = maps.apply(&new.shaping_table()) {
+    if let Err(maps_err) = maps.apply(&table) {
         return Err(match htb.change_leaf(&htb_leaf(before)) {
             Ok(()) => maps_err.into(),
             Err(htb) => LiveError::Inconsistent {

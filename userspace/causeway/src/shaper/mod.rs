@@ -1,13 +1,13 @@
-//! Per-class egress shaping: the token-bucket model shared with the TC
-//! program, the validated shaping table and the kernel maps it is written
-//! to, and the HTB hierarchy that finishes the job in the qdisc.
+//! Per-class egress shaping: the models (token bucket, program table, HTB
+//! plan, validated shaping plan) come from `causeway_core::shaper`
+//! (re-exported here); this module adds the kernel maps the table is
+//! written to (`maps`), running `tc` for the HTB hierarchy (`htb`) and live
+//! changes to an attached interface (`live`).
 
-pub mod bucket;
-pub mod config;
+pub use causeway_core::shaper::*;
+
 pub mod htb;
 pub mod live;
 pub mod maps;
 
-pub use bucket::{BucketError, BucketParams, Decision, SharedBucket};
-pub use config::{ClassShaping, OverAction, ShapingError, ShapingTable};
 pub use maps::{ShaperMapError, ShaperMaps, ShaperSnapshot};

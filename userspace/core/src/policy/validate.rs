@@ -10,7 +10,7 @@ use crate::classifier::{Rule, RuleSet, Verdict};
 
 use super::{
     class::{is_valid_class_name, ClassTable, TrafficClass, DEFAULT_CLASS_NAME},
-    document::{RawClass, RawPolicy, RawRule},
+    document::{self, RawClass, RawPolicy, RawRule},
     error::{ClassProblem, PolicyError, Position, Problem, RuleProblem},
     field, shaping, Policy,
 };
@@ -25,7 +25,7 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Policy, PolicyError> {
     };
     let raw: RawPolicy = toml::from_str(text).map_err(|e| {
         let offset = e.span().map_or(0, |s| s.start);
-        fail(offset, Problem::Syntax(e.message().trim_end().to_string()))
+        fail(offset, Problem::Syntax(document::syntax_message(text, &e)))
     })?;
     if raw.classes.is_empty() && raw.rules.is_empty() {
         return Err(fail(0, Problem::Empty));

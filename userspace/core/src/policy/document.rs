@@ -51,3 +51,41 @@ pub(super) struct RawRule {
     /// `"pass"` (the default) or `"drop"`.
     pub action: Option<Spanned<String>>,
 }
+
+/// What toml's error says, on one line; where toml says nothing (a file
+/// cut after `key =`) or only what token it wanted, what is missing.
+pub(super) fn syntax_message(text: &str, err: &toml::de::Error) -> String {
+    let mut offset = err.span().map_or(0, |s| s.start).min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let before = text.get(line_start..offset).unwrap_or("");
+    let rest_of_line = text[offset..].lines().next().unwrap_or("");
+    let value_missing = rest_of_line.trim().is_empty() || rest_of_line.trim().starts_with('#');
+    if let Some(key) = before
+        .trim_end()
+        .strip_suffix('=')
+        .map(str::trim)
+        .filter(|_| value_missing)
+    {
+        if !key.is_empty() && !key.contains(['"', '\'', '=']) {
+            return format!("`{key}` has no value: write one after `=`");
+        }
+    }
+    let message: Vec<&str> = err
+        .message()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if message.is_empty() {
+        if text[offset..].trim().is_empty() {
+            "the file ends in the middle of a table or value".to_string()
+        } else {
+            "this is not valid TOML".to_string()
+        }
+    } else {
+        message.join("; ")
+    }
+}

@@ -23,8 +23,8 @@ mod class;
 mod document;
 mod error;
 mod field;
+mod quantity;
 pub mod shaping;
-pub mod units;
 mod validate;
 
 use std::{fmt::Write as _, path::Path};

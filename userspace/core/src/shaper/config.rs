@@ -9,6 +9,8 @@ use bpf_maps::{
     },
 };
 
+use std::{fmt, str::FromStr};
+
 use super::bucket::BucketParams;
 
 const CLASSES: usize = MAX_CLASSES as usize;
@@ -21,6 +23,42 @@ pub enum OverAction {
     EcnMark,
     /// Send it as this class (its DSCP and priority).
     Demote(u8),
+}
+
+/// `drop`, `ecn` or `demote:<class id>`; [`FromStr`] reads the same.
+impl fmt::Display for OverAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Drop => f.write_str("drop"),
+            Self::EcnMark => f.write_str("ecn"),
+            Self::Demote(class) => write!(f, "demote:{class}"),
+        }
+    }
+}
+
+/// A text that is not an [`OverAction`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not an over-limit action: expected \"ecn\", \"drop\" or \"demote:<class id>\"")]
+pub struct ParseOverActionError(String);
+
+impl FromStr for OverAction {
+    type Err = ParseOverActionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || ParseOverActionError(s.to_string());
+        match s {
+            "drop" => Ok(Self::Drop),
+            "ecn" => Ok(Self::EcnMark),
+            _ => {
+                let class = s.strip_prefix("demote:").ok_or_else(bad)?;
+                // `u8::from_str` takes a leading '+', which Display never writes.
+                if !class.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(bad());
+                }
+                class.parse().map(Self::Demote).map_err(|_| bad())
+            }
+        }
+    }
 }
 
 /// How one class is shaped and marked on egress.
@@ -48,7 +86,7 @@ impl ClassShaping {
 }
 
 /// Why a shaping table was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ShapingError {
     #[error("class id {class} is out of range (0..{MAX_CLASSES})")]
     ClassOutOfRange { class: u8 },
@@ -62,6 +100,19 @@ pub enum ShapingError {
         "class {class}: demotes to class {target}, which itself demotes; demotion is one step"
     )]
     DemoteChain { class: u8, target: u8 },
+}
+
+impl ShapingError {
+    /// The class the error is about.
+    pub fn class(&self) -> u8 {
+        match self {
+            Self::ClassOutOfRange { class }
+            | Self::DscpOutOfRange { class, .. }
+            | Self::DemoteToUnknown { class, .. }
+            | Self::DemoteToSelf { class }
+            | Self::DemoteChain { class, .. } => *class,
+        }
+    }
 }
 
 /// Shaping for every class that has an entry; classes without one pass
@@ -262,5 +313,35 @@ mod tests {
         let t2 = t.with_bucket(2, bucket(50).unwrap()).unwrap();
         assert_eq!(t2.get(2).unwrap().bucket, bucket(50));
         assert!(t.with_bucket(3, bucket(50).unwrap()).is_err());
+    }
+
+    #[test]
+    fn over_action_text_round_trips() {
+        for (action, text) in [
+            (OverAction::Drop, "drop"),
+            (OverAction::EcnMark, "ecn"),
+            (OverAction::Demote(0), "demote:0"),
+            (OverAction::Demote(15), "demote:15"),
+        ] {
+            assert_eq!(action.to_string(), text);
+            assert_eq!(text.parse::<OverAction>(), Ok(action));
+        }
+        for class in 0..=u8::MAX {
+            let action = OverAction::Demote(class);
+            assert_eq!(action.to_string().parse::<OverAction>(), Ok(action));
+        }
+        for bad in [
+            "",
+            "Drop",
+            "demote",
+            "demote:",
+            "demote:+1",
+            "demote:256",
+            "demote:-1",
+            "shout",
+        ] {
+            let err = bad.parse::<OverAction>().unwrap_err();
+            assert!(err.to_string().contains(&format!("'{bad}'")), "{err}");
+        }
     }
 }

@@ -331,3 +331,40 @@ fn load_reports_missing_files() {
     assert!(matches!(err, PolicyError::Read { .. }));
     assert!(err.to_string().contains("/nonexistent/causeway.toml"));
 }
+
+#[test]
+fn a_file_cut_after_a_key_names_the_key() {
+    let cut = EXAMPLE
+        .find("priority = 30")
+        .map(|at| &EXAMPLE[..at + "priority =".len()])
+        .expect("the example has a rule with priority 30");
+    let err = Policy::parse(cut, "cut.toml").expect_err("a cut file is refused");
+    assert_eq!(
+        err.to_string(),
+        "cut.toml:49:11: `priority` has no value: write one after `=`"
+    );
+    // The same with more lines after it (toml reports a token it wanted).
+    let text = format!("{cut}\nclass = \"bulk\"\n");
+    let err = Policy::parse(&text, "cut.toml").expect_err("a missing value is refused");
+    assert_eq!(
+        err.to_string(),
+        "cut.toml:49:11: `priority` has no value: write one after `=`"
+    );
+}
+
+#[test]
+fn syntax_errors_are_one_line_and_never_empty() {
+    for text in [
+        "[[class]",
+        "[[class]]\nid = [1,",
+        "[[class]]\nname = \"x",
+        "=",
+    ] {
+        let err = Policy::parse(text, "t.toml").expect_err("malformed TOML is refused");
+        let Some(Problem::Syntax(message)) = err.problem() else {
+            panic!("{text:?}: not a syntax problem: {err}");
+        };
+        assert!(!message.trim().is_empty(), "{text:?}: empty message");
+        assert!(!message.contains('\n'), "{text:?}: {message:?}");
+    }
+}

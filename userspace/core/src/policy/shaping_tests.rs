@@ -1,5 +1,10 @@
 use super::*;
 use crate::policy::{Policy, PolicyError, Problem};
+use crate::shaper::{
+    bucket::BucketError,
+    config::ShapingError,
+    htb::{leaf_classid, HtbPlanError},
+};
 
 const BASE: &str = r#"
 [shaping]
@@ -67,7 +72,7 @@ fn full_shaping_parses_into_plan_and_table() {
     );
     assert_eq!(plan.leaf(3).expect("control leaf").prio, 0);
 
-    let entries = p.shaping_table().map_entries();
+    let entries = p.shaping_table().expect("table").map_entries();
     assert_eq!(entries[3].priority, leaf_classid(3));
     assert_eq!(
         entries[3].rate_bytes_per_sec,
@@ -117,7 +122,10 @@ fn bad_values_are_refused_with_their_line() {
                 p,
                 Problem::ClassShaping {
                     index: 1,
-                    kind: ShapingProblem::CeilBelowRate { .. },
+                    kind: ShapingProblem::Plan(PlanError::Htb(HtbPlanError::RateAboveCeiling {
+                        class: 3,
+                        ..
+                    })),
                     ..
                 }
             )
@@ -135,7 +143,10 @@ fn bad_values_are_refused_with_their_line() {
             matches!(
                 p,
                 Problem::ClassShaping {
-                    kind: ShapingProblem::Bucket(BucketError::BurstBelowFrame { .. }),
+                    kind: ShapingProblem::Plan(PlanError::Bucket {
+                        class: 5,
+                        source: BucketError::BurstBelowFrame { .. }
+                    }),
                     ..
                 }
             )
@@ -148,7 +159,10 @@ fn bad_values_are_refused_with_their_line() {
                 matches!(
                     p,
                     Problem::ClassShaping {
-                        kind: ShapingProblem::CeilAboveLink { .. },
+                        index: 2,
+                        kind: ShapingProblem::Plan(PlanError::Htb(
+                            HtbPlanError::CeilingAboveLink { class: 5, .. }
+                        )),
                         ..
                     }
                 )
@@ -158,7 +172,10 @@ fn bad_values_are_refused_with_their_line() {
             matches!(
                 p,
                 Problem::ClassShaping {
-                    kind: ShapingProblem::BadPriority(9),
+                    kind: ShapingProblem::Plan(PlanError::Htb(HtbPlanError::PrioOutOfRange {
+                        class: 3,
+                        prio: 9
+                    })),
                     ..
                 }
             )
@@ -171,7 +188,9 @@ fn bad_values_are_refused_with_their_line() {
                 matches!(
                     p,
                     Problem::ClassShaping {
-                        kind: ShapingProblem::DemoteLoop(_),
+                        kind: ShapingProblem::Plan(PlanError::Table(ShapingError::DemoteToSelf {
+                            class: 6
+                        })),
                         ..
                     }
                 )
@@ -203,7 +222,9 @@ fn bad_values_are_refused_with_their_line() {
                 matches!(
                     p,
                     Problem::ClassShaping {
-                        kind: ShapingProblem::CeilAboveLink { .. },
+                        kind: ShapingProblem::Plan(PlanError::Htb(
+                            HtbPlanError::CeilingAboveLink { class: 5, .. }
+                        )),
                         ..
                     }
                 )
@@ -212,7 +233,12 @@ fn bad_values_are_refused_with_their_line() {
         ("rate = \"500mbit\"", "rate = \"999mbit\"", 3, |p| {
             matches!(
                 p,
-                Problem::LinkShaping(ShapingProblem::Oversubscribed { .. })
+                Problem::LinkShaping(ShapingProblem::Plan(PlanError::Htb(
+                    HtbPlanError::Oversubscribed {
+                        sum_bits: 1_010_000_000,
+                        ..
+                    }
+                )))
             )
         }),
     ];

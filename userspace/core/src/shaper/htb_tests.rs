@@ -25,7 +25,7 @@ fn plans_are_validated() {
     };
     assert!(matches!(
         over.validate(),
-        Err(HtbError::Oversubscribed {
+        Err(HtbPlanError::Oversubscribed {
             sum_bits: 1_100,
             ..
         })
@@ -36,7 +36,7 @@ fn plans_are_validated() {
     };
     assert!(matches!(
         ceil.validate(),
-        Err(HtbError::CeilingAboveLink { .. })
+        Err(HtbPlanError::CeilingAboveLink { .. })
     ));
     let inverted = HtbPlan {
         link_bits: 1_000,
@@ -44,7 +44,7 @@ fn plans_are_validated() {
     };
     assert!(matches!(
         inverted.validate(),
-        Err(HtbError::RateAboveCeiling { .. })
+        Err(HtbPlanError::RateAboveCeiling { .. })
     ));
     let no_default = HtbPlan {
         link_bits: 1_000,
@@ -52,7 +52,7 @@ fn plans_are_validated() {
     };
     assert!(matches!(
         no_default.validate(),
-        Err(HtbError::NoDefaultLeaf)
+        Err(HtbPlanError::NoDefaultLeaf)
     ));
 }
 
