@@ -5,12 +5,6 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    match cli::main() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // `{:#}` prints the whole context chain on one line.
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    // Prints the error chain once; a closed stdout pipe exits 141 quietly.
+    causeway_core::cli_main::run(cli::main)
 }

@@ -9,10 +9,7 @@ use clap::Args;
 
 use causeway::{
     datapath::{state, Applied, IfacePaths, RecordedPolicy},
-    policy::{
-        shaping::{parse_rate_str, parse_size_str, ShapingPolicy},
-        Policy,
-    },
+    policy::{shaping::ShapingPolicy, Policy},
     shaper::{
         htb::Htb,
         live::{self, RateOverrides},
@@ -30,11 +27,12 @@ pub struct SetRateArgs {
     /// New rate, e.g. "50mbit", "1gbit" or bit/s (required). It becomes
     /// the class's ceiling (token bucket and HTB ceil); the guaranteed rate
     /// is lowered to it when higher.
-    pub rate: String,
+    #[arg(value_parser = super::args::rate_arg)]
+    pub rate: u64,
     /// New burst, e.g. "64kb" or bytes. Optional; default: unchanged. At
     /// least one frame (MTU + 14 bytes).
-    #[arg(long, value_name = "SIZE")]
-    pub burst: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = super::args::size_arg)]
+    pub burst: Option<u64>,
     /// Interface. Optional; default: every attached interface.
     #[arg(long, value_name = "IF")]
     pub iface: Option<String>,
@@ -88,13 +86,7 @@ fn shaping_of(live: &Live) -> Option<ShapingPolicy> {
 /// to each (HTB class change + one map flip): no program is reloaded, no
 /// queued frame or flow is dropped.
 pub fn set_rate(ctx: &Context, args: &SetRateArgs) -> Result<()> {
-    let rate_bits = parse_rate_str(&args.rate).map_err(anyhow::Error::msg)?;
-    let burst = args
-        .burst
-        .as_deref()
-        .map(parse_size_str)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let (rate_bits, burst) = (args.rate, args.burst);
     let _lock = state::StateLock::acquire(&ctx.layout.lock_file())?;
     let targets = ctx.targets(args.iface.as_deref())?;
     let mut plans = Vec::new();
