@@ -64,10 +64,10 @@ pub struct Applied {
 /// Why a policy was not applied.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    #[error("{0}")]
-    Invalid(#[source] Box<PolicyError>),
-    #[error("{0}")]
-    Datapath(#[source] Box<DatapathError>),
+    #[error(transparent)]
+    Invalid(Box<PolicyError>),
+    #[error(transparent)]
+    Datapath(Box<DatapathError>),
     #[error("{iface} is not attached in the {scope}; nothing was changed (attach it first)")]
     NotAttached { iface: String, scope: String },
     #[error(
@@ -84,7 +84,9 @@ pub enum ApplyError {
         kind: String,
         handle: String,
     },
-    #[error("cannot apply {source_name} to {iface}: {step} failed: {cause}; everything was restored as it was")]
+    #[error(
+        "cannot apply {source_name} to {iface} (everything was restored as it was): {step} failed"
+    )]
     Failed {
         source_name: String,
         iface: String,
@@ -92,7 +94,7 @@ pub enum ApplyError {
         #[source]
         cause: Box<StepError>,
     },
-    #[error("cannot apply {source_name} to {iface}: {step} failed: {cause}; restoring failed too ({undo}): detach and attach the interface")]
+    #[error("cannot apply {source_name} to {iface}, and restoring failed too ({undo}): detach and attach the interface; {step} failed")]
     Inconsistent {
         source_name: String,
         iface: String,
@@ -106,19 +108,19 @@ pub enum ApplyError {
 /// The failure of one step.
 #[derive(Debug, thiserror::Error)]
 pub enum StepError {
-    #[error("{0}")]
+    #[error(transparent)]
     Datapath(#[from] DatapathError),
-    #[error("{0}")]
+    #[error(transparent)]
     Load(#[from] LoadError),
-    #[error("{0}")]
+    #[error(transparent)]
     Classifier(#[from] ClassifierMapsError),
-    #[error("{0}")]
+    #[error(transparent)]
     Htb(#[from] HtbError),
-    #[error("{0}")]
+    #[error(transparent)]
     Shaper(#[from] ShaperMapError),
-    #[error("{0}")]
+    #[error(transparent)]
     Plan(#[from] PlanError),
-    #[error("{0}")]
+    #[error(transparent)]
     Injected(#[from] InjectedFault),
 }
 

@@ -80,7 +80,7 @@ impl fmt::Display for LoadStep {
 /// Why loading, pinning or attaching a program failed: the step, the
 /// program, the interface and the cause.
 #[derive(Debug, thiserror::Error)]
-#[error("{step} ({program} on {iface}): {cause}")]
+#[error("{step} ({program} on {iface})")]
 pub struct LoadError {
     pub step: LoadStep,
     pub program: &'static str,
@@ -92,26 +92,26 @@ pub struct LoadError {
 /// The cause of a [`LoadError`].
 #[derive(Debug, thiserror::Error)]
 pub enum LoadCause {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: std::path::PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Object(#[source] Box<aya::EbpfError>),
+    #[error(transparent)]
+    Object(Box<aya::EbpfError>),
     #[error("the eBPF object has no program of this name and kind")]
     MissingProgram,
-    #[error("{0}")]
-    Program(#[source] Box<aya::programs::ProgramError>),
-    #[error("{0}")]
-    Pin(#[source] Box<aya::pin::PinError>),
-    #[error("{0}")]
-    Link(#[source] Box<aya::programs::links::LinkError>),
+    #[error(transparent)]
+    Program(Box<aya::programs::ProgramError>),
+    #[error(transparent)]
+    Pin(Box<aya::pin::PinError>),
+    #[error(transparent)]
+    Link(Box<aya::programs::links::LinkError>),
     #[error("the kernel attached it without a bpf_link, so it cannot stay attached after this process exits (needs Linux {needs} or later)")]
     NotBpfLink { needs: &'static str },
-    #[error("{0}")]
-    Datapath(#[source] Box<DatapathError>),
+    #[error(transparent)]
+    Datapath(Box<DatapathError>),
 }
 
 impl From<LoadError> for DatapathError {
@@ -308,7 +308,8 @@ mod tests {
             cause: LoadCause::NotBpfLink { needs: "6.6 (TCX)" },
         };
         let text = e.to_string();
-        assert!(text.starts_with("attaching the program (causeway_tc_egress on veth0): "));
-        assert!(text.ends_with("(needs Linux 6.6 (TCX) or later)"), "{text}");
+        assert_eq!(text, "attaching the program (causeway_tc_egress on veth0)");
+        let cause = std::error::Error::source(&e).map(ToString::to_string);
+        assert!(cause.is_some_and(|c| c.ends_with("(needs Linux 6.6 (TCX) or later)")));
     }
 }

@@ -71,8 +71,8 @@ pub enum DatapathError {
         attached: AttachMode,
         requested: AttachMode,
     },
-    #[error("{0}")]
-    Load(#[source] Box<load::LoadError>),
+    #[error(transparent)]
+    Load(Box<load::LoadError>),
     #[error("{what}: {source}")]
     Link {
         what: String,
