@@ -125,29 +125,25 @@ impl Setup {
             ns,
             iface,
         };
-        let peer = format!("{}p", setup.iface);
-        let ip = |args: &[&str]| {
-            let mut all = vec!["-n", setup.ns.as_str()];
-            all.extend_from_slice(args);
-            run("ip", &all);
-        };
-        ip(&[
-            "link",
-            "add",
-            &setup.iface,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &peer,
-        ]);
         for key in ["all", "default"] {
             let arg = format!("net.ipv6.conf.{key}.disable_ipv6=1");
             run("ip", &["netns", "exec", &setup.ns, "sysctl", "-qw", &arg]);
         }
-        ip(&["link", "set", &setup.iface, "up"]);
-        ip(&["link", "set", &peer, "up"]);
+        setup.add_veth(&setup.iface);
         setup
+    }
+
+    /// A veth pair `iface`/`iface`p in the namespace, both ends up.
+    fn add_veth(&self, iface: &str) {
+        let peer = format!("{iface}p");
+        let ip = |args: &[&str]| {
+            let mut all = vec!["-n", self.ns.as_str()];
+            all.extend_from_slice(args);
+            run("ip", &all);
+        };
+        ip(&["link", "add", iface, "type", "veth", "peer", "name", &peer]);
+        ip(&["link", "set", iface, "up"]);
+        ip(&["link", "set", &peer, "up"]);
     }
 
     /// Runs `f` on a thread inside the namespace (children it spawns, `tc`
@@ -411,6 +407,56 @@ fn a_failed_attach_with_a_policy_leaves_nothing() {
                 qdiscs,
                 "{step:?}"
             );
+        }
+    });
+}
+
+#[test]
+fn a_failure_on_the_second_interface_restores_the_first() {
+    if skip_unless_root("a_failure_on_the_second_interface_restores_the_first") {
+        return;
+    }
+    let setup = Setup::new();
+    let second = format!("{}b", setup.iface);
+    setup.add_veth(&second);
+    let (dp, layout, ns) = (setup.datapath(), setup.layout.clone(), setup.ns.clone());
+    let ifaces = [setup.iface.clone(), second];
+    setup.in_ns(move || {
+        let locked = dp.lock().expect("lock");
+        for iface in &ifaces {
+            locked
+                .attach(iface, AttachMode::Skb, None, &FaultPlan::NONE)
+                .expect("attach");
+        }
+        locked
+            .apply(&ifaces, &input("a.toml", SHAPED), &FaultPlan::NONE)
+            .expect("policy A applies to both");
+        let both = || {
+            ifaces
+                .iter()
+                .map(|i| state(&ns, i, &layout))
+                .collect::<Vec<_>>()
+        };
+        let before = both();
+        // The first interface is changed completely (its rules flipped
+        // live) before the second fails: its rollback flips back.
+        for step in ALL_STEPS {
+            let err = locked
+                .apply(
+                    &ifaces,
+                    &input("b.toml", SHAPED_B),
+                    &FaultPlan::fail_at(step).on_target(1),
+                )
+                .expect_err("the fault fails the apply");
+            match &err {
+                ApplyError::Failed { iface, step: s, .. } => {
+                    assert_eq!((iface, *s), (&ifaces[1], step), "{err}")
+                }
+                other => panic!("{step:?}: not restored cleanly: {other}"),
+            }
+            for (i, (b, a)) in before.iter().zip(both()).enumerate() {
+                assert_same(&format!("{step:?} on interface {i}"), b, &a);
+            }
         }
     });
 }

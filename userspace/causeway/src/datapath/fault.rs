@@ -51,17 +51,42 @@ impl fmt::Display for ApplyStep {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaultPlan {
     fail_at: Option<ApplyStep>,
+    /// Which interface of a multi-interface apply fails (0: the first).
+    target: usize,
 }
 
 impl FaultPlan {
     /// No fault: what every caller outside the tests passes.
-    pub const NONE: Self = Self { fail_at: None };
+    pub const NONE: Self = Self {
+        fail_at: None,
+        target: 0,
+    };
 
     /// Makes `step` fail.
     #[cfg(any(test, feature = "fault-injection"))]
     pub fn fail_at(step: ApplyStep) -> Self {
         Self {
             fail_at: Some(step),
+            target: 0,
+        }
+    }
+
+    /// Makes the fault hit the `index`-th interface of the apply (counting
+    /// from 0) instead of the first.
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub fn on_target(self, index: usize) -> Self {
+        Self {
+            target: index,
+            ..self
+        }
+    }
+
+    /// The plan for the `index`-th interface of an apply.
+    pub(crate) fn for_target(&self, index: usize) -> Self {
+        if index == self.target {
+            *self
+        } else {
+            Self::NONE
         }
     }
 
@@ -111,6 +136,9 @@ mod tests {
         let plan = FaultPlan::fail_at(ApplyStep::Records);
         assert!(plan.hits(ApplyStep::Records));
         assert!(!plan.hits(ApplyStep::CommitRules));
+        let second = FaultPlan::fail_at(ApplyStep::Htb).on_target(1);
+        assert!(!second.for_target(0).hits(ApplyStep::Htb));
+        assert!(second.for_target(1).hits(ApplyStep::Htb));
         assert_eq!(
             InjectedFault(ApplyStep::Htb).to_string(),
             "fault injected at installing the HTB hierarchy (test)"

@@ -125,13 +125,14 @@ impl Locked<'_> {
             .collect::<Result<Vec<_>, _>>()?;
         let mut log = UndoLog::default();
         let mut done = Vec::new();
-        for target in &targets {
+        for (index, target) in targets.iter().enumerate() {
+            let faults = faults.for_target(index);
             match apply::apply_one(
                 target,
                 input,
                 &policy,
                 RulesState::ToApply,
-                faults,
+                &faults,
                 &mut log,
             ) {
                 Ok(applied) => done.push(applied),
