@@ -14,12 +14,15 @@
 //! `println!`; any other error is printed once as
 //! `error: <outer>: <cause>: <cause>` and the status is 1.
 //!
-//! With SIGPIPE at its default, *any* write to a pipe or stream socket whose
-//! reader has gone ends the process, not just writes to stdout (`send` on a
-//! TCP socket passes `MSG_NOSIGNAL`; `write`/`writev` on Unix-domain and TCP
-//! sockets do not). A long-running server that writes to sockets its clients
-//! may close calls [`ignore_sigpipe`] before it starts serving, so that such
-//! a write fails with `EPIPE` and only that client is dropped.
+//! With SIGPIPE at its default, more than stdout is affected: a write to
+//! any pipe whose reader has gone (a child's stdin, e.g. `tc -batch -`) and
+//! a vectored write (`writev`) to a stream socket whose peer has gone end
+//! the process with status 141, where they would have failed with `EPIPE`.
+//! (Plain `write` on a std/tokio TCP or Unix socket is safe: std sends with
+//! `MSG_NOSIGNAL`.) A binary that does either and must survive it — report
+//! the error, undo a half-made change, drop one client — calls
+//! [`ignore_sigpipe`] before that work (or at the start of `main`, giving up
+//! the quiet exit on a closed stdout).
 #![allow(unsafe_code)]
 
 use std::{

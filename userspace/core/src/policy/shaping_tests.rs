@@ -261,6 +261,55 @@ fn bad_values_are_refused_with_their_line() {
 }
 
 #[test]
+fn plan_rules_point_at_the_setting_they_name() {
+    // Guaranteed rates that fill the link leave nothing for the unshaped
+    // default class: reported at link_rate.
+    let full = BASE.replacen("rate = \"500mbit\"", "rate = \"989mbit\"", 1);
+    let (line, p) = problem(&full);
+    assert_eq!(line, 3, "{p}");
+    assert_eq!(
+        p,
+        Problem::LinkShaping(ShapingProblem::Plan(PlanError::NoRoomForDefault {
+            sum_bits: 1_000_000_000,
+            link_bits: 1_000_000_000
+        }))
+    );
+    // A demotion to a class that exists but has no shaping: at demote_to.
+    let unshaped = format!(
+        "{}\n[[class]]\nid = 7\nname = \"plain\"\n",
+        BASE.replacen("demote_to = \"bulk\"", "demote_to = \"plain\"", 1)
+    );
+    let (line, p) = problem(&unshaped);
+    assert_eq!(line, 18, "{p}");
+    assert!(
+        matches!(
+            &p,
+            Problem::ClassShaping {
+                index: 3,
+                kind: ShapingProblem::Plan(PlanError::Table(ShapingError::DemoteToUnknown {
+                    class: 6,
+                    target: 7
+                })),
+                ..
+            }
+        ),
+        "{p}"
+    );
+    // An MTU out of range: at mtu.
+    let mtu = BASE.replacen(
+        "link_rate = \"1gbit\"",
+        "link_rate = \"1gbit\"\nmtu = 60",
+        1,
+    );
+    let (line, p) = problem(&mtu);
+    assert_eq!(line, 4, "{p}");
+    assert_eq!(
+        p,
+        Problem::LinkShaping(ShapingProblem::Plan(PlanError::MtuOutOfRange(60)))
+    );
+}
+
+#[test]
 fn default_burst_covers_a_tcp_backlog_and_10ms() {
     assert_eq!(default_burst(10_000_000), 256 * 1024);
     assert_eq!(default_burst(10_000_000_000), 12_500_000);
