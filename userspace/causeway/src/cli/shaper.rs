@@ -40,11 +40,12 @@ pub struct SetRateArgs {
 
 /// The shaping line of `policy apply` and `attach --policy`.
 pub fn print_applied(applied: &Applied) {
-    if let Some((link_bits, classes)) = applied.shaping {
+    if let Some(s) = applied.shaping {
         println!(
-            "shaping {}: link {}, {classes} shaped classes, HTB ca: installed",
+            "shaping {}: link {}, {} shaped classes, HTB ca: installed",
             applied.iface,
-            rate(link_bits)
+            rate(s.link_bits),
+            s.classes
         );
     }
 }

@@ -55,10 +55,19 @@ pub struct Applied {
     /// The classifier generation now live.
     pub generation: u64,
     pub rules: usize,
-    /// Link rate and shaped classes, when the policy shapes.
-    pub shaping: Option<(u64, usize)>,
+    /// When the policy shapes: what was installed.
+    pub shaping: Option<ShapingApplied>,
     /// The TC egress program, when the policy shapes.
     pub tc: Option<TcAttached>,
+}
+
+/// The shaping [`Applied`] installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ShapingApplied {
+    /// HTB root rate, bit/s.
+    pub link_bits: u64,
+    /// Classes with a shaping table.
+    pub classes: usize,
 }
 
 /// Why a policy was not applied.
@@ -284,10 +293,10 @@ pub(crate) fn apply_one(
         iface: target.iface.clone(),
         generation,
         rules: policy.rules.len(),
-        shaping: policy
-            .shaping
-            .as_ref()
-            .map(|s| (s.link_bits, s.classes.len())),
+        shaping: policy.shaping.as_ref().map(|s| ShapingApplied {
+            link_bits: s.link_bits,
+            classes: s.classes.len(),
+        }),
         tc: tc_attached,
     })
 }

@@ -26,7 +26,7 @@ mod undo;
 
 use std::path::{Path, PathBuf};
 
-pub use apply::{Applied, ApplyError, PolicyInput, StepError};
+pub use apply::{Applied, ApplyError, PolicyInput, ShapingApplied, StepError};
 pub use attach::{attach, detach, AttachMode, Attached, Detached, PinState};
 pub use fault::{ApplyStep, FaultPlan};
 pub use layout::{IfacePaths, Layout};
