@@ -17,6 +17,7 @@ pub const MAPS_DIR: &str = "maps";
 pub mod classifier;
 pub mod clock;
 pub mod counters;
+pub mod programs;
 pub mod shaper;
 
 /// Compile-time check that a type's size equals the sum of its fields' sizes,

@@ -10,7 +10,8 @@
 //!
 //! [clock]
 //! bind = "0.0.0.0:7339"             # optional
-//! interval_ms = 100                 # optional, probe period per peer
+//! interval = "100ms"                # optional, probe period per peer
+//!                                   # (`interval_ms = 100`: the same, older)
 //! fast_start = 16                   # optional, first probes 8× faster
 //! burst = 2                         # optional, requests per round (1..=8)
 //! kernel_stamps = true              # optional, configure the eBPF stamps
@@ -85,6 +86,9 @@ struct FileIface {
 #[serde(deny_unknown_fields)]
 struct FileClock {
     bind: Option<SocketAddr>,
+    /// A duration with a unit (`causeway_core::units`).
+    interval: Option<String>,
+    /// The older spelling, in milliseconds.
     interval_ms: Option<u64>,
     fast_start: Option<u32>,
     burst: Option<u32>,
@@ -166,10 +170,22 @@ impl AgentConfig {
             interfaces.push(IfaceConfig { name: i.name, mode });
         }
         let c = f.clock;
-        let interval_ms = c.interval_ms.unwrap_or(100);
-        if !(10..=60_000).contains(&interval_ms) {
+        let interval = match (c.interval.as_deref(), c.interval_ms) {
+            (Some(_), Some(_)) => {
+                return invalid("clock: give interval or interval_ms, not both".into())
+            }
+            (Some(text), None) => causeway_core::units::parse_duration(text)
+                .map_err(|e| ConfigError::Invalid(format!("clock.interval: {e}")))?,
+            (None, ms) => Duration::from_millis(ms.unwrap_or(100)),
+        };
+        if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&interval) {
+            let key = if c.interval_ms.is_some() {
+                "interval_ms"
+            } else {
+                "interval"
+            };
             return invalid(format!(
-                "clock.interval_ms must be in 10..=60000 (got {interval_ms})"
+                "clock.{key} must be in 10ms..=60s (got {interval:?})"
             ));
         }
         let burst = c.burst.unwrap_or(2);
@@ -230,7 +246,7 @@ impl AgentConfig {
                     SocketAddr::from(([0, 0, 0, 0], CLOCK_PORT))
                 }
             }),
-            interval: Duration::from_millis(interval_ms),
+            interval,
             fast_start: c.fast_start.unwrap_or(16),
             burst,
             kernel_stamps: c.kernel_stamps.unwrap_or(true),
@@ -283,6 +299,10 @@ drift_ppb = 20000
             AgentConfig::parse(&GOOD.replace("interval_ms = 50", "interval_ms = 50\nburst = 1"))
                 .expect("valid");
         assert_eq!(single.burst, 1);
+        let with_unit =
+            AgentConfig::parse(&GOOD.replace("interval_ms = 50", "interval = \"250ms\""))
+                .expect("valid");
+        assert_eq!(with_unit.interval, Duration::from_millis(250));
     }
 
     #[test]
@@ -293,6 +313,18 @@ drift_ppb = 20000
             (
                 GOOD.replace("interval_ms = 50", "interval_ms = 1"),
                 "interval_ms",
+            ),
+            (
+                GOOD.replace("interval_ms = 50", "interval = \"5s\"\ninterval_ms = 50"),
+                "not both",
+            ),
+            (
+                GOOD.replace("interval_ms = 50", "interval = \"2min\""),
+                "clock.interval must be in",
+            ),
+            (
+                GOOD.replace("interval_ms = 50", "interval = \"100\""),
+                "clock.interval",
             ),
             (
                 GOOD.replace("interval_ms = 50", "interval_ms = 50\nburst = 0"),
