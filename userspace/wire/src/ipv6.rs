@@ -1,0 +1,480 @@
+//! IPv6 headers (RFC 8200) and their extension headers: hop-by-hop,
+//! routing and destination options (8-byte units), the fragment header,
+//! and AH (RFC 4302, 4-byte units).
+
+use core::net::Ipv6Addr;
+
+use crate::bytes::{put_u16, put_u32, u16_at, u32_at};
+use crate::{ip_proto, Error, Result};
+
+mod field {
+    use core::ops::Range;
+    pub const VER_TC_FLOW: usize = 0;
+    pub const LENGTH: usize = 4;
+    pub const NXT_HDR: usize = 6;
+    pub const HOP_LIMIT: usize = 7;
+    pub const SRC: Range<usize> = 8..24;
+    pub const DST: Range<usize> = 24..40;
+    pub const PAYLOAD: usize = 40;
+}
+
+pub const HEADER_LEN: usize = field::PAYLOAD;
+
+/// A view of an IPv6 packet.
+#[derive(Debug, Clone)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Self { buffer }
+    }
+
+    /// A view whose accessors cannot panic: the buffer holds the header and
+    /// the payload length it announces.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let p = Self::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
+    }
+
+    pub fn check_len(&self) -> Result<()> {
+        let len = self.buffer.as_ref().len();
+        if len < HEADER_LEN || len < HEADER_LEN + usize::from(self.payload_len()) {
+            return Err(Error::Truncated);
+        }
+        Ok(())
+    }
+
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    fn word0(&self) -> u32 {
+        u32_at(self.buffer.as_ref(), field::VER_TC_FLOW)
+    }
+
+    pub fn version(&self) -> u8 {
+        (self.word0() >> 28) as u8
+    }
+
+    /// The traffic class: DSCP (upper 6 bits) and ECN.
+    pub fn traffic_class(&self) -> u8 {
+        (self.word0() >> 20) as u8
+    }
+
+    pub fn dscp(&self) -> u8 {
+        self.traffic_class() >> 2
+    }
+
+    pub fn ecn(&self) -> u8 {
+        self.traffic_class() & 0b11
+    }
+
+    pub fn flow_label(&self) -> u32 {
+        self.word0() & 0x000f_ffff
+    }
+
+    pub fn payload_len(&self) -> u16 {
+        u16_at(self.buffer.as_ref(), field::LENGTH)
+    }
+
+    pub fn next_header(&self) -> u8 {
+        self.buffer.as_ref()[field::NXT_HDR]
+    }
+
+    pub fn hop_limit(&self) -> u8 {
+        self.buffer.as_ref()[field::HOP_LIMIT]
+    }
+
+    pub fn src_addr(&self) -> Ipv6Addr {
+        addr(&self.buffer.as_ref()[field::SRC])
+    }
+
+    pub fn dst_addr(&self) -> Ipv6Addr {
+        addr(&self.buffer.as_ref()[field::DST])
+    }
+
+    /// Extension headers and upper layer, up to the payload length.
+    pub fn payload(&self) -> &[u8] {
+        let end = HEADER_LEN + usize::from(self.payload_len());
+        &self.buffer.as_ref()[field::PAYLOAD..end]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Version 6, `traffic_class` and the low 20 bits of `flow_label`.
+    pub fn set_version_tc_flow(&mut self, traffic_class: u8, flow_label: u32) {
+        let word = (6u32 << 28) | (u32::from(traffic_class) << 20) | (flow_label & 0x000f_ffff);
+        put_u32(self.buffer.as_mut(), field::VER_TC_FLOW, word);
+    }
+
+    pub fn set_payload_len(&mut self, len: u16) {
+        put_u16(self.buffer.as_mut(), field::LENGTH, len);
+    }
+
+    pub fn set_next_header(&mut self, next: u8) {
+        self.buffer.as_mut()[field::NXT_HDR] = next;
+    }
+
+    pub fn set_hop_limit(&mut self, hops: u8) {
+        self.buffer.as_mut()[field::HOP_LIMIT] = hops;
+    }
+
+    pub fn set_src_addr(&mut self, a: Ipv6Addr) {
+        self.buffer.as_mut()[field::SRC].copy_from_slice(&a.octets());
+    }
+
+    pub fn set_dst_addr(&mut self, a: Ipv6Addr) {
+        self.buffer.as_mut()[field::DST].copy_from_slice(&a.octets());
+    }
+
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let end = HEADER_LEN + usize::from(self.payload_len());
+        &mut self.buffer.as_mut()[field::PAYLOAD..end]
+    }
+}
+
+fn addr(b: &[u8]) -> Ipv6Addr {
+    let mut o = [0u8; 16];
+    o.copy_from_slice(b);
+    Ipv6Addr::from(o)
+}
+
+/// The fields of an IPv6 header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repr {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    pub next_header: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub flow_label: u32,
+}
+
+impl Repr {
+    /// Hop limit 64, traffic class and flow label 0.
+    pub fn new(src: Ipv6Addr, dst: Ipv6Addr, next_header: u8) -> Self {
+        Self {
+            src,
+            dst,
+            next_header,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        }
+    }
+
+    /// The header fields of a checked packet; a wrong version is `Malformed`.
+    pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Self> {
+        if p.version() != 6 {
+            return Err(Error::Malformed);
+        }
+        Ok(Self {
+            src: p.src_addr(),
+            dst: p.dst_addr(),
+            next_header: p.next_header(),
+            hop_limit: p.hop_limit(),
+            traffic_class: p.traffic_class(),
+            flow_label: p.flow_label(),
+        })
+    }
+
+    /// Writes the header (payload length filled in) into `buf`, which must
+    /// have room for the payload too; the payload bytes are left alone.
+    pub fn emit(&self, buf: &mut [u8], payload_len: usize) -> Result<()> {
+        let len = u16::try_from(payload_len).map_err(|_| Error::Malformed)?;
+        if self.flow_label > 0x000f_ffff {
+            return Err(Error::Malformed);
+        }
+        if buf.len() < HEADER_LEN + payload_len {
+            return Err(Error::Truncated);
+        }
+        let mut p = Packet::new_unchecked(buf);
+        p.set_version_tc_flow(self.traffic_class, self.flow_label);
+        p.set_payload_len(len);
+        p.set_next_header(self.next_header);
+        p.set_hop_limit(self.hop_limit);
+        p.set_src_addr(self.src);
+        p.set_dst_addr(self.dst);
+        Ok(())
+    }
+}
+
+/// Whether `next` is an extension header this module can walk over.
+pub fn is_extension(next: u8) -> bool {
+    matches!(
+        next,
+        ip_proto::HOP_BY_HOP
+            | ip_proto::ROUTING
+            | ip_proto::FRAGMENT
+            | ip_proto::DEST_OPTS
+            | ip_proto::AUTH
+    )
+}
+
+/// A view of one extension header of kind `kind` (its type comes from the
+/// header before it).
+#[derive(Debug, Clone)]
+pub struct ExtHeader<T: AsRef<[u8]>> {
+    buffer: T,
+    kind: u8,
+}
+
+mod ext_field {
+    pub const NXT_HDR: usize = 0;
+    pub const LENGTH: usize = 1;
+    /// Fragment header: offset (13 bits), reserved (2), M flag (1).
+    pub const FRAG_OFF: usize = 2;
+    pub const FRAG_IDENT: usize = 4;
+}
+
+/// Length of the fragment header.
+pub const FRAGMENT_LEN: usize = 8;
+
+impl<T: AsRef<[u8]>> ExtHeader<T> {
+    pub const fn new_unchecked(buffer: T, kind: u8) -> Self {
+        Self { buffer, kind }
+    }
+
+    /// A view whose accessors cannot panic: the buffer holds the whole
+    /// header as its length field (or kind, for fragments) says.
+    pub fn new_checked(buffer: T, kind: u8) -> Result<Self> {
+        if !is_extension(kind) {
+            return Err(Error::Malformed);
+        }
+        let h = Self::new_unchecked(buffer, kind);
+        let len = h.buffer.as_ref().len();
+        if len < 2 || len < h.header_len() {
+            return Err(Error::Truncated);
+        }
+        Ok(h)
+    }
+
+    pub fn kind(&self) -> u8 {
+        self.kind
+    }
+
+    pub fn next_header(&self) -> u8 {
+        self.buffer.as_ref()[ext_field::NXT_HDR]
+    }
+
+    /// The raw length field.
+    pub fn len_field(&self) -> u8 {
+        self.buffer.as_ref()[ext_field::LENGTH]
+    }
+
+    /// Length of the whole header in bytes.
+    pub fn header_len(&self) -> usize {
+        let n = usize::from(self.len_field());
+        match self.kind {
+            ip_proto::FRAGMENT => FRAGMENT_LEN,
+            ip_proto::AUTH => (n + 2) * 4,
+            _ => (n + 1) * 8,
+        }
+    }
+
+    /// Fragment offset in 8-byte units (fragment headers only, else 0).
+    pub fn frag_offset_units(&self) -> u16 {
+        if self.kind != ip_proto::FRAGMENT {
+            return 0;
+        }
+        u16_at(self.buffer.as_ref(), ext_field::FRAG_OFF) >> 3
+    }
+
+    /// The M flag (fragment headers only).
+    pub fn more_frags(&self) -> bool {
+        self.kind == ip_proto::FRAGMENT
+            && u16_at(self.buffer.as_ref(), ext_field::FRAG_OFF) & 1 != 0
+    }
+
+    /// Fragment identification (fragment headers only, else 0).
+    pub fn frag_ident(&self) -> u32 {
+        if self.kind != ip_proto::FRAGMENT {
+            return 0;
+        }
+        u32_at(self.buffer.as_ref(), ext_field::FRAG_IDENT)
+    }
+
+    /// What follows this header.
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[self.header_len()..]
+    }
+}
+
+/// An extension header to emit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtRepr {
+    /// Hop-by-hop, routing, destination options or AH with a length field
+    /// of `len_field`; the body is zeros (Pad1/PadN options, routing type
+    /// 0 with no segments, an AH with SPI 0).
+    Generic { kind: u8, next: u8, len_field: u8 },
+    Fragment {
+        next: u8,
+        offset_units: u16,
+        more: bool,
+        ident: u32,
+    },
+}
+
+impl ExtRepr {
+    pub fn kind(&self) -> u8 {
+        match self {
+            ExtRepr::Generic { kind, .. } => *kind,
+            ExtRepr::Fragment { .. } => ip_proto::FRAGMENT,
+        }
+    }
+
+    pub fn header_len(&self) -> usize {
+        match *self {
+            ExtRepr::Generic {
+                kind, len_field, ..
+            } => ExtHeader::new_unchecked([0, len_field], kind).header_len(),
+            ExtRepr::Fragment { .. } => FRAGMENT_LEN,
+        }
+    }
+
+    /// Writes the header into the first [`ExtRepr::header_len`] bytes of `buf`.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
+        if !is_extension(self.kind()) {
+            return Err(Error::Malformed);
+        }
+        let len = self.header_len();
+        let h = buf.get_mut(..len).ok_or(Error::Truncated)?;
+        h.fill(0);
+        match *self {
+            ExtRepr::Generic {
+                next, len_field, ..
+            } => {
+                h[ext_field::NXT_HDR] = next;
+                h[ext_field::LENGTH] = len_field;
+            }
+            ExtRepr::Fragment {
+                next,
+                offset_units,
+                more,
+                ident,
+            } => {
+                if offset_units > 0x1fff {
+                    return Err(Error::Malformed);
+                }
+                h[ext_field::NXT_HDR] = next;
+                put_u16(
+                    h,
+                    ext_field::FRAG_OFF,
+                    (offset_units << 3) | u16::from(more),
+                );
+                put_u32(h, ext_field::FRAG_IDENT, ident);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The upper-layer protocol of a packet and the offset of its header in
+/// the IPv6 payload, past at most `max_headers` extension headers.
+pub fn upper_layer<T: AsRef<[u8]>>(p: &Packet<T>, max_headers: usize) -> Result<(u8, usize)> {
+    let (mut next, mut offset) = (p.next_header(), 0);
+    for _ in 0..=max_headers {
+        if !is_extension(next) {
+            return Ok((next, offset));
+        }
+        let rest = p.payload().get(offset..).ok_or(Error::Truncated)?;
+        let h = ExtHeader::new_checked(rest, next)?;
+        next = h.next_header();
+        offset += h.header_len();
+    }
+    Err(Error::Malformed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// fd00::1 → fd00::2, traffic class 0xb8, flow 0xabcde, hop-by-hop
+    /// (8 bytes), fragment header (offset 0, M, id 0xdeadbeef), then UDP.
+    const FIXTURE: [u8; 56] = [
+        0x6b, 0x8a, 0xbc, 0xde, 0x00, 0x10, 0x00, 0x40, // ver tc flow, len 16, hbh, 64
+        0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, // src
+        0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, // dst
+        44, 0, 0, 0, 0, 0, 0, 0, // hop-by-hop → fragment
+        17, 0, 0x00, 0x01, 0xde, 0xad, 0xbe, 0xef, // fragment → UDP
+    ];
+
+    fn repr() -> Repr {
+        Repr {
+            traffic_class: 0xb8,
+            flow_label: 0xabcde,
+            ..Repr::new("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap(), 0)
+        }
+    }
+
+    #[test]
+    fn parse_fixture() {
+        let p = Packet::new_checked(&FIXTURE[..]).expect("packet");
+        assert_eq!(
+            (p.version(), p.dscp(), p.ecn(), p.flow_label()),
+            (6, 46, 0, 0xabcde)
+        );
+        assert_eq!(Repr::parse(&p), Ok(repr()));
+        let hbh = ExtHeader::new_checked(p.payload(), p.next_header()).expect("hbh");
+        assert_eq!(
+            (hbh.header_len(), hbh.next_header()),
+            (8, ip_proto::FRAGMENT)
+        );
+        let frag = ExtHeader::new_checked(hbh.payload(), ip_proto::FRAGMENT).expect("frag");
+        assert_eq!((frag.frag_offset_units(), frag.more_frags()), (0, true));
+        assert_eq!(frag.frag_ident(), 0xdead_beef);
+        assert_eq!(upper_layer(&p, 8), Ok((ip_proto::UDP, 16)));
+        assert_eq!(upper_layer(&p, 1), Err(Error::Malformed));
+    }
+
+    #[test]
+    fn emit_fixture() {
+        let mut buf = [0u8; 56];
+        repr().emit(&mut buf, 16).expect("room");
+        ExtRepr::Generic {
+            kind: 0,
+            next: 44,
+            len_field: 0,
+        }
+        .emit(&mut buf[40..])
+        .expect("room");
+        ExtRepr::Fragment {
+            next: 17,
+            offset_units: 0,
+            more: true,
+            ident: 0xdead_beef,
+        }
+        .emit(&mut buf[48..])
+        .expect("room");
+        assert_eq!(buf, FIXTURE);
+    }
+
+    #[test]
+    fn lengths_that_lie_are_refused() {
+        let mut b = FIXTURE;
+        b[5] = 17;
+        assert_eq!(Packet::new_checked(&b[..]).err(), Some(Error::Truncated));
+        assert_eq!(
+            Packet::new_checked(&FIXTURE[..39]).err(),
+            Some(Error::Truncated)
+        );
+        // A routing header whose length runs past the packet.
+        assert_eq!(
+            ExtHeader::new_checked(&[17u8, 1, 0, 0, 0, 0, 0, 0][..], ip_proto::ROUTING).err(),
+            Some(Error::Truncated)
+        );
+        // AH counts 4-byte units plus 2.
+        let ah = [17u8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(
+            ExtHeader::new_checked(&ah[..], ip_proto::AUTH).map(|h| h.header_len()),
+            Ok(12)
+        );
+        assert_eq!(
+            ExtHeader::new_checked(&ah[..], ip_proto::UDP).err(),
+            Some(Error::Malformed)
+        );
+    }
+}
