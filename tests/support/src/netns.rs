@@ -1,14 +1,25 @@
 //! Network namespaces and veth links for tests, torn down on drop (also when
 //! the test panics). Names include the process id and a counter so that
-//! tests running in parallel never collide.
+//! tests running in parallel never collide. Addresses are only ever
+//! assigned inside the test's own namespaces.
 
 use std::{
     fs::File,
+    io,
     process::{Command, Output},
     sync::atomic::{AtomicU32, Ordering},
 };
 
 use nix::sched::{setns, CloneFlags};
+
+/// Moves the calling thread (only it) into the named network namespace
+/// (`/run/netns/NAME`); sockets it opens afterwards stay in that namespace.
+pub fn enter(name: &str) -> io::Result<()> {
+    let path = format!("/run/netns/{name}");
+    let file = File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+    setns(file, CloneFlags::CLONE_NEWNET)
+        .map_err(|e| io::Error::other(format!("setns into {path}: {e}")))
+}
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -17,11 +28,6 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 pub fn unique_name(prefix: &str) -> String {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("{prefix}{}x{n}", std::process::id())
-}
-
-/// Whether the tests run as root (they need it for namespaces and BPF).
-pub fn is_root() -> bool {
-    nix::unistd::geteuid().is_root()
 }
 
 /// Runs a command, panicking with its output when it fails.
@@ -85,14 +91,20 @@ impl Netns {
     /// Runs `f` on a new thread that has entered this namespace (only the
     /// network namespace), and returns its result.
     pub fn in_ns<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
-        let path = format!("/run/netns/{}", self.name);
+        let enter = self.enterer();
         std::thread::spawn(move || {
-            let file = File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
-            setns(file, CloneFlags::CLONE_NEWNET).unwrap_or_else(|e| panic!("setns {path}: {e}"));
+            enter();
             f()
         })
         .join()
         .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+
+    /// A closure that moves the thread calling it into this namespace
+    /// (panicking if it cannot): for threads that outlive one call.
+    pub fn enterer(&self) -> impl FnOnce() + Send + 'static {
+        let name = self.name.clone();
+        move || enter(&name).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// The MAC address of `iface` in this namespace.
