@@ -9,6 +9,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use causeway_wire::{checksum::IpPair, ethernet, ethertype, ip_proto, ipv4, ipv6, tcp, udp, vlan};
 
+pub use causeway_wire::ipv4::{DONT_FRAG, MORE_FRAGS};
+
 pub const ETH_IPV4: u16 = ethertype::IPV4;
 pub const ETH_IPV6: u16 = ethertype::IPV6;
 pub const ETH_ARP: u16 = ethertype::ARP;

@@ -37,9 +37,7 @@ fn src_v4_entries(h: &Harness, set: u32) -> Vec<(u32, [u8; 4])> {
 
 #[test]
 fn apply_flips_sets_and_removes_stale_entries() {
-    if !root_or_skip("apply_flips_sets_and_removes_stale_entries") {
-        return;
-    }
+    require_root!("apply_flips_sets_and_removes_stale_entries");
     let mut h = Harness::load();
     let drop_peers = src_rule(1, "10.1.0.0/16", 6, Verdict::Drop);
     let narrow = src_rule(1, "10.1.2.0/24", 3, Verdict::Pass);
@@ -108,9 +106,7 @@ fn apply_flips_sets_and_removes_stale_entries() {
 
 #[test]
 fn apply_waits_out_the_grace_period() {
-    if !root_or_skip("apply_waits_out_the_grace_period") {
-        return;
-    }
+    require_root!("apply_waits_out_the_grace_period");
     let mut h = Harness::load();
     h.maps
         .apply(&src_rule(1, "10.1.0.0/16", 1, Verdict::Pass))
@@ -155,9 +151,7 @@ impl Drop for BpffsMount {
 
 #[test]
 fn pinned_maps_and_a_second_writer() {
-    if !root_or_skip("pinned_maps_and_a_second_writer") {
-        return;
-    }
+    require_root!("pinned_maps_and_a_second_writer");
     let mut h = Harness::load();
     let mount = BpffsMount::new();
     for (name, map) in h.ebpf.maps() {
@@ -196,9 +190,7 @@ fn pinned_maps_and_a_second_writer() {
 
 #[test]
 fn address_cache_never_serves_a_replaced_rule_set() {
-    if !root_or_skip("address_cache_never_serves_a_replaced_rule_set") {
-        return;
-    }
+    require_root!("address_cache_never_serves_a_replaced_rule_set");
     let mut h = Harness::load();
     // Rule 0 matches the peer in A; in C rule 0 is another network and the
     // peer is rule 1. A slot cached under A and wrongly reused under C would

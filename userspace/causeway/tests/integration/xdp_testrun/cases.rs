@@ -5,7 +5,7 @@
 
 use bpf_maps::classifier::DEFAULT_CLASS;
 
-use crate::common::frames::*;
+use causeway_test_support::frames::*;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Expect {

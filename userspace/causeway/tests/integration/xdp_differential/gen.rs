@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use causeway::classifier::{IpPrefix, PortRange, Rule, RuleSet, Verdict};
 use rand::{rngs::StdRng, seq::SliceRandom, Rng};
 
-use crate::common::frames::*;
+use causeway_test_support::frames::*;
 
 const V4_NETS: &[(&str, u8)] = &[
     ("0.0.0.0", 0),
@@ -257,6 +257,7 @@ fn base_frame(rng: &mut StdRng) -> Vec<u8> {
                 } else {
                     rng.gen_range(0..64)
                 },
+                ecn: 0,
                 frag,
                 options: if rng.gen_bool(0.2) {
                     4 * rng.gen_range(1..=10)
@@ -273,6 +274,8 @@ fn base_frame(rng: &mut StdRng) -> Vec<u8> {
                 dst: v6_addr(rng),
                 next: first,
                 dscp: rng.gen_range(0..64),
+                ecn: 0,
+                flow: 0xabcde,
             };
             cat(&[&eth(&tags, ETH_IPV6), &ipv6(h, &cat(&[&chain, &body]))])
         }

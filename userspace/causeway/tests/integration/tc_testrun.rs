@@ -2,11 +2,14 @@
 //! priority and bucket decisions on crafted frames. The kernel copies
 //! `priority` and `mark` of the `__sk_buff` back into `ctx_out`.
 
-use aya::{
-    programs::{SchedClassifier, TestRun, TestRunOptions},
-    Ebpf,
-};
+use aya::Ebpf;
 use bpf_maps::{counters::UNCLASSIFIED_SLOT, shaper::EgressCounters};
+use causeway_test_support::{
+    bpf::{self, SkbCtx, TC_EGRESS},
+    frames::*,
+    require_root,
+};
+
 use causeway::{
     classifier::{maps::ClassifierMaps, PortRange, Rule, RuleSet, Verdict},
     shaper::{
@@ -21,15 +24,6 @@ use causeway::{
 const TC_ACT_SHOT: u32 = 2;
 /// `TC_ACT_UNSPEC` (-1), i.e. `TCX_NEXT`: the frame continues.
 const PASS: u32 = u32::MAX;
-/// `sizeof(struct __sk_buff)` on 6.x kernels, and the offset of `priority`.
-const SKB_CTX_LEN: usize = 192;
-const SKB_PRIORITY: usize = 32;
-/// Offset of `wire_len` in `struct __sk_buff`.
-const SKB_WIRE_LEN: usize = 160;
-
-fn is_root() -> bool {
-    nix::unistd::Uid::effective().is_root()
-}
 
 struct Harness {
     ebpf: Ebpf,
@@ -38,14 +32,7 @@ struct Harness {
 
 impl Harness {
     fn new() -> Self {
-        let mut ebpf =
-            Ebpf::load(causeway::ebpf_object::EBPF_OBJECT).expect("load the eBPF object");
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut("causeway_tc_egress")
-            .expect("program causeway_tc_egress")
-            .try_into()
-            .expect("a classifier");
-        prog.load().expect("verifier accepts causeway_tc_egress");
+        let ebpf = bpf::load(causeway::ebpf_object::EBPF_OBJECT, &[], &[TC_EGRESS]);
         let maps = ShaperMaps::from_ebpf(&ebpf).expect("shaper maps");
         Self { ebpf, maps }
     }
@@ -57,33 +44,11 @@ impl Harness {
 
     /// Like `run`, with the qdisc length `wire_len` (0: the frame length).
     fn run_wire(&self, frame: &[u8], priority_in: u32, wire_len: u32) -> (u32, Vec<u8>, u32) {
-        let mut ctx_in = [0u8; SKB_CTX_LEN];
-        ctx_in[SKB_WIRE_LEN..SKB_WIRE_LEN + 4].copy_from_slice(&wire_len.to_ne_bytes());
-        ctx_in[SKB_PRIORITY..SKB_PRIORITY + 4].copy_from_slice(&priority_in.to_ne_bytes());
-        let mut ctx_out = [0u8; SKB_CTX_LEN];
-        let mut out = vec![0u8; frame.len() + 64];
-        let prog: &SchedClassifier = self
-            .ebpf
-            .program("causeway_tc_egress")
-            .expect("program")
-            .try_into()
-            .expect("classifier");
-        let r = prog
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                ctx_in: Some(&ctx_in),
-                ctx_out: Some(&mut ctx_out),
-                ..Default::default()
-            })
-            .expect("BPF_PROG_TEST_RUN");
-        out.truncate(r.data_size_out as usize);
-        let prio = u32::from_ne_bytes(
-            ctx_out[SKB_PRIORITY..SKB_PRIORITY + 4]
-                .try_into()
-                .expect("4 bytes"),
-        );
-        (r.return_value, out, prio)
+        let ctx = SkbCtx::default()
+            .with_priority(priority_in)
+            .with_wire_len(wire_len);
+        let (r, out, ctx_out) = bpf::run_tc(&self.ebpf, TC_EGRESS, frame, &ctx, 1);
+        (r.return_value, out, ctx_out.priority())
     }
 
     fn counters(&self, slot: u32) -> EgressCounters {
@@ -91,67 +56,34 @@ impl Harness {
     }
 }
 
+/// Ethernet + IPv4 (type of service `tos`, DF) + UDP 5000 → 7000 with
+/// `payload` bytes of 0xab, UDP checksum 0.
 fn ipv4_udp(tos: u8, payload: usize) -> Vec<u8> {
-    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
-    let total = (20 + 8 + payload) as u16;
-    let mut ip = vec![0x45, tos];
-    ip.extend_from_slice(&total.to_be_bytes());
-    ip.extend_from_slice(&[0, 1, 0x40, 0, 64, 17, 0, 0, 10, 1, 0, 1, 10, 1, 0, 2]);
-    let csum = ipv4_checksum(&ip);
-    ip[10..12].copy_from_slice(&csum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&[0x13, 0x88, 0x1b, 0x58]);
-    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.resize(f.len() + payload, 0xab);
-    f
+    let ip = V4 {
+        frag: DONT_FRAG,
+        ..V4::new([10, 1, 0, 1], [10, 1, 0, 2], 17).with_tos(tos)
+    };
+    cat(&[
+        &eth(&[], ETH_IPV4),
+        &ipv4(ip, &udp_with(5000, 7000, &vec![0xab; payload], 0)),
+    ])
 }
 
+/// Ethernet + IPv6 (`traffic_class`, `flow`) + UDP 5000 → 7000 with
+/// `payload` bytes of 0xab.
 fn ipv6_udp(traffic_class: u8, flow: u32, payload: usize) -> Vec<u8> {
-    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x86, 0xdd];
-    let word = (6u32 << 28) | (u32::from(traffic_class) << 20) | (flow & 0xf_ffff);
-    f.extend_from_slice(&word.to_be_bytes());
-    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-    f.extend_from_slice(&[17, 64]);
-    f.extend_from_slice(
-        &"fd00::1"
-            .parse::<std::net::Ipv6Addr>()
-            .expect("addr")
-            .octets(),
-    );
-    f.extend_from_slice(
-        &"fd00::2"
-            .parse::<std::net::Ipv6Addr>()
-            .expect("addr")
-            .octets(),
-    );
-    f.extend_from_slice(&[0x13, 0x88, 0x1b, 0x58]);
-    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.resize(f.len() + payload, 0xab);
-    f
-}
-
-fn ipv4_checksum(header: &[u8]) -> u16 {
-    let mut sum = 0u32;
-    for (i, pair) in header.chunks(2).enumerate() {
-        if i != 5 {
-            sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
-        }
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
+    let ip = V6 {
+        flow,
+        ..V6::new("fd00::1", "fd00::2", 17).with_traffic_class(traffic_class)
+    };
+    cat(&[
+        &eth(&[], ETH_IPV6),
+        &ipv6(ip, &udp_with(5000, 7000, &vec![0xab; payload], 0)),
+    ])
 }
 
 fn assert_ipv4_checksum_valid(frame: &[u8]) {
-    let header = &frame[14..34];
-    assert_eq!(
-        u16::from_be_bytes([header[10], header[11]]),
-        ipv4_checksum(header),
-        "IPv4 checksum"
-    );
+    assert!(ipv4_checksum_valid(frame), "IPv4 checksum");
 }
 
 fn shaping(over: OverAction, dscp: Option<u8>, priority: Option<u32>) -> ClassShaping {
@@ -164,18 +96,9 @@ fn shaping(over: OverAction, dscp: Option<u8>, priority: Option<u32>) -> ClassSh
     }
 }
 
-macro_rules! need_root {
-    () => {
-        if !is_root() {
-            eprintln!("SKIP: BPF_PROG_TEST_RUN needs root");
-            return;
-        }
-    };
-}
-
 #[test]
 fn unconfigured_program_counts_and_leaves_frames_alone() {
-    need_root!();
+    require_root!();
     let h = Harness::new();
     let frame = ipv4_udp(0x28, 100);
     let (verdict, out, prio) = h.run(&frame, 7);
@@ -195,7 +118,7 @@ fn unconfigured_program_counts_and_leaves_frames_alone() {
 
 #[test]
 fn dscp_and_priority_are_written_with_a_valid_checksum() {
-    need_root!();
+    require_root!();
     let mut h = Harness::new();
     let table = ShapingTable::new([(0, shaping(OverAction::Drop, Some(46), Some(0x00ca_0010)))])
         .expect("table");
@@ -218,7 +141,7 @@ fn dscp_and_priority_are_written_with_a_valid_checksum() {
 
 #[test]
 fn over_limit_frames_are_dropped_marked_or_demoted() {
-    need_root!();
+    require_root!();
     let mut h = Harness::new();
     let far_future = u64::MAX / 2;
 
@@ -286,7 +209,7 @@ fn over_limit_frames_are_dropped_marked_or_demoted() {
 
 #[test]
 fn kernel_bucket_charges_exactly_what_the_model_computes() {
-    need_root!();
+    require_root!();
     let mut h = Harness::new();
     let table = ShapingTable::new([(0, shaping(OverAction::Drop, None, None))]).expect("table");
     h.maps.apply(&table).expect("apply");
@@ -335,7 +258,7 @@ fn monotonic_ns() -> u64 {
 
 #[test]
 fn frames_are_classified_by_the_shared_rules() {
-    need_root!();
+    require_root!();
     let mut h = Harness::new();
     let rule = |priority, dst_port: u16, class| Rule {
         priority,
@@ -380,7 +303,7 @@ fn frames_are_classified_by_the_shared_rules() {
 
 #[test]
 fn gso_frames_are_charged_their_wire_length() {
-    need_root!();
+    require_root!();
     let mut h = Harness::new();
     let table = ShapingTable::new([(0, shaping(OverAction::Drop, None, None))]).expect("table");
     h.maps.apply(&table).expect("apply");

@@ -4,23 +4,20 @@
 //! transform, the same arithmetic as `SyncClock::apply`); anything that is
 //! not a zero-checksum IPv4 probe on the clock port is left byte for byte.
 
-use aya::{
-    programs::{SchedClassifier, TestRun, TestRunOptions, Xdp},
-    Ebpf,
-};
+use aya::Ebpf;
 use bpf_maps::clock::{stamp_offset, CLOCK_PORT, PROBE_LEN, STAMP_SET_KERNEL};
+use causeway_test_support::{
+    bpf::{self, SkbCtx, TC_EGRESS, XDP_CLASSIFIER},
+    frames::*,
+    require_root,
+};
+
 use causeway::clock::{
     maps::ClockMaps,
     probe::{Kind, Probe, KERNEL},
     source::raw_tai_now,
     SyncClock,
 };
-
-const SKB_CTX_LEN: usize = 192;
-
-fn is_root() -> bool {
-    nix::unistd::Uid::effective().is_root()
-}
 
 struct Harness {
     ebpf: Ebpf,
@@ -29,20 +26,11 @@ struct Harness {
 
 impl Harness {
     fn new(clock: SyncClock, port: u16) -> Self {
-        let mut ebpf =
-            Ebpf::load(causeway::ebpf_object::EBPF_OBJECT).expect("load the eBPF object");
-        let xdp: &mut Xdp = ebpf
-            .program_mut("causeway_xdp")
-            .expect("program causeway_xdp")
-            .try_into()
-            .expect("xdp");
-        xdp.load().expect("verifier accepts causeway_xdp");
-        let tc: &mut SchedClassifier = ebpf
-            .program_mut("causeway_tc_egress")
-            .expect("program causeway_tc_egress")
-            .try_into()
-            .expect("classifier");
-        tc.load().expect("verifier accepts causeway_tc_egress");
+        let ebpf = bpf::load(
+            causeway::ebpf_object::EBPF_OBJECT,
+            &[XDP_CLASSIFIER],
+            &[TC_EGRESS],
+        );
         let mut maps = ClockMaps::from_ebpf(&ebpf).expect("clock maps");
         maps.set_config(&clock.stamp_config(port)).expect("config");
         Harness { ebpf, maps }
@@ -51,73 +39,39 @@ impl Harness {
     /// Runs `frame` through the XDP (ingress) or TC (egress) program;
     /// returns the frame as it left and the host-clock window of the run.
     fn run(&self, frame: &[u8], egress: bool, clock: SyncClock) -> (Vec<u8>, u64, u64) {
-        let mut out = vec![0u8; frame.len() + 64];
-        let ctx_in = [0u8; SKB_CTX_LEN];
-        let mut ctx_out = [0u8; SKB_CTX_LEN];
         let before = clock.apply(raw_tai_now());
-        let r = if egress {
-            let prog: &SchedClassifier = self
-                .ebpf
-                .program("causeway_tc_egress")
-                .expect("program")
-                .try_into()
-                .expect("tc");
-            prog.test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                ctx_in: Some(&ctx_in[..]),
-                ctx_out: Some(&mut ctx_out),
-                ..Default::default()
-            })
+        let out = if egress {
+            bpf::run_tc(&self.ebpf, TC_EGRESS, frame, &SkbCtx::default(), 1).1
         } else {
-            let prog: &Xdp = self
-                .ebpf
-                .program("causeway_xdp")
-                .expect("program")
-                .try_into()
-                .expect("xdp");
-            prog.test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                ..Default::default()
-            })
-        }
-        .expect("BPF_PROG_TEST_RUN");
+            bpf::run_xdp_out(&self.ebpf, XDP_CLASSIFIER, frame).1
+        };
         let after = clock.apply(raw_tai_now());
-        out.truncate(r.data_size_out as usize);
         (out, before, after)
     }
 }
 
-/// Ethernet + IPv4 + UDP (checksum `csum`) around `payload`.
+/// Ethernet + IPv4 (DF) + UDP (checksum field `csum`) around `payload`.
 fn ipv4_udp(sport: u16, dport: u16, csum: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
-    let total = (20 + 8 + payload.len()) as u16;
-    f.extend_from_slice(&[0x45, 0]);
-    f.extend_from_slice(&total.to_be_bytes());
-    f.extend_from_slice(&[0, 1, 0x40, 0, 64, 17, 0, 0, 10, 1, 0, 1, 10, 1, 0, 2]);
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&csum.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
+    let ip = V4 {
+        frag: DONT_FRAG,
+        ..V4::new([10, 1, 0, 1], [10, 1, 0, 2], 17)
+    };
+    cat(&[
+        &eth(&[], ETH_IPV4),
+        &ipv4(ip, &udp_with(sport, dport, payload, csum)),
+    ])
 }
 
+/// Ethernet + IPv6 + UDP from port 40000 (checksum 0x1234) around `payload`.
 fn ipv6_udp(dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![
-        0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x86, 0xdd, 0x60, 0, 0, 0,
-    ];
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[17, 64]);
-    f.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
-    f.extend_from_slice(&[0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-    f.extend_from_slice(&40000u16.to_be_bytes());
-    f.extend_from_slice(&dport.to_be_bytes());
-    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    f.extend_from_slice(&[0x12, 0x34]);
-    f.extend_from_slice(payload);
-    f
+    let ip = V6 {
+        flow: 0,
+        ..V6::new("fd00::1", "fd00::2", 17)
+    };
+    cat(&[
+        &eth(&[], ETH_IPV6),
+        &ipv6(ip, &udp_with(40000, dport, payload, 0x1234)),
+    ])
 }
 
 const PAYLOAD: usize = 14 + 20 + 8;
@@ -130,12 +84,7 @@ fn probe(kind: Kind) -> Vec<u8> {
 
 #[test]
 fn probes_get_kernel_stamps_in_the_right_slot_on_the_host_timescale() {
-    if !is_root() {
-        eprintln!(
-            "SKIP: probes_get_kernel_stamps_in_the_right_slot_on_the_host_timescale needs root"
-        );
-        return;
-    }
+    require_root!("probes_get_kernel_stamps_in_the_right_slot_on_the_host_timescale");
     // A synthetic clock 25 ms ahead that runs 80 ppm slow, epoch an hour ago.
     let clock = SyncClock {
         offset_ns: 25_000_000,
@@ -177,10 +126,7 @@ fn probes_get_kernel_stamps_in_the_right_slot_on_the_host_timescale() {
 
 #[test]
 fn frames_that_are_not_stampable_probes_pass_untouched() {
-    if !is_root() {
-        eprintln!("SKIP: frames_that_are_not_stampable_probes_pass_untouched needs root");
-        return;
-    }
+    require_root!("frames_that_are_not_stampable_probes_pass_untouched");
     let clock = SyncClock::IDENTITY;
     let h = Harness::new(clock, CLOCK_PORT);
     let req = probe(Kind::Request);
@@ -226,10 +172,7 @@ fn frames_that_are_not_stampable_probes_pass_untouched() {
 
 #[test]
 fn stamping_is_off_until_a_port_is_configured() {
-    if !is_root() {
-        eprintln!("SKIP: stamping_is_off_until_a_port_is_configured needs root");
-        return;
-    }
+    require_root!("stamping_is_off_until_a_port_is_configured");
     let clock = SyncClock::IDENTITY;
     let mut h = Harness::new(clock, 0);
     let frame = ipv4_udp(40000, CLOCK_PORT, 0, &probe(Kind::Request));

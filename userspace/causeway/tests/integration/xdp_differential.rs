@@ -3,11 +3,8 @@
 //! class of every frame, for random rule sets and random, mutated frames.
 //!
 //! Reproduce a failure with the seed it prints:
-//! `CAUSEWAY_DIFF_SEED=<seed> cargo test -p causeway --test xdp_differential`.
+//! `CAUSEWAY_DIFF_SEED=<seed> cargo test -p causeway --test integration xdp_differential::`.
 
-mod common;
-
-#[path = "xdp_differential/gen.rs"]
 mod gen;
 
 use bpf_maps::counters::{IngressCounters, COUNTER_SLOTS, MAP_INGRESS_COUNTERS, UNCLASSIFIED_SLOT};
@@ -15,7 +12,9 @@ use causeway::classifier::{
     reference::{self, Outcome},
     Verdict,
 };
-use common::{root_or_skip, Harness};
+use causeway_test_support::require_root;
+
+use crate::classifier_harness::Harness;
 use rand::{rngs::StdRng, SeedableRng};
 
 /// Rule sets tried, and frames per rule set: 120,000 frames in all.
@@ -48,9 +47,7 @@ fn slot(h: &Harness, slot: u32) -> IngressCounters {
 
 #[test]
 fn kernel_agrees_with_reference_model() {
-    if !root_or_skip("kernel_agrees_with_reference_model") {
-        return;
-    }
+    require_root!("kernel_agrees_with_reference_model");
     let seed = seed();
     println!("differential seed: {seed} (set CAUSEWAY_DIFF_SEED={seed} to reproduce)");
     let mut rng = StdRng::seed_from_u64(seed);

@@ -5,14 +5,12 @@
 //!
 //! Needs root (namespaces, BPF); skips visibly otherwise.
 
-#[path = "../../../tests/src/netns.rs"]
-#[allow(dead_code)]
-mod netns;
-
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output},
 };
+
+use causeway_test_support::{netns, require_root};
 
 use aya::maps::{Array, LpmTrie, Map, MapData, PerCpuArray};
 use bpf_maps::{
@@ -201,10 +199,7 @@ impl Drop for Detach<'_> {
 
 #[test]
 fn invalid_policies_are_refused_and_change_nothing() {
-    if !netns::is_root() {
-        eprintln!("SKIP: invalid_policies_are_refused_and_change_nothing needs root");
-        return;
-    }
+    require_root!("invalid_policies_are_refused_and_change_nothing");
     let ns = netns::Netns::new("cwp");
     let iface = netns::unique_name("dp");
     // A veth pair inside one namespace, without addresses (and IPv6 off):

@@ -2,8 +2,6 @@
 //! frame's verdict, class and per-CPU counters are checked (and the pure
 //! reference model must agree with every expectation).
 
-mod common;
-
 use bpf_maps::{
     classifier::DEFAULT_CLASS,
     counters::{IngressCounters, UNCLASSIFIED_SLOT},
@@ -12,7 +10,9 @@ use causeway::classifier::{
     reference::{self, Outcome},
     IpPrefix, PortRange, Rule, RuleSet, Verdict,
 };
-use common::{frames::*, root_or_skip, Harness};
+use causeway_test_support::{frames::*, require_root};
+
+use crate::classifier_harness::Harness;
 
 const XDP_PASS: u32 = 2;
 const XDP_DROP: u32 = 1;
@@ -114,9 +114,7 @@ fn reference_expectation(rules: &RuleSet, frame: &[u8]) -> Expect {
 
 #[test]
 fn crafted_frames_are_classified_and_counted() {
-    if !root_or_skip("crafted_frames_are_classified_and_counted") {
-        return;
-    }
+    require_root!("crafted_frames_are_classified_and_counted");
     let mut h = Harness::load();
     let rules = policy();
     h.maps.apply(&rules).expect("applying the policy");
@@ -166,9 +164,7 @@ fn crafted_frames_are_classified_and_counted() {
 
 #[test]
 fn object_declares_every_shared_map() {
-    if !root_or_skip("object_declares_every_shared_map") {
-        return;
-    }
+    require_root!("object_declares_every_shared_map");
     let h = Harness::load();
     use bpf_maps::{classifier::*, counters::MAP_INGRESS_COUNTERS};
     for name in [
