@@ -3,6 +3,7 @@
 //! (hierarchical, probed costs); then one rank is killed mid-allreduce and every
 //! survivor must fail within the timeout, naming it.
 
+use causeway_test_support::require_root;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,7 +11,6 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use causeway_netsim::{NsChild, Profile, Testbed};
-use causeway_tests::netsim_support::root_or_skip;
 use serde_json::Value;
 
 const WORLD: usize = 4;
@@ -101,9 +101,7 @@ fn next(w: &World, deadline: Instant) -> (usize, Value) {
 
 #[test]
 fn allreduce_across_two_domains_and_a_killed_rank_is_named() {
-    if !root_or_skip("allreduce_across_two_domains_and_a_killed_rank_is_named") {
-        return;
-    }
+    require_root!("allreduce_across_two_domains_and_a_killed_rank_is_named");
     let bin = worker_binary();
     let tb = Testbed::builder()
         .domains(2)

@@ -1,12 +1,12 @@
 //! The emulated link through real traffic: rate serialization, random loss and
 //! in-order jitter, measured end to end and with the emulator's counters.
 
+use causeway_test_support::require_root;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use causeway_netsim::load::{blast, Sink};
 use causeway_netsim::{LinkParams, Profile, Testbed};
-use causeway_tests::netsim_support::root_or_skip;
 
 fn one_path(params: LinkParams) -> Testbed {
     Testbed::builder()
@@ -34,9 +34,7 @@ fn udp_pair(tb: &Testbed, port: u16) -> (UdpSocket, Sink) {
 
 #[test]
 fn overload_is_serialized_at_the_configured_rate() {
-    if !root_or_skip("overload_is_serialized_at_the_configured_rate") {
-        return;
-    }
+    require_root!("overload_is_serialized_at_the_configured_rate");
     // 20 Mbit/s with a 2 MB queue (0.8 s: a sender stalled by a busy machine
     // must not let the link go idle), offered 40 Mbit/s for 3 s.
     let params = LinkParams {
@@ -76,9 +74,7 @@ fn overload_is_serialized_at_the_configured_rate() {
 
 #[test]
 fn random_loss_matches_its_probability() {
-    if !root_or_skip("random_loss_matches_its_probability") {
-        return;
-    }
+    require_root!("random_loss_matches_its_probability");
     let p = 0.05;
     let tb = one_path(LinkParams {
         loss: p,
@@ -107,9 +103,7 @@ fn random_loss_matches_its_probability() {
 
 #[test]
 fn jitter_varies_delay_but_keeps_order() {
-    if !root_or_skip("jitter_varies_delay_but_keeps_order") {
-        return;
-    }
+    require_root!("jitter_varies_delay_but_keeps_order");
     let params = LinkParams {
         jitter_ns: 4_000_000,
         ..LinkParams::wan(10.0, 0.0, 0.0)

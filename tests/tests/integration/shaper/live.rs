@@ -3,13 +3,12 @@
 //! refused changes (unknown class, zero or absurd rate, burst below one
 //! frame, class without shaping) change nothing.
 
+use causeway_test_support::require_root;
 use std::time::{Duration, Instant};
 
+use causeway_test_support::netns::VethLink;
+use causeway_tests::causeway_cli::{causeway, causeway_ok, Attachment};
 use causeway_tests::shaper_net::*;
-use causeway_tests::{
-    causeway_cli::{causeway, causeway_ok, Attachment},
-    netns::VethLink,
-};
 
 const POLICY: &str = r#"
 [shaping]
@@ -56,9 +55,7 @@ fn rate_over(link: &VethLink, window: Duration) -> f64 {
 
 #[test]
 fn set_rate_applies_within_a_second_without_dropping_the_flow() {
-    if skip_unless_root() {
-        return;
-    }
+    require_root!();
     let link = VethLink::new(63);
     link.a.exec(&["sysctl", "-qw", "net.ipv4.tcp_ecn=1"]);
     let dir = std::env::temp_dir().join(format!("causeway-shaper-live-{}", std::process::id()));

@@ -1,15 +1,14 @@
 //! Hosts of one domain talk without WAN delay; across domains the RTT is the profile's.
 
+use causeway_test_support::require_root;
 use std::time::Duration;
 
 use causeway_netsim::{Profile, Testbed};
-use causeway_tests::netsim_support::{echo_in, median_ms, root_or_skip, rtts, socket_in};
+use causeway_tests::netsim_support::{echo_in, median_ms, rtts, socket_in};
 
 #[test]
 fn lan_is_fast_and_wan40_rtt_matches_the_profile() {
-    if !root_or_skip("lan_is_fast_and_wan40_rtt_matches_the_profile") {
-        return;
-    }
+    require_root!("lan_is_fast_and_wan40_rtt_matches_the_profile");
     let tb = Testbed::builder()
         .domains(2)
         .hosts_per_domain(2)

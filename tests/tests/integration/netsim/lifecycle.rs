@@ -2,9 +2,8 @@
 //! and leaves no namespace or interface behind.
 
 use causeway_netsim::{Profile, Testbed};
-use causeway_tests::netsim_support::{
-    echo_in, median_ms, namespaces_with, root_or_skip, rtts, socket_in,
-};
+use causeway_test_support::require_root;
+use causeway_tests::netsim_support::{echo_in, median_ms, namespaces_with, rtts, socket_in};
 use std::time::Duration;
 
 /// Links of the root namespace (the testbed must never create any there).
@@ -25,9 +24,7 @@ fn root_links() -> Vec<String> {
 
 #[test]
 fn up_and_down_twice_leaves_nothing_behind() {
-    if !root_or_skip("up_and_down_twice_leaves_nothing_behind") {
-        return;
-    }
+    require_root!("up_and_down_twice_leaves_nothing_behind");
     let tag = format!("lc{}", std::process::id());
     let prefix = format!("cw-{tag}-");
     let links_before = root_links();

@@ -10,11 +10,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use causeway_tests::{
-    chrony::{self, ChronyPair, PairSpec, Programs},
-    netns::VethLink,
-    netsim_support::root_or_skip,
-};
+use causeway_test_support::{netns::VethLink, root_or_skip};
+use causeway_tests::chrony::{self, ChronyPair, PairSpec, Programs};
 
 fn programs_or_skip(test: &str) -> Option<Programs> {
     if !root_or_skip(test) {

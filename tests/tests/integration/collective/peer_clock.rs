@@ -3,6 +3,7 @@
 //! process opens A's pinned peer map through `causeway_collective::peer_clock`
 //! and checks the offset against the ground truth within the reported bound.
 
+use causeway_test_support::require_root;
 use std::{
     net::IpAddr,
     path::Path,
@@ -17,17 +18,12 @@ use causeway::{
 use causeway_collective::peer_clock::{
     map_path, ClockSource, PeerClockError, PeerClocks, DEFAULT_PIN_ROOT,
 };
-use causeway_tests::{
-    clock_agent::{true_offset, Agent},
-    netns::{is_root, VethLink},
-};
+use causeway_test_support::netns::VethLink;
+use causeway_tests::clock_agent::{true_offset, Agent};
 
 #[test]
 fn the_collective_library_reads_the_agents_clock_estimate() {
-    if !is_root() {
-        eprintln!("SKIP: the_collective_library_reads_the_agents_clock_estimate needs root");
-        return;
-    }
+    require_root!("the_collective_library_reads_the_agents_clock_estimate");
     let link = VethLink::new(95);
     let ip = |s: &str| s.parse::<IpAddr>().expect("test address");
     let epoch = raw_tai_now();

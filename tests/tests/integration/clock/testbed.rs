@@ -15,13 +15,14 @@
 //! 10–25 µs slower, in one direction only). Without them the quiet-path p99
 //! ranged 6–46 µs over ten runs; with them 1–17 µs, under CPU load too.
 
+use causeway_test_support::require_root;
 use std::{collections::BTreeMap, time::Duration};
 
 use causeway::clock::Source;
 use causeway_netsim::{params::ParamsPatch, Profile};
 use causeway_tests::{
     clock_agent::{measure_pair, quantile, SourceErrors},
-    netsim_support::{root_or_skip, two_hosts},
+    netsim_support::two_hosts,
 };
 
 fn check_kernel(errors: &BTreeMap<Source, SourceErrors>, label: &str, p99_target_ns: f64) {
@@ -43,9 +44,7 @@ fn check_kernel(errors: &BTreeMap<Source, SourceErrors>, label: &str, p99_target
 
 #[test]
 fn clock_sync_over_wan40_per_timestamp_source() {
-    if !root_or_skip("clock_sync_over_wan40_per_timestamp_source") {
-        return;
-    }
+    require_root!("clock_sync_over_wan40_per_timestamp_source");
     let tb = two_hosts(Profile::Wan40);
     let warmup = Duration::from_secs(8); // 80 probes
     let measure = Duration::from_secs(15);

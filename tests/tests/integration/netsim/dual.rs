@@ -1,13 +1,12 @@
 //! The two paths of `dual` have different RTTs, and the path is selectable by
 //! destination address (hosts) and by fwmark (gateway).
 
+use causeway_test_support::require_root;
 use std::time::Duration;
 
 use causeway_netsim::probe::{set_mark, set_tos};
 use causeway_netsim::{Profile, Testbed};
-use causeway_tests::netsim_support::{
-    echo_in, median_ms, root_or_skip, rtts, socket_in, two_hosts,
-};
+use causeway_tests::netsim_support::{echo_in, median_ms, rtts, socket_in, two_hosts};
 
 fn forwarded(tb: &Testbed, path: usize) -> u64 {
     tb.path_stats(path)
@@ -19,9 +18,7 @@ fn forwarded(tb: &Testbed, path: usize) -> u64 {
 
 #[test]
 fn dual_paths_differ_and_are_selectable() {
-    if !root_or_skip("dual_paths_differ_and_are_selectable") {
-        return;
-    }
+    require_root!("dual_paths_differ_and_are_selectable");
     let tb = two_hosts(Profile::Dual);
     let (a, b) = (tb.host(0, 0), tb.host(1, 0));
     let _echo = echo_in(&tb, b);

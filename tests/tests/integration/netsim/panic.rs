@@ -6,7 +6,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use causeway_netsim::{Profile, Testbed};
-use causeway_tests::netsim_support::{namespaces_with, root_or_skip, two_hosts};
+use causeway_test_support::{harness::test_name, root_or_skip};
+use causeway_tests::netsim_support::{namespaces_with, two_hosts};
 
 const CHILD_ENV: &str = "CW_NETSIM_CHILD";
 
@@ -29,7 +30,7 @@ fn spawn_child(role: &str) -> (std::process::Child, String) {
     let exe = std::env::current_exe().expect("test binary");
     let mut child = Command::new(exe)
         .args([
-            "child_role",
+            &test_name(module_path!(), "child_role"),
             "--exact",
             "--ignored",
             "--nocapture",

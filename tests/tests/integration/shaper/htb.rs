@@ -1,10 +1,11 @@
 //! Causeway's HTB on a real interface: it refuses to replace a qdisc it did
 //! not install, and removing it removes exactly what it installed.
 
+use causeway_test_support::require_root;
 use std::process::Command;
 
 use causeway::shaper::htb::{Htb, HtbError, HtbLeaf, HtbPlan, RootOwner};
-use causeway_tests::netns::{is_root, VethLink};
+use causeway_test_support::netns::VethLink;
 
 fn root_qdisc(link: &VethLink) -> String {
     let out = Command::new("tc")
@@ -47,10 +48,7 @@ fn plan() -> HtbPlan {
 
 #[test]
 fn foreign_qdiscs_are_left_alone_and_ours_is_removed_cleanly() {
-    if !is_root() {
-        eprintln!("SKIP: foreign_qdiscs_are_left_alone_and_ours_is_removed_cleanly needs root");
-        return;
-    }
+    require_root!("foreign_qdiscs_are_left_alone_and_ours_is_removed_cleanly");
     let link = VethLink::new(65);
     let htb = Htb::new(&link.a_if, Some(link.a.name()));
     assert_eq!(htb.owner().expect("owner"), RootOwner::Default);

@@ -6,10 +6,11 @@
 //! configured rate. HTB's own count of what it sent is printed beside it.
 //! The flow runs with ECN, the bulk class's over-limit action.
 
+use causeway_test_support::require_root;
 use std::time::Duration;
 
 use causeway::shaper::OverAction;
-use causeway_tests::netns::VethLink;
+use causeway_test_support::netns::VethLink;
 use causeway_tests::shaper_net::*;
 
 fn classes(rate: u64, over: OverAction, police: bool) -> Vec<ClassSpec> {
@@ -98,9 +99,7 @@ fn plain_htb(rate: u64) -> f64 {
 
 #[test]
 fn achieved_rate_is_within_3_percent() {
-    if skip_unless_root() {
-        return;
-    }
+    require_root!();
     let mut failures = Vec::new();
     for mbit in [10u64, 50, 200, 1000] {
         let rate = mbit * 1_000_000;

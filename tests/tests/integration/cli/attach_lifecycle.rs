@@ -4,16 +4,15 @@
 //! (`bpftool net`, `bpftool link`, `bpftool prog`, `bpftool map`) and with
 //! the bpffs and state directories.
 
+use causeway_test_support::require_root;
 use std::{
     path::PathBuf,
     process::Command,
     time::{Duration, Instant},
 };
 
-use causeway_tests::{
-    causeway_cli::{causeway, causeway_ok, Attachment},
-    netns::{is_root, run, unique_name, Netns},
-};
+use causeway_test_support::netns::{run, unique_name, Netns};
+use causeway_tests::causeway_cli::{causeway, causeway_ok, Attachment};
 use serde_json::Value;
 
 /// A namespace holding a veth pair (both ends), named `<ns>`/`<iface>`.
@@ -134,10 +133,7 @@ fn assert_all_gone(ns: &Netns, iface: &str, prog: u64, link: u64, maps: &[u64]) 
 
 #[test]
 fn reattach_is_idempotent_and_detach_leaves_nothing() {
-    if !is_root() {
-        eprintln!("SKIP: reattach_is_idempotent_and_detach_leaves_nothing needs root");
-        return;
-    }
+    require_root!("reattach_is_idempotent_and_detach_leaves_nothing");
     let h = host_with_iface(&unique_name("lc"));
     let ns = h.ns.name().to_string();
     let attached = Attachment::new(&ns, &h.iface, &["--mode", "driver"]);
@@ -195,10 +191,7 @@ fn reattach_is_idempotent_and_detach_leaves_nothing() {
 
 #[test]
 fn pins_of_a_deleted_interface_are_replaced_or_removed() {
-    if !is_root() {
-        eprintln!("SKIP: pins_of_a_deleted_interface_are_replaced_or_removed needs root");
-        return;
-    }
+    require_root!("pins_of_a_deleted_interface_are_replaced_or_removed");
     let h = host_with_iface(&unique_name("st"));
     let ns = h.ns.name().to_string();
     let _attached = Attachment::new(&ns, &h.iface, &["--mode", "skb"]);
@@ -244,10 +237,7 @@ fn pins_of_a_deleted_interface_are_replaced_or_removed() {
 
 #[test]
 fn equal_interface_names_in_two_namespaces_do_not_clash() {
-    if !is_root() {
-        eprintln!("SKIP: equal_interface_names_in_two_namespaces_do_not_clash needs root");
-        return;
-    }
+    require_root!("equal_interface_names_in_two_namespaces_do_not_clash");
     let name = unique_name("eq");
     let (h1, h2) = (host_with_iface(&name), host_with_iface(&name));
     let a1 = Attachment::new(h1.ns.name(), &name, &[]);
@@ -309,10 +299,7 @@ impl Drop for CustomRoots {
 
 #[test]
 fn a_pin_root_outside_sys_gets_its_own_bpffs() {
-    if !is_root() {
-        eprintln!("SKIP: a_pin_root_outside_sys_gets_its_own_bpffs needs root");
-        return;
-    }
+    require_root!("a_pin_root_outside_sys_gets_its_own_bpffs");
     let h = host_with_iface(&unique_name("pr"));
     let roots = CustomRoots {
         base: std::env::temp_dir().join(format!("causeway-roots-{}", std::process::id())),
@@ -361,10 +348,7 @@ fn a_pin_root_outside_sys_gets_its_own_bpffs() {
 
 #[test]
 fn pins_of_a_deleted_namespace_can_still_be_removed() {
-    if !is_root() {
-        eprintln!("SKIP: pins_of_a_deleted_namespace_can_still_be_removed needs root");
-        return;
-    }
+    require_root!("pins_of_a_deleted_namespace_can_still_be_removed");
     let h = host_with_iface(&unique_name("gn"));
     let ns = h.ns.name().to_string();
     let _attached = Attachment::new(&ns, &h.iface, &[]);

@@ -1,15 +1,14 @@
 //! Three domains form a full mesh of routed WAN paths; each pair talks over its own path.
 
+use causeway_test_support::require_root;
 use std::time::Duration;
 
 use causeway_netsim::{Profile, Testbed};
-use causeway_tests::netsim_support::{echo_in, median_ms, root_or_skip, rtts, socket_in};
+use causeway_tests::netsim_support::{echo_in, median_ms, rtts, socket_in};
 
 #[test]
 fn three_domains_full_mesh() {
-    if !root_or_skip("three_domains_full_mesh") {
-        return;
-    }
+    require_root!("three_domains_full_mesh");
     let tb = Testbed::builder()
         .domains(3)
         .hosts_per_domain(1)

@@ -2,6 +2,7 @@
 //! attaches XDP and TC, gets kernel-stamped estimates, restricts its
 //! control socket, and a SIGTERM + restart keeps (and adopts) the programs.
 
+use causeway_test_support::require_root;
 use std::{
     net::IpAddr,
     os::unix::{fs::PermissionsExt, process::CommandExt},
@@ -17,20 +18,12 @@ use causeway::{
     },
     datapath::{link, Layout, NetnsScope},
 };
-use causeway_tests::{
-    causeway_cli::causeway_bin,
-    clock_agent::Agent,
-    netns::{is_root, VethLink},
-};
+use causeway_test_support::netns::VethLink;
+use causeway_tests::{causeway_cli::causeway_bin, clock_agent::Agent};
 
 #[test]
 fn agent_syncs_with_kernel_stamps_and_a_restart_adopts_its_programs() {
-    if !is_root() {
-        eprintln!(
-            "SKIP: agent_syncs_with_kernel_stamps_and_a_restart_adopts_its_programs needs root"
-        );
-        return;
-    }
+    require_root!("agent_syncs_with_kernel_stamps_and_a_restart_adopts_its_programs");
     let link_pair = VethLink::new(93);
     let ip = |s: &str| s.parse::<IpAddr>().expect("test address");
     let clock_b = SyncClock {

@@ -3,10 +3,11 @@
 //! idle p99. The same measurement with Causeway detached (the same rate
 //! limit as one plain HTB class, no classes) is printed beside it.
 
+use causeway_test_support::require_root;
 use std::{process::Command, time::Duration};
 
 use causeway::shaper::OverAction;
-use causeway_tests::netns::VethLink;
+use causeway_test_support::netns::VethLink;
 use causeway_tests::shaper_net::*;
 
 const LINK_BITS: u64 = 100_000_000;
@@ -88,9 +89,7 @@ fn link(subnet: u8) -> VethLink {
 
 #[test]
 fn control_p99_under_bulk_load_stays_within_twice_idle() {
-    if skip_unless_root() {
-        return;
-    }
+    require_root!();
     let (attached_idle, attached_loaded) = {
         let link = link(61);
         let mut shaped = attach(&link.a, &link.a_if);

@@ -1,18 +1,15 @@
 //! A cut path drops traffic, a restored one carries it again, and parameters
 //! change while traffic flows.
 
+use causeway_test_support::require_root;
 use std::time::Duration;
 
 use causeway_netsim::{ParamsPatch, Profile};
-use causeway_tests::netsim_support::{
-    echo_in, median_ms, root_or_skip, rtts, socket_in, two_hosts,
-};
+use causeway_tests::netsim_support::{echo_in, median_ms, rtts, socket_in, two_hosts};
 
 #[test]
 fn cut_restore_and_change_a_path_at_run_time() {
-    if !root_or_skip("cut_restore_and_change_a_path_at_run_time") {
-        return;
-    }
+    require_root!("cut_restore_and_change_a_path_at_run_time");
     let tb = two_hosts(Profile::Wan40);
     let (a, b) = (tb.host(0, 0), tb.host(1, 0));
     let _echo = echo_in(&tb, b);

@@ -13,6 +13,7 @@
 //! arithmetic for that many segments (66 bytes of Ethernet + IPv4 + TCP with
 //! timestamps per segment, 8 more for the SYN's options) plus the payload.
 
+use causeway_test_support::require_root;
 use std::{
     io::{Read, Write},
     net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream, UdpSocket},
@@ -20,10 +21,8 @@ use std::{
 };
 
 use causeway::stats::InterfaceStats;
-use causeway_tests::{
-    causeway_cli::{causeway_ok, Attachment},
-    netns::{is_root, VethLink},
-};
+use causeway_test_support::netns::VethLink;
+use causeway_tests::causeway_cli::{causeway_ok, Attachment};
 use nix::sys::socket::{setsockopt, sockopt::IpTos};
 use serde::Deserialize;
 
@@ -174,10 +173,7 @@ fn stats(ns: &str, iface: &str) -> InterfaceStats {
 
 #[test]
 fn stats_count_exactly_the_frames_sent_per_class() {
-    if !is_root() {
-        eprintln!("SKIP: stats_count_exactly_the_frames_sent_per_class needs root");
-        return;
-    }
+    require_root!("stats_count_exactly_the_frames_sent_per_class");
     let link = VethLink::new(1);
     let a = link.a.name().to_string();
     let dir = std::env::temp_dir().join(format!("causeway-traffic-{}", std::process::id()));
