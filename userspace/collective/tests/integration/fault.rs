@@ -1,15 +1,13 @@
 //! A rank dies mid-allreduce: every other rank's operation fails within the
 //! timeout with an error naming the dead rank; later operations fail fast.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
+use crate::world::*;
 use causeway_collective::{CollectiveError, ReduceOp};
-use common::*;
 
 struct Ranks(Vec<Child>);
 

@@ -2,16 +2,14 @@
 //! closes that connection, and the operation fails naming the peer: no panic,
 //! no hang, no allocation of what the header claims.
 
-mod common;
-
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use crate::world::*;
 use causeway_collective::store::{StoreClient, StoreServer};
 use causeway_collective::wire::{write_frame, ConnRole, FrameHeader, FrameKind, Hello};
 use causeway_collective::{CollectiveError, Communicator, ReduceOp};
-use common::*;
 
 /// Joins as rank 1 of a world of 2 by hand, then sends `poison` on its first connection.
 fn fake_rank_one(store_addr: SocketAddr, poison: &[u8]) -> Vec<TcpStream> {

@@ -2,12 +2,10 @@
 //! shared memory, and a two-domain mix of both; sizes from proptest plus the edge
 //! cases 0, 1 and sizes not divisible by the world size.
 
-mod common;
-
+use crate::world::*;
 use causeway_collective::cost::CostModel;
 use causeway_collective::schedule::sim::LinkCost;
 use causeway_collective::{Algorithm, Communicator, Element, Options, ReduceOp};
-use common::*;
 use half::{bf16, f16};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};

@@ -1,15 +1,13 @@
 //! Rendezvous: torchrun's variables, typed errors for missing or inconsistent
 //! values, duplicate ranks and ranks that never come; the start-up probe.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
+use crate::world::*;
 use causeway_collective::store::StoreServer;
 use causeway_collective::{
     CollectiveError, Communicator, ConfigError, Identity, LinkClass, Options, ReduceOp,
 };
-use common::*;
 
 fn set(vars: &[(&str, &str)]) {
     for k in [

@@ -1,5 +1,4 @@
 //! Runs a world of ranks as threads of this process, each with its own Communicator.
-#![allow(dead_code)]
 
 use std::time::Duration;
 
