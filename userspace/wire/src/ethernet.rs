@@ -1,6 +1,5 @@
 //! Ethernet II frames (no FCS): destination, source, EtherType, payload.
 
-use crate::bytes::{put_u16, u16_at};
 use crate::{Error, Result};
 
 pub type Mac = [u8; 6];
@@ -18,69 +17,50 @@ pub const HEADER_LEN: usize = field::PAYLOAD;
 /// Shortest frame on the wire without FCS; shorter ones are padded.
 pub const MIN_FRAME_LEN: usize = 60;
 
-/// A view of an Ethernet frame.
-#[derive(Debug, Clone)]
-pub struct Frame<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of an Ethernet frame.
+    Frame
+}
+
+fields! {
+    Frame {
+        /// The type field: an EtherType, or the TPID of a first VLAN tag.
+        ethertype / set_ethertype: u16 = field::ETHERTYPE;
+    }
 }
 
 impl<T: AsRef<[u8]>> Frame<T> {
-    /// A view without any check: accessors may panic on a short buffer.
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// A view whose accessors cannot panic.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let f = Self::new_unchecked(buffer);
-        f.check_len()?;
-        Ok(f)
-    }
-
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < HEADER_LEN {
+        if self.data().len() < HEADER_LEN {
             return Err(Error::Truncated);
         }
         Ok(())
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     pub fn dst(&self) -> Mac {
-        mac(&self.buffer.as_ref()[field::DST])
+        mac(&self.data()[field::DST])
     }
 
     pub fn src(&self) -> Mac {
-        mac(&self.buffer.as_ref()[field::SRC])
-    }
-
-    /// The type field: an EtherType, or the TPID of a first VLAN tag.
-    pub fn ethertype(&self) -> u16 {
-        u16_at(self.buffer.as_ref(), field::ETHERTYPE)
+        mac(&self.data()[field::SRC])
     }
 
     pub fn payload(&self) -> &[u8] {
-        &self.buffer.as_ref()[field::PAYLOAD..]
+        &self.data()[field::PAYLOAD..]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     pub fn set_dst(&mut self, mac: Mac) {
-        self.buffer.as_mut()[field::DST].copy_from_slice(&mac);
+        self.data_mut()[field::DST].copy_from_slice(&mac);
     }
 
     pub fn set_src(&mut self, mac: Mac) {
-        self.buffer.as_mut()[field::SRC].copy_from_slice(&mac);
-    }
-
-    pub fn set_ethertype(&mut self, value: u16) {
-        put_u16(self.buffer.as_mut(), field::ETHERTYPE, value);
+        self.data_mut()[field::SRC].copy_from_slice(&mac);
     }
 
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buffer.as_mut()[field::PAYLOAD..]
+        &mut self.data_mut()[field::PAYLOAD..]
     }
 }
 

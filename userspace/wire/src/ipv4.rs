@@ -2,7 +2,6 @@
 
 use core::net::Ipv4Addr;
 
-use crate::bytes::{put_u16, u16_at};
 use crate::{checksum, Error, Result};
 
 mod field {
@@ -29,27 +28,26 @@ pub const DONT_FRAG: u16 = 0x4000;
 /// "More fragments" in the flags+offset field.
 pub const MORE_FRAGS: u16 = 0x2000;
 
-/// A view of an IPv4 packet.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of an IPv4 packet.
+    Packet
+}
+
+fields! {
+    Packet {
+        total_len / set_total_len: u16 = field::LENGTH;
+        ident / set_ident: u16 = field::IDENT;
+        /// The raw flags and fragment offset field.
+        frag_field / set_frag_field: u16 = field::FLG_OFF;
+        ttl / set_ttl: u8 = field::TTL;
+        protocol / set_protocol: u8 = field::PROTOCOL;
+        checksum / set_checksum: u16 = field::CHECKSUM;
+    }
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// A view whose accessors cannot panic: the buffer holds the header
-    /// (IHL words) and the total length, which is at least the header.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
     pub fn check_len(&self) -> Result<()> {
-        let len = self.buffer.as_ref().len();
+        let len = self.data().len();
         if len < HEADER_LEN {
             return Err(Error::Truncated);
         }
@@ -61,14 +59,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Error::Truncated);
         }
         Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn data(&self) -> &[u8] {
-        self.buffer.as_ref()
     }
 
     pub fn version(&self) -> u8 {
@@ -88,19 +78,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.data()[field::DSCP_ECN] & 0b11
     }
 
-    pub fn total_len(&self) -> u16 {
-        u16_at(self.data(), field::LENGTH)
-    }
-
-    pub fn ident(&self) -> u16 {
-        u16_at(self.data(), field::IDENT)
-    }
-
-    /// The raw flags and fragment offset field.
-    pub fn frag_field(&self) -> u16 {
-        u16_at(self.data(), field::FLG_OFF)
-    }
-
     pub fn dont_frag(&self) -> bool {
         self.frag_field() & DONT_FRAG != 0
     }
@@ -112,18 +89,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Fragment offset in bytes.
     pub fn frag_offset(&self) -> u16 {
         (self.frag_field() & 0x1fff) << 3
-    }
-
-    pub fn ttl(&self) -> u8 {
-        self.data()[field::TTL]
-    }
-
-    pub fn protocol(&self) -> u8 {
-        self.data()[field::PROTOCOL]
-    }
-
-    pub fn checksum(&self) -> u16 {
-        u16_at(self.data(), field::CHECKSUM)
     }
 
     pub fn src_addr(&self) -> Ipv4Addr {
@@ -150,10 +115,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    fn data_mut(&mut self) -> &mut [u8] {
-        self.buffer.as_mut()
-    }
-
     /// Version 4 and a header of `len` bytes (a multiple of 4, 20..=60).
     pub fn set_version_and_header_len(&mut self, len: usize) {
         self.data_mut()[field::VER_IHL] = 0x40 | ((len / 4) as u8 & 0x0f);
@@ -161,30 +122,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
 
     pub fn set_dscp_ecn(&mut self, dscp: u8, ecn: u8) {
         self.data_mut()[field::DSCP_ECN] = (dscp << 2) | (ecn & 0b11);
-    }
-
-    pub fn set_total_len(&mut self, len: u16) {
-        put_u16(self.data_mut(), field::LENGTH, len);
-    }
-
-    pub fn set_ident(&mut self, ident: u16) {
-        put_u16(self.data_mut(), field::IDENT, ident);
-    }
-
-    pub fn set_frag_field(&mut self, value: u16) {
-        put_u16(self.data_mut(), field::FLG_OFF, value);
-    }
-
-    pub fn set_ttl(&mut self, ttl: u8) {
-        self.data_mut()[field::TTL] = ttl;
-    }
-
-    pub fn set_protocol(&mut self, proto: u8) {
-        self.data_mut()[field::PROTOCOL] = proto;
-    }
-
-    pub fn set_checksum(&mut self, value: u16) {
-        put_u16(self.data_mut(), field::CHECKSUM, value);
     }
 
     pub fn set_src_addr(&mut self, a: Ipv4Addr) {
@@ -277,7 +214,10 @@ impl Repr {
     /// payload of `payload_len` bytes into `buf`, which must have room for
     /// both; the payload bytes are left as they are.
     pub fn emit(&self, buf: &mut [u8], payload_len: usize) -> Result<()> {
-        if !self.options_len.is_multiple_of(4) || self.options_len > MAX_OPTIONS_LEN || self.dscp > 63 {
+        if !self.options_len.is_multiple_of(4)
+            || self.options_len > MAX_OPTIONS_LEN
+            || self.dscp > 63
+        {
             return Err(Error::Malformed);
         }
         let total = self.header_len() + payload_len;

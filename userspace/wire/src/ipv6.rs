@@ -20,39 +20,30 @@ mod field {
 
 pub const HEADER_LEN: usize = field::PAYLOAD;
 
-/// A view of an IPv6 packet.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of an IPv6 packet.
+    Packet
+}
+
+fields! {
+    Packet {
+        payload_len / set_payload_len: u16 = field::LENGTH;
+        next_header / set_next_header: u8 = field::NXT_HDR;
+        hop_limit / set_hop_limit: u8 = field::HOP_LIMIT;
+    }
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// A view whose accessors cannot panic: the buffer holds the header and
-    /// the payload length it announces.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
     pub fn check_len(&self) -> Result<()> {
-        let len = self.buffer.as_ref().len();
+        let len = self.data().len();
         if len < HEADER_LEN || len < HEADER_LEN + usize::from(self.payload_len()) {
             return Err(Error::Truncated);
         }
         Ok(())
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     fn word0(&self) -> u32 {
-        u32_at(self.buffer.as_ref(), field::VER_TC_FLOW)
+        u32_at(self.data(), field::VER_TC_FLOW)
     }
 
     pub fn version(&self) -> u8 {
@@ -76,30 +67,18 @@ impl<T: AsRef<[u8]>> Packet<T> {
         self.word0() & 0x000f_ffff
     }
 
-    pub fn payload_len(&self) -> u16 {
-        u16_at(self.buffer.as_ref(), field::LENGTH)
-    }
-
-    pub fn next_header(&self) -> u8 {
-        self.buffer.as_ref()[field::NXT_HDR]
-    }
-
-    pub fn hop_limit(&self) -> u8 {
-        self.buffer.as_ref()[field::HOP_LIMIT]
-    }
-
     pub fn src_addr(&self) -> Ipv6Addr {
-        addr(&self.buffer.as_ref()[field::SRC])
+        addr(&self.data()[field::SRC])
     }
 
     pub fn dst_addr(&self) -> Ipv6Addr {
-        addr(&self.buffer.as_ref()[field::DST])
+        addr(&self.data()[field::DST])
     }
 
     /// Extension headers and upper layer, up to the payload length.
     pub fn payload(&self) -> &[u8] {
         let end = HEADER_LEN + usize::from(self.payload_len());
-        &self.buffer.as_ref()[field::PAYLOAD..end]
+        &self.data()[field::PAYLOAD..end]
     }
 }
 
@@ -107,32 +86,20 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     /// Version 6, `traffic_class` and the low 20 bits of `flow_label`.
     pub fn set_version_tc_flow(&mut self, traffic_class: u8, flow_label: u32) {
         let word = (6u32 << 28) | (u32::from(traffic_class) << 20) | (flow_label & 0x000f_ffff);
-        put_u32(self.buffer.as_mut(), field::VER_TC_FLOW, word);
-    }
-
-    pub fn set_payload_len(&mut self, len: u16) {
-        put_u16(self.buffer.as_mut(), field::LENGTH, len);
-    }
-
-    pub fn set_next_header(&mut self, next: u8) {
-        self.buffer.as_mut()[field::NXT_HDR] = next;
-    }
-
-    pub fn set_hop_limit(&mut self, hops: u8) {
-        self.buffer.as_mut()[field::HOP_LIMIT] = hops;
+        put_u32(self.data_mut(), field::VER_TC_FLOW, word);
     }
 
     pub fn set_src_addr(&mut self, a: Ipv6Addr) {
-        self.buffer.as_mut()[field::SRC].copy_from_slice(&a.octets());
+        self.data_mut()[field::SRC].copy_from_slice(&a.octets());
     }
 
     pub fn set_dst_addr(&mut self, a: Ipv6Addr) {
-        self.buffer.as_mut()[field::DST].copy_from_slice(&a.octets());
+        self.data_mut()[field::DST].copy_from_slice(&a.octets());
     }
 
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = HEADER_LEN + usize::from(self.payload_len());
-        &mut self.buffer.as_mut()[field::PAYLOAD..end]
+        &mut self.data_mut()[field::PAYLOAD..end]
     }
 }
 

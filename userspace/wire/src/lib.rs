@@ -39,6 +39,74 @@
 #![cfg_attr(not(test), no_std)]
 #![deny(unsafe_code)]
 
+/// A zero-copy view type over a buffer: the struct, `new_unchecked`,
+/// `new_checked` (which calls the module's own `check_len`), `into_inner`
+/// and the private `data`/`data_mut` accessors. Field accessors, setters
+/// and `check_len` are written beside each protocol.
+macro_rules! view {
+    ($(#[$meta:meta])* $name:ident) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone)]
+        pub struct $name<T: AsRef<[u8]>> {
+            buffer: T,
+        }
+
+        impl<T: AsRef<[u8]>> $name<T> {
+            /// A view without any check: accessors may panic on a short buffer.
+            pub const fn new_unchecked(buffer: T) -> Self {
+                Self { buffer }
+            }
+
+            /// A view whose accessors cannot panic: `check_len` passed.
+            pub fn new_checked(buffer: T) -> $crate::Result<Self> {
+                let view = Self::new_unchecked(buffer);
+                view.check_len()?;
+                Ok(view)
+            }
+
+            pub fn into_inner(self) -> T {
+                self.buffer
+            }
+
+            #[allow(dead_code)]
+            fn data(&self) -> &[u8] {
+                self.buffer.as_ref()
+            }
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> $name<T> {
+            #[allow(dead_code)]
+            fn data_mut(&mut self) -> &mut [u8] {
+                self.buffer.as_mut()
+            }
+        }
+    };
+}
+
+/// Plain big-endian fields of a view at fixed offsets: each entry
+/// `getter / setter: type = offset` makes both accessors (offsets are in
+/// bounds once `check_len` passed).
+macro_rules! fields {
+    ($view:ident { $($(#[$doc:meta])* $get:ident / $set:ident : $ty:ty = $at:expr;)* }) => {
+        impl<T: AsRef<[u8]>> $view<T> {
+            $(
+                $(#[$doc])*
+                pub fn $get(&self) -> $ty {
+                    <$ty as $crate::bytes::BigEndian>::read(self.data(), $at)
+                }
+            )*
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> $view<T> {
+            $(
+                pub fn $set(&mut self, value: $ty) {
+                    $crate::bytes::BigEndian::write(value, self.data_mut(), $at)
+                }
+            )*
+        }
+    };
+}
+
 pub mod checksum;
 pub mod ethernet;
 pub mod ipv4;
@@ -104,24 +172,45 @@ pub mod ip_proto {
 /// Big-endian reads and writes at fixed offsets; callers have checked the
 /// length, so the slices are in bounds.
 mod bytes {
+    pub trait BigEndian: Sized {
+        fn read(b: &[u8], at: usize) -> Self;
+        fn write(self, b: &mut [u8], at: usize);
+    }
+
+    macro_rules! big_endian {
+        ($($t:ty),*) => {$(
+            impl BigEndian for $t {
+                fn read(b: &[u8], at: usize) -> Self {
+                    const N: usize = core::mem::size_of::<$t>();
+                    let mut v = [0u8; N];
+                    v.copy_from_slice(&b[at..at + N]);
+                    <$t>::from_be_bytes(v)
+                }
+                fn write(self, b: &mut [u8], at: usize) {
+                    let v = self.to_be_bytes();
+                    b[at..at + v.len()].copy_from_slice(&v);
+                }
+            }
+        )*};
+    }
+    big_endian!(u8, u16, u32, u64);
+
     pub fn u16_at(b: &[u8], at: usize) -> u16 {
-        u16::from_be_bytes([b[at], b[at + 1]])
+        u16::read(b, at)
     }
     pub fn u32_at(b: &[u8], at: usize) -> u32 {
-        u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+        u32::read(b, at)
     }
     pub fn u64_at(b: &[u8], at: usize) -> u64 {
-        let mut v = [0u8; 8];
-        v.copy_from_slice(&b[at..at + 8]);
-        u64::from_be_bytes(v)
+        u64::read(b, at)
     }
     pub fn put_u16(b: &mut [u8], at: usize, v: u16) {
-        b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+        v.write(b, at)
     }
     pub fn put_u32(b: &mut [u8], at: usize, v: u32) {
-        b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+        v.write(b, at)
     }
     pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
-        b[at..at + 8].copy_from_slice(&v.to_be_bytes());
+        v.write(b, at)
     }
 }

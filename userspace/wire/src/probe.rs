@@ -4,7 +4,7 @@
 
 use bpf_maps::clock as layout;
 
-use crate::bytes::{put_u16, put_u32, put_u64, u16_at, u32_at, u64_at};
+use crate::bytes::{put_u64, u64_at};
 use crate::{Error, Result};
 
 mod field {
@@ -24,27 +24,30 @@ mod field {
 /// Length of a probe.
 pub const PROBE_LEN: usize = layout::PROBE_LEN;
 
-/// A view of a clock probe. `new_checked` checks the length only; the
-/// magic and version are for [`Packet::check_magic`] (a stamping program
-/// skips a frame whose magic is wrong, it does not fail it).
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of a clock probe. `new_checked` checks the length only; the
+    /// magic and version are for [`Packet::check_magic`] (a stamping program
+    /// skips a frame whose magic is wrong, it does not fail it).
+    Packet
+}
+
+fields! {
+    Packet {
+        magic / set_magic: u32 = field::MAGIC;
+        version / set_version: u8 = field::VERSION;
+        /// `PROBE_KIND_*`.
+        kind / set_kind: u8 = field::KIND;
+        /// `FLAG_*`.
+        flags / set_flags: u16 = field::FLAGS;
+        seq / set_seq: u32 = field::SEQ;
+        sender / set_sender: u32 = field::SENDER;
+        nonce / set_nonce: u64 = field::NONCE;
+    }
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < PROBE_LEN {
+        if self.data().len() < PROBE_LEN {
             return Err(Error::Truncated);
         }
         Ok(())
@@ -56,44 +59,6 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(Error::Malformed);
         }
         Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn data(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
-    pub fn magic(&self) -> u32 {
-        u32_at(self.data(), field::MAGIC)
-    }
-
-    pub fn version(&self) -> u8 {
-        self.data()[field::VERSION]
-    }
-
-    /// `PROBE_KIND_*`.
-    pub fn kind(&self) -> u8 {
-        self.data()[field::KIND]
-    }
-
-    /// `FLAG_*`.
-    pub fn flags(&self) -> u16 {
-        u16_at(self.data(), field::FLAGS)
-    }
-
-    pub fn seq(&self) -> u32 {
-        u32_at(self.data(), field::SEQ)
-    }
-
-    pub fn sender(&self) -> u32 {
-        u32_at(self.data(), field::SENDER)
-    }
-
-    pub fn nonce(&self) -> u64 {
-        u64_at(self.data(), field::NONCE)
     }
 
     /// Stamp `slot` (0 = t1 .. 3 = t4) of `set` (`STAMP_SET_*`), ns; `None`
@@ -109,33 +74,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    fn data_mut(&mut self) -> &mut [u8] {
-        self.buffer.as_mut()
-    }
-
     pub fn set_magic_and_version(&mut self) {
-        put_u32(self.data_mut(), field::MAGIC, layout::PROBE_MAGIC);
-        self.data_mut()[field::VERSION] = layout::PROBE_VERSION;
-    }
-
-    pub fn set_kind(&mut self, kind: u8) {
-        self.data_mut()[field::KIND] = kind;
-    }
-
-    pub fn set_flags(&mut self, flags: u16) {
-        put_u16(self.data_mut(), field::FLAGS, flags);
-    }
-
-    pub fn set_seq(&mut self, seq: u32) {
-        put_u32(self.data_mut(), field::SEQ, seq);
-    }
-
-    pub fn set_sender(&mut self, sender: u32) {
-        put_u32(self.data_mut(), field::SENDER, sender);
-    }
-
-    pub fn set_nonce(&mut self, nonce: u64) {
-        put_u64(self.data_mut(), field::NONCE, nonce);
+        self.set_magic(layout::PROBE_MAGIC);
+        self.set_version(layout::PROBE_VERSION);
     }
 
     /// Writes stamp `slot` of `set`; `Malformed` outside the layout.

@@ -1,7 +1,6 @@
 //! TCP segments (RFC 9293): the fixed header, options as bytes, and the
 //! checksum over either IP version.
 
-use crate::bytes::{put_u16, put_u32, u16_at, u32_at};
 use crate::checksum::IpPair;
 use crate::{ip_proto, Error, Result};
 
@@ -11,6 +10,7 @@ mod field {
     pub const SEQ: usize = 4;
     pub const ACK: usize = 8;
     pub const OFF_FLAGS: usize = 12;
+    pub const FLAGS: usize = 13;
     pub const WINDOW: usize = 14;
     pub const CHECKSUM: usize = 16;
     pub const URGENT: usize = 18;
@@ -30,27 +30,28 @@ pub mod flags {
     pub const URG: u8 = 0x20;
 }
 
-/// A view of a TCP segment (the buffer ends where the IP payload ends).
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of a TCP segment (the buffer ends where the IP payload ends).
+    Packet
+}
+
+fields! {
+    Packet {
+        src_port / set_src_port: u16 = field::SRC_PORT;
+        dst_port / set_dst_port: u16 = field::DST_PORT;
+        seq / set_seq: u32 = field::SEQ;
+        ack / set_ack: u32 = field::ACK;
+        /// The flags byte ([`flags`]).
+        flags / set_flags: u8 = field::FLAGS;
+        window / set_window: u16 = field::WINDOW;
+        checksum / set_checksum: u16 = field::CHECKSUM;
+        urgent / set_urgent: u16 = field::URGENT;
+    }
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// A view whose accessors cannot panic: the data offset is at least
-    /// the fixed header and inside the buffer.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
     pub fn check_len(&self) -> Result<()> {
-        let len = self.buffer.as_ref().len();
+        let len = self.data().len();
         if len < HEADER_LEN {
             return Err(Error::Truncated);
         }
@@ -63,50 +64,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    fn data(&self) -> &[u8] {
-        self.buffer.as_ref()
-    }
-
-    pub fn src_port(&self) -> u16 {
-        u16_at(self.data(), field::SRC_PORT)
-    }
-
-    pub fn dst_port(&self) -> u16 {
-        u16_at(self.data(), field::DST_PORT)
-    }
-
-    pub fn seq(&self) -> u32 {
-        u32_at(self.data(), field::SEQ)
-    }
-
-    pub fn ack(&self) -> u32 {
-        u32_at(self.data(), field::ACK)
-    }
-
     /// Header length in bytes (data offset × 4).
     pub fn header_len(&self) -> usize {
         usize::from(self.data()[field::OFF_FLAGS] >> 4) * 4
-    }
-
-    /// The flags byte ([`flags`]).
-    pub fn flags(&self) -> u8 {
-        self.data()[field::OFF_FLAGS + 1]
-    }
-
-    pub fn window(&self) -> u16 {
-        u16_at(self.data(), field::WINDOW)
-    }
-
-    pub fn checksum(&self) -> u16 {
-        u16_at(self.data(), field::CHECKSUM)
-    }
-
-    pub fn urgent(&self) -> u16 {
-        u16_at(self.data(), field::URGENT)
     }
 
     pub fn options(&self) -> &[u8] {
@@ -123,45 +83,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    fn data_mut(&mut self) -> &mut [u8] {
-        self.buffer.as_mut()
-    }
-
-    pub fn set_src_port(&mut self, port: u16) {
-        put_u16(self.data_mut(), field::SRC_PORT, port);
-    }
-
-    pub fn set_dst_port(&mut self, port: u16) {
-        put_u16(self.data_mut(), field::DST_PORT, port);
-    }
-
-    pub fn set_seq(&mut self, v: u32) {
-        put_u32(self.data_mut(), field::SEQ, v);
-    }
-
-    pub fn set_ack(&mut self, v: u32) {
-        put_u32(self.data_mut(), field::ACK, v);
-    }
-
     /// Data offset for a header of `len` bytes (a multiple of 4, 20..=60).
     pub fn set_header_len(&mut self, len: usize) {
         self.data_mut()[field::OFF_FLAGS] = ((len / 4) as u8) << 4;
-    }
-
-    pub fn set_flags(&mut self, f: u8) {
-        self.data_mut()[field::OFF_FLAGS + 1] = f;
-    }
-
-    pub fn set_window(&mut self, w: u16) {
-        put_u16(self.data_mut(), field::WINDOW, w);
-    }
-
-    pub fn set_checksum(&mut self, v: u16) {
-        put_u16(self.data_mut(), field::CHECKSUM, v);
-    }
-
-    pub fn set_urgent(&mut self, v: u16) {
-        put_u16(self.data_mut(), field::URGENT, v);
     }
 
     pub fn payload_mut(&mut self) -> &mut [u8] {

@@ -1,6 +1,5 @@
 //! UDP datagrams (RFC 768) and their checksum over either IP version.
 
-use crate::bytes::{put_u16, u16_at};
 use crate::checksum::IpPair;
 use crate::{ip_proto, Error, Result};
 
@@ -14,27 +13,25 @@ mod field {
 
 pub const HEADER_LEN: usize = field::PAYLOAD;
 
-/// A view of a UDP datagram.
-#[derive(Debug, Clone)]
-pub struct Packet<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of a UDP datagram.
+    Packet
+}
+
+fields! {
+    Packet {
+        src_port / set_src_port: u16 = field::SRC_PORT;
+        dst_port / set_dst_port: u16 = field::DST_PORT;
+        /// The length field: header and payload.
+        len / set_len: u16 = field::LENGTH;
+        /// The checksum field; 0 means "none" (allowed over IPv4 only).
+        checksum / set_checksum: u16 = field::CHECKSUM;
+    }
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    /// A view whose accessors cannot panic: the length field is at least
-    /// the header and at most the buffer.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let p = Self::new_unchecked(buffer);
-        p.check_len()?;
-        Ok(p)
-    }
-
     pub fn check_len(&self) -> Result<()> {
-        let len = self.buffer.as_ref().len();
+        let len = self.data().len();
         if len < HEADER_LEN {
             return Err(Error::Truncated);
         }
@@ -48,38 +45,16 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(())
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    pub fn src_port(&self) -> u16 {
-        u16_at(self.buffer.as_ref(), field::SRC_PORT)
-    }
-
-    pub fn dst_port(&self) -> u16 {
-        u16_at(self.buffer.as_ref(), field::DST_PORT)
-    }
-
-    /// The length field: header and payload.
-    pub fn len(&self) -> u16 {
-        u16_at(self.buffer.as_ref(), field::LENGTH)
-    }
-
     pub fn is_empty(&self) -> bool {
         usize::from(self.len()) <= HEADER_LEN
     }
 
-    /// The checksum field; 0 means "none" (allowed over IPv4 only).
-    pub fn checksum(&self) -> u16 {
-        u16_at(self.buffer.as_ref(), field::CHECKSUM)
-    }
-
     pub fn payload(&self) -> &[u8] {
-        &self.buffer.as_ref()[field::PAYLOAD..usize::from(self.len())]
+        &self.data()[field::PAYLOAD..usize::from(self.len())]
     }
 
     fn datagram(&self) -> &[u8] {
-        &self.buffer.as_ref()[..usize::from(self.len())]
+        &self.data()[..usize::from(self.len())]
     }
 
     /// Whether the checksum is right (a zero checksum is "none", right only
@@ -93,25 +68,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    pub fn set_src_port(&mut self, port: u16) {
-        put_u16(self.buffer.as_mut(), field::SRC_PORT, port);
-    }
-
-    pub fn set_dst_port(&mut self, port: u16) {
-        put_u16(self.buffer.as_mut(), field::DST_PORT, port);
-    }
-
-    pub fn set_len(&mut self, len: u16) {
-        put_u16(self.buffer.as_mut(), field::LENGTH, len);
-    }
-
-    pub fn set_checksum(&mut self, value: u16) {
-        put_u16(self.buffer.as_mut(), field::CHECKSUM, value);
-    }
-
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = usize::from(self.len());
-        &mut self.buffer.as_mut()[field::PAYLOAD..end]
+        &mut self.data_mut()[field::PAYLOAD..end]
     }
 
     /// Computes and writes the checksum; a computed 0 is sent as 0xffff.

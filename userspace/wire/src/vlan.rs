@@ -2,7 +2,6 @@
 //! Ethernet addresses: the TPID (0x8100 C-tag, 0x88a8 S-tag) sits in the
 //! type field before it, and the tag holds the TCI and the next type.
 
-use crate::bytes::{put_u16, u16_at};
 use crate::{ethernet, ethertype, Error, Result};
 
 mod field {
@@ -19,37 +18,26 @@ pub fn is_tpid(value: u16) -> bool {
     value == ethertype::VLAN || value == ethertype::QINQ
 }
 
-/// A view of a VLAN tag (TCI, next type) and what follows it.
-#[derive(Debug, Clone)]
-pub struct Tag<T: AsRef<[u8]>> {
-    buffer: T,
+view! {
+    /// A view of a VLAN tag (TCI, next type) and what follows it.
+    Tag
+}
+
+fields! {
+    Tag {
+        /// Tag control information: PCP (3 bits), DEI (1), VID (12).
+        tci / set_tci: u16 = field::TCI;
+        /// The type of what follows: an EtherType or the TPID of another tag.
+        ethertype / set_ethertype: u16 = field::ETHERTYPE;
+    }
 }
 
 impl<T: AsRef<[u8]>> Tag<T> {
-    pub const fn new_unchecked(buffer: T) -> Self {
-        Self { buffer }
-    }
-
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        let t = Self::new_unchecked(buffer);
-        t.check_len()?;
-        Ok(t)
-    }
-
     pub fn check_len(&self) -> Result<()> {
-        if self.buffer.as_ref().len() < TAG_LEN {
+        if self.data().len() < TAG_LEN {
             return Err(Error::Truncated);
         }
         Ok(())
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
-    /// Tag control information: PCP (3 bits), DEI (1), VID (12).
-    pub fn tci(&self) -> u16 {
-        u16_at(self.buffer.as_ref(), field::TCI)
     }
 
     pub fn pcp(&self) -> u8 {
@@ -64,23 +52,8 @@ impl<T: AsRef<[u8]>> Tag<T> {
         self.tci() & 0x0fff
     }
 
-    /// The type of what follows: an EtherType or the TPID of another tag.
-    pub fn ethertype(&self) -> u16 {
-        u16_at(self.buffer.as_ref(), field::ETHERTYPE)
-    }
-
     pub fn payload(&self) -> &[u8] {
-        &self.buffer.as_ref()[field::PAYLOAD..]
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Tag<T> {
-    pub fn set_tci(&mut self, tci: u16) {
-        put_u16(self.buffer.as_mut(), field::TCI, tci);
-    }
-
-    pub fn set_ethertype(&mut self, value: u16) {
-        put_u16(self.buffer.as_mut(), field::ETHERTYPE, value);
+        &self.data()[field::PAYLOAD..]
     }
 }
 
