@@ -96,10 +96,7 @@ fn run(ebpf: &Ebpf, name: &str, frame: &[u8], repeat: u32) -> u128 {
 }
 
 fn cost() {
-    let repeat: u32 = std::env::var("CAUSEWAY_BENCH_REPEAT")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(1_000_000);
+    let repeat = causeway_test_support::harness::bench_repeat(1_000_000);
     let ebpf = bpf::load(
         causeway::ebpf_object::EBPF_OBJECT,
         &[],

@@ -6,16 +6,21 @@ use std::time::Duration;
 use causeway_netsim::probe::{probe_rtt, EchoServer, RttSamples};
 use causeway_netsim::{Host, Profile, Testbed};
 
-/// Two domains of one host each, joined by `profile`'s WAN paths (torn
-/// down when dropped).
-pub fn two_hosts(profile: Profile) -> Testbed {
+/// `domains` domains of `hosts` hosts each, joined by `profile`'s WAN
+/// paths (torn down when dropped).
+pub fn testbed(domains: usize, hosts: usize, profile: Profile) -> Testbed {
     let name = format!("{profile:?}");
     Testbed::builder()
-        .domains(2)
-        .hosts_per_domain(1)
+        .domains(domains)
+        .hosts_per_domain(hosts)
         .wan(profile)
         .build()
-        .unwrap_or_else(|e| panic!("building a 2 × 1 testbed on {name}: {e}"))
+        .unwrap_or_else(|e| panic!("building a {domains} × {hosts} testbed on {name}: {e}"))
+}
+
+/// Two domains of one host each, joined by `profile`'s WAN paths.
+pub fn two_hosts(profile: Profile) -> Testbed {
+    testbed(2, 1, profile)
 }
 
 pub const ECHO_PORT: u16 = 7007;

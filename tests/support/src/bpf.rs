@@ -5,7 +5,9 @@
 
 use aya::{
     maps::PerCpuArray,
-    programs::{SchedClassifier, TestRun, TestRunOptions, TestRunResult, Xdp},
+    programs::{
+        Program, ProgramError, SchedClassifier, TestRun, TestRunOptions, TestRunResult, Xdp,
+    },
     Ebpf,
 };
 use bpf_maps::counters::{IngressCounters, COUNTER_SLOTS, MAP_INGRESS_COUNTERS};
@@ -34,40 +36,48 @@ const SKB_WIRE_LEN: usize = 160;
 pub fn load(object: &[u8], xdp: &[&str], tc: &[&str]) -> Ebpf {
     let mut ebpf = Ebpf::load(object).expect("loading the embedded eBPF object");
     for &name in xdp {
-        let prog: &mut Xdp = ebpf
-            .program_mut(name)
-            .unwrap_or_else(|| panic!("program {name} missing"))
-            .try_into()
-            .unwrap_or_else(|e| panic!("{name} is not an XDP program: {e}"));
-        prog.load()
-            .unwrap_or_else(|e| panic!("verifier rejected {name}: {e:?}"));
+        verified(name, program_mut::<Xdp>(&mut ebpf, name).load());
     }
     for &name in tc {
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut(name)
-            .unwrap_or_else(|| panic!("program {name} missing"))
-            .try_into()
-            .unwrap_or_else(|e| panic!("{name} is not a TC program: {e}"));
-        prog.load()
-            .unwrap_or_else(|e| panic!("verifier rejected {name}: {e:?}"));
+        verified(name, program_mut::<SchedClassifier>(&mut ebpf, name).load());
     }
     ebpf
 }
 
+fn verified(name: &str, loaded: Result<(), ProgramError>) {
+    loaded.unwrap_or_else(|e| panic!("verifier rejected {name}: {e:?}"));
+}
+
+fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &str) -> &'a mut P
+where
+    &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
+{
+    let prog = ebpf
+        .program_mut(name)
+        .unwrap_or_else(|| panic!("program {name} missing"));
+    prog.try_into()
+        .unwrap_or_else(|e| panic!("{name} is not of the expected type: {e}"))
+}
+
+fn program<'a, P>(ebpf: &'a Ebpf, name: &str) -> &'a P
+where
+    &'a P: TryFrom<&'a Program, Error = ProgramError>,
+{
+    let prog = ebpf
+        .program(name)
+        .unwrap_or_else(|| panic!("program {name} missing"));
+    prog.try_into()
+        .unwrap_or_else(|e| panic!("{name} is not of the expected type: {e}"))
+}
+
 /// The loaded XDP program `name`.
 pub fn xdp<'a>(ebpf: &'a Ebpf, name: &str) -> &'a Xdp {
-    ebpf.program(name)
-        .unwrap_or_else(|| panic!("program {name} missing"))
-        .try_into()
-        .unwrap_or_else(|e| panic!("{name} is not an XDP program: {e}"))
+    program(ebpf, name)
 }
 
 /// The loaded TC program `name`.
 pub fn tc<'a>(ebpf: &'a Ebpf, name: &str) -> &'a SchedClassifier {
-    ebpf.program(name)
-        .unwrap_or_else(|| panic!("program {name} missing"))
-        .try_into()
-        .unwrap_or_else(|e| panic!("{name} is not a TC program: {e}"))
+    program(ebpf, name)
 }
 
 /// Runs `frame` through XDP program `name` `repeat` times (the frame that

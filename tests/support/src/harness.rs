@@ -1,4 +1,13 @@
-//! Test names as libtest prints and filters them.
+//! Test names as libtest prints and filters them; benchmark knobs.
+
+/// `CAUSEWAY_BENCH_REPEAT` (BPF_PROG_TEST_RUN repeat count of the
+/// benchmarks) or `default` when unset or not a number.
+pub fn bench_repeat(default: u32) -> u32 {
+    std::env::var("CAUSEWAY_BENCH_REPEAT")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(default)
+}
 
 /// The harness name of test `name` in the module whose `module_path!()` is
 /// `module` (libtest leaves out the crate): for re-running one test of the

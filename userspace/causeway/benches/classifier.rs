@@ -105,10 +105,7 @@ fn main() {
     if !root_or_skip("benches/classifier") {
         return;
     }
-    let repeat: u32 = std::env::var("CAUSEWAY_BENCH_REPEAT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2_000_000);
+    let repeat = causeway_test_support::harness::bench_repeat(2_000_000);
     let ebpf = bpf::load(EBPF_OBJECT, &[XDP_CLASSIFIER, XDP_BASELINE], &[]);
     let mut maps = ClassifierMaps::from_ebpf(&ebpf).expect("classifier maps");
     for name in [XDP_CLASSIFIER, XDP_BASELINE] {

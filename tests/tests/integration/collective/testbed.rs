@@ -11,6 +11,7 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use causeway_netsim::{NsChild, Profile, Testbed};
+use causeway_tests::netsim_support;
 use serde_json::Value;
 
 const WORLD: usize = 4;
@@ -103,12 +104,7 @@ fn next(w: &World, deadline: Instant) -> (usize, Value) {
 fn allreduce_across_two_domains_and_a_killed_rank_is_named() {
     require_root!("allreduce_across_two_domains_and_a_killed_rank_is_named");
     let bin = worker_binary();
-    let tb = Testbed::builder()
-        .domains(2)
-        .hosts_per_domain(2)
-        .wan(Profile::Wan40)
-        .build()
-        .expect("testbed");
+    let tb = netsim_support::testbed(2, 2, Profile::Wan40);
 
     // 1. Checked allreduces of 4 MiB per rank.
     let t = Instant::now();

@@ -3,18 +3,13 @@
 use causeway_test_support::require_root;
 use std::time::Duration;
 
-use causeway_netsim::{Profile, Testbed};
-use causeway_tests::netsim_support::{echo_in, median_ms, rtts, socket_in};
+use causeway_netsim::Profile;
+use causeway_tests::netsim_support::{echo_in, median_ms, rtts, socket_in, testbed};
 
 #[test]
 fn three_domains_full_mesh() {
     require_root!("three_domains_full_mesh");
-    let tb = Testbed::builder()
-        .domains(3)
-        .hosts_per_domain(1)
-        .wan(Profile::Wan40)
-        .build()
-        .expect("build");
+    let tb = testbed(3, 1, Profile::Wan40);
     assert_eq!(tb.paths().len(), 3, "one path per pair of domains");
     let echoes: Vec<_> = (0..3).map(|d| echo_in(&tb, tb.host(d, 0))).collect();
     for (from, to) in [(0, 1), (0, 2), (1, 2), (2, 0)] {

@@ -5,9 +5,9 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use causeway_netsim::{Profile, Testbed};
+use causeway_netsim::Profile;
 use causeway_test_support::{harness::test_name, root_or_skip};
-use causeway_tests::netsim_support::{namespaces_with, two_hosts};
+use causeway_tests::netsim_support::{namespaces_with, testbed, two_hosts};
 
 const CHILD_ENV: &str = "CW_NETSIM_CHILD";
 
@@ -92,12 +92,7 @@ fn panics_and_kills_leave_no_namespaces() {
     );
     child.kill().expect("SIGKILL child");
     child.wait().expect("reap child");
-    let tb = Testbed::builder()
-        .domains(1)
-        .hosts_per_domain(1)
-        .wan(Profile::Lan)
-        .build()
-        .expect("build");
+    let tb = testbed(1, 1, Profile::Lan);
     assert!(
         namespaces_with(&format!("cw-{tag}-")).is_empty(),
         "orphaned testbed {tag} was removed"

@@ -3,18 +3,13 @@
 use causeway_test_support::require_root;
 use std::time::Duration;
 
-use causeway_netsim::{Profile, Testbed};
-use causeway_tests::netsim_support::{echo_in, median_ms, rtts, socket_in};
+use causeway_netsim::Profile;
+use causeway_tests::netsim_support::{echo_in, median_ms, rtts, socket_in, testbed};
 
 #[test]
 fn lan_is_fast_and_wan40_rtt_matches_the_profile() {
     require_root!("lan_is_fast_and_wan40_rtt_matches_the_profile");
-    let tb = Testbed::builder()
-        .domains(2)
-        .hosts_per_domain(2)
-        .wan(Profile::Wan40)
-        .build()
-        .expect("build");
+    let tb = testbed(2, 2, Profile::Wan40);
     let (a0, a1, b0) = (tb.host(0, 0), tb.host(0, 1), tb.host(1, 0));
     let _e1 = echo_in(&tb, a1);
     let _e2 = echo_in(&tb, b0);
