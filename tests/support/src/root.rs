@@ -4,6 +4,8 @@
 //! `SKIP: <test> needs root` to stderr and returns early, so that a
 //! developer without privileges sees what did not run.
 
+use std::io::Write;
+
 /// Whether the effective user is root.
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
@@ -28,7 +30,12 @@ fn gate(test: &str, root: bool, ci: bool) -> bool {
         !ci,
         "{test} needs root (network namespaces, BPF); CI must run the suite as root, a skip would pass silently"
     );
-    eprintln!("SKIP: {test} needs root (network namespaces, BPF)");
+    // Straight to the stderr handle, not `eprintln!`: libtest captures the
+    // macros' output of passing tests, and a skip must be seen.
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIP: {test} needs root (network namespaces, BPF)"
+    );
     false
 }
 
