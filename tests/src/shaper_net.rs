@@ -10,10 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::{
-    programs::{tc::TcAttachType, SchedClassifier},
-    Ebpf,
-};
+use aya::{programs::tc::TcAttachType, Ebpf};
 use causeway::{
     classifier::{ClassifierMaps, PortRange, Rule, RuleSet, Verdict},
     shaper::{
@@ -21,7 +18,10 @@ use causeway::{
         BucketParams, ClassShaping, OverAction, ShaperMaps, ShapingTable,
     },
 };
-use causeway_test_support::netns::{Netns, VethLink};
+use causeway_test_support::{
+    bpf::{self, TC_EGRESS},
+    netns::{Netns, VethLink},
+};
 
 pub const DEFAULT: u8 = 0;
 pub const CONTROL: u8 = 3;
@@ -85,7 +85,7 @@ impl Drop for Shaped {
     }
 }
 
-/// Loads the object and attaches `causeway_tc_egress` to `iface` in `ns`.
+/// Loads the object and attaches [`TC_EGRESS`] to `iface` in `ns`.
 pub fn attach(ns: &Netns, iface: &str) -> Shaped {
     let enter_ns = ns.enterer();
     let iface_owned = iface.to_string();
@@ -93,14 +93,9 @@ pub fn attach(ns: &Netns, iface: &str) -> Shaped {
     // there); the link keeps working after the thread is gone.
     let ebpf = std::thread::spawn(move || {
         enter_ns();
-        let mut ebpf = Ebpf::load(causeway::ebpf_object::EBPF_OBJECT).expect("load object");
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut("causeway_tc_egress")
-            .expect("program")
-            .try_into()
-            .expect("classifier");
-        prog.load().expect("verifier accepts causeway_tc_egress");
-        prog.attach(&iface_owned, TcAttachType::Egress)
+        let mut ebpf = bpf::load(causeway::ebpf_object::EBPF_OBJECT, &[], &[TC_EGRESS]);
+        bpf::tc_mut(&mut ebpf, TC_EGRESS)
+            .attach(&iface_owned, TcAttachType::Egress)
             .expect("attach TC egress");
         ebpf
     })

@@ -75,6 +75,11 @@ pub fn xdp<'a>(ebpf: &'a Ebpf, name: &str) -> &'a Xdp {
     program(ebpf, name)
 }
 
+/// The loaded TC program `name`, to attach.
+pub fn tc_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> &'a mut SchedClassifier {
+    program_mut(ebpf, name)
+}
+
 /// The loaded TC program `name`.
 pub fn tc<'a>(ebpf: &'a Ebpf, name: &str) -> &'a SchedClassifier {
     program(ebpf, name)

@@ -4,7 +4,7 @@
 //! (`bpftool net`, `bpftool link`, `bpftool prog`, `bpftool map`) and with
 //! the bpffs and state directories.
 
-use causeway_test_support::require_root;
+use causeway_test_support::{bpf::XDP_CLASSIFIER, require_root};
 use std::{
     path::PathBuf,
     process::Command,
@@ -142,7 +142,7 @@ fn reattach_is_idempotent_and_detach_leaves_nothing() {
     assert_eq!(xdp_on(&h.ns, &h.iface), [(prog, "driver".to_string())]);
     assert_eq!(links_of(prog), 1);
     let info = bpftool(&["prog", "show", "id", &prog.to_string()]).expect("prog exists");
-    assert_eq!(info["name"], "causeway_xdp");
+    assert_eq!(info["name"], XDP_CLASSIFIER);
     let maps: Vec<u64> = info["map_ids"]
         .as_array()
         .unwrap()
@@ -321,7 +321,8 @@ fn a_pin_root_outside_sys_gets_its_own_bpffs() {
     assert!(pins_dir
         .join(&scope)
         .join(&h.iface)
-        .join("link/causeway_xdp")
+        .join("link")
+        .join(XDP_CLASSIFIER)
         .exists());
     assert!(state_dir
         .join(&scope)

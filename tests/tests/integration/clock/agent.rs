@@ -2,7 +2,10 @@
 //! attaches XDP and TC, gets kernel-stamped estimates, restricts its
 //! control socket, and a SIGTERM + restart keeps (and adopts) the programs.
 
-use causeway_test_support::require_root;
+use causeway_test_support::{
+    bpf::{TC_EGRESS, XDP_CLASSIFIER},
+    require_root,
+};
 use std::{
     net::IpAddr,
     os::unix::{fs::PermissionsExt, process::CommandExt},
@@ -152,7 +155,7 @@ fn agent_syncs_with_kernel_stamps_and_a_restart_adopts_its_programs() {
     let paths = Layout::default()
         .iface(&NetnsScope::Named(a.netns.clone()), &a.iface)
         .expect("paths");
-    for prog in ["causeway_xdp", "causeway_tc_egress"] {
+    for prog in [XDP_CLASSIFIER, TC_EGRESS] {
         let state = link::read_pinned(&paths.link_dir.join(prog)).expect("link still pinned");
         assert_ne!(state.ifindex, 0, "{prog} detached");
     }
