@@ -91,7 +91,6 @@ fn policy() -> RuleSet {
     .expect("valid policy")
 }
 
-#[path = "xdp_testrun/cases.rs"]
 mod cases;
 
 use cases::{cases, v4_udp, Expect, LOCAL, PEER};
@@ -188,5 +187,4 @@ fn object_declares_every_shared_map() {
     }
 }
 
-#[path = "xdp_testrun/apply.rs"]
 mod apply;
