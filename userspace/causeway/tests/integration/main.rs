@@ -9,6 +9,7 @@
 mod bad_policy;
 mod classifier_harness;
 mod clock_stamp_testrun;
+mod probe_codec;
 mod tc_testrun;
 mod xdp_differential;
 mod xdp_testrun;
