@@ -111,6 +111,7 @@ pub mod checksum;
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
+mod ipv6ext;
 pub mod probe;
 pub mod tcp;
 pub mod udp;
