@@ -12,17 +12,8 @@ use aya::{
 };
 use bpf_maps::counters::{IngressCounters, COUNTER_SLOTS, MAP_INGRESS_COUNTERS};
 
-// Program names of the object, in one place for the tests and benchmarks.
-// TODO(integrator): take these from `bpf_maps::programs` (branch
-// w2-datapath) once it is merged.
-/// The XDP classifier and clock stamper (ingress).
-pub const XDP_CLASSIFIER: &str = "causeway_xdp";
-/// An XDP program that only returns XDP_PASS: the benchmark baseline.
-pub const XDP_PASS: &str = "causeway_xdp_pass";
-/// The TC egress program: class, DSCP, ECN, priority, bucket, stamps.
-pub const TC_EGRESS: &str = "causeway_tc_egress";
-/// A TC program that only returns TC_ACT_OK: the benchmark baseline.
-pub const TC_PASS: &str = "causeway_tc_pass";
+// Program names come from the one table in `bpf-maps`.
+pub use bpf_maps::programs::{TC_EGRESS, TC_PASS, XDP_CLASSIFIER, XDP_PASS};
 
 /// `sizeof(struct __sk_buff)` on 6.x kernels.
 pub const SKB_CTX_LEN: usize = 192;

@@ -9,7 +9,9 @@
 mod bad_policy;
 mod classifier_harness;
 mod clock_stamp_testrun;
+mod policy_apply_undo;
 mod probe_codec;
+mod program_table;
 mod tc_testrun;
 mod xdp_differential;
 mod xdp_testrun;

@@ -9,23 +9,11 @@
 
 use std::{collections::BTreeMap, fs::File, process::Command};
 
+use causeway_test_support::require_root;
+
 use causeway::datapath::{
     ApplyError, ApplyStep, AttachMode, Datapath, FaultPlan, Layout, NetnsScope, PolicyInput,
 };
-
-/// Root gate (local until the shared test-support gate exists): true when
-/// the test must not run; panics under CI so that a skip is not a pass.
-fn skip_unless_root(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return false;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{test} needs root (CI=true)"
-    );
-    eprintln!("SKIP: {test} needs root");
-    true
-}
 
 const SHAPED: &str = r#"
 [shaping]
@@ -338,9 +326,7 @@ const ALL_STEPS: [ApplyStep; 6] = [
 
 #[test]
 fn a_failed_apply_at_any_step_restores_everything() {
-    if skip_unless_root("a_failed_apply_at_any_step_restores_everything") {
-        return;
-    }
+    require_root!();
     let setup = Setup::new();
     let (dp, iface) = (setup.datapath(), setup.iface.clone());
     setup.in_ns(move || {
@@ -377,9 +363,7 @@ fn a_failed_apply_at_any_step_restores_everything() {
 
 #[test]
 fn a_failed_attach_with_a_policy_leaves_nothing() {
-    if skip_unless_root("a_failed_attach_with_a_policy_leaves_nothing") {
-        return;
-    }
+    require_root!();
     let setup = Setup::new();
     let (dp, iface, layout) = (setup.datapath(), setup.iface.clone(), setup.layout.clone());
     let ns = setup.ns.clone();
@@ -413,9 +397,7 @@ fn a_failed_attach_with_a_policy_leaves_nothing() {
 
 #[test]
 fn a_failure_on_the_second_interface_restores_the_first() {
-    if skip_unless_root("a_failure_on_the_second_interface_restores_the_first") {
-        return;
-    }
+    require_root!();
     let setup = Setup::new();
     let second = format!("{}b", setup.iface);
     setup.add_veth(&second);
