@@ -332,5 +332,4 @@ pub fn decode_abort(p: &[u8]) -> Result<(u32, String), FrameError> {
 }
 
 #[cfg(test)]
-#[path = "wire_tests.rs"]
 mod tests;

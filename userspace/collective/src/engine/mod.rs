@@ -1,5 +1,6 @@
 //! The worker thread of a communicator: runs jobs one at a time, in submission
-//! order, by executing their plan against incoming frames (see [`exec`]).
+//! order; each job's plan is run by the pure [`crate::exec::Executor`], driven
+//! over the connections by [`drive`].
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -8,17 +9,19 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
 use crate::config::Options;
-use crate::cost::{choose, CostModel, Setting};
+use crate::cost::{select, CostModel, Setting};
 use crate::dtype::{finish, DType, ReduceOp};
 use crate::error::{CollectiveError, Rank, Result};
 use crate::links::{Event, PeerLink};
 use crate::pool::BufferPool;
-use crate::schedule::{build, Algorithm, OpKind, Plan, Span};
+use crate::exec::trace::Message;
+use crate::schedule::{build, OpKind, Plan, Span};
 use crate::topology::Topology;
 use crate::wire::{encode_abort, Frame, FrameKind};
 
-#[path = "exec.rs"]
-mod exec;
+mod drive;
+#[cfg(test)]
+mod tests;
 
 /// A working buffer the engine can view as bytes (a `Vec<T>` of some element type).
 pub(crate) trait WorkBuf: Send {
@@ -60,6 +63,8 @@ pub(crate) struct Job {
     pub reply: Sender<Result<Box<dyn WorkBuf>>>,
     /// Woken after the reply is sent (for handles polled as futures).
     pub waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
+    /// When set, every chunk sent and applied is recorded here (tests).
+    pub record: Option<Arc<std::sync::Mutex<Vec<Message>>>>,
 }
 
 pub(crate) struct Engine {
@@ -183,7 +188,7 @@ impl Engine {
             },
             _ => return Ok(()),
         };
-        let res = exec::execute(self, seq, &plan, job, esize);
+        let res = drive::execute(self, seq, &plan, job, esize);
         if let Err(e) = &res {
             self.fail(e.clone());
         } else if let Some(k) = kind {
@@ -204,26 +209,14 @@ impl Engine {
     }
 
     /// The plan for `kind` on `count` elements: the algorithm is chosen once per
-    /// (operation, size, element size) by simulating the candidates, then cached.
+    /// (operation, size, element size) by [`select`], then cached.
     fn plan(&mut self, kind: OpKind, count: usize, esize: usize) -> Result<Arc<Plan>> {
         if let Some(p) = self.plans.get(&(kind, count, esize)) {
             return Ok(p.clone());
         }
-        let chunk = (self.opts.chunk_bytes / esize).max(1);
-        let cands = Algorithm::candidates(kind, &self.topo);
-        let algo = match self.opts.algorithm {
-            Some(a) if cands.contains(&a) => a,
-            _ => {
-                let s = Setting {
-                    topo: &self.topo,
-                    model: &self.model,
-                    chunk,
-                    window: self.opts.window,
-                };
-                choose(kind, count, esize, &s)
-            }
-        };
-        let plan = build(kind, count, &self.topo, algo, chunk, self.me).ok_or_else(|| {
+        let s = Setting::new(&self.topo, &self.model, &self.opts, esize);
+        let algo = select(kind, count, esize, self.opts.algorithm, &s);
+        let plan = build(kind, count, &self.topo, algo, s.chunk, self.me).ok_or_else(|| {
             CollectiveError::InvalidArgument(format!(
                 "{algo:?} cannot run {kind:?} on this topology"
             ))
