@@ -26,69 +26,15 @@ use crate::error::Rank;
 use crate::schedule::{Action, Plan};
 
 mod error;
-pub mod trace;
 mod ranges;
 #[cfg(test)]
 mod tests;
+pub mod trace;
+mod types;
 
 pub use error::ExecError;
 use ranges::Received;
-
-/// How one operation is executed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExecConfig {
-    /// The operation's sequence number (named in errors).
-    pub op: u64,
-    /// Bytes per element: plan spans are in elements, outputs in bytes.
-    pub elem_bytes: usize,
-    /// Lanes in flight at once (at least 1).
-    pub window: usize,
-    /// Largest payload of one chunk; a transfer is cut into chunks of this size
-    /// (`usize::MAX`: one chunk per transfer).
-    pub frame_bytes: usize,
-    /// The operation fails when no input arrived for this long.
-    pub idle_timeout: Duration,
-}
-
-/// Where an incoming chunk belongs: lane, step, and byte offset inside the transfer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ChunkId {
-    pub lane: usize,
-    pub step: usize,
-    /// Relative to the transfer, so sender and receiver spans may sit at different places.
-    pub offset: u64,
-}
-
-/// Send `range` of the working buffer (as it is now) to `peer` as chunk `offset`
-/// of the transfer of `transfer_len` bytes for (`lane`, `step`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SendChunk {
-    pub peer: Rank,
-    pub lane: usize,
-    pub step: usize,
-    pub offset: u64,
-    pub range: Range<usize>,
-    pub transfer_len: usize,
-}
-
-/// Combine `payload` into `range` of the working buffer (`reduce`) or overwrite it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApplyChunk<P> {
-    pub peer: Rank,
-    pub id: ChunkId,
-    pub range: Range<usize>,
-    pub reduce: bool,
-    pub payload: P,
-}
-
-/// What the driver must do next, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output<P> {
-    Send(SendChunk),
-    Apply(ApplyChunk<P>),
-    /// Every lane is complete (emitted once, last).
-    Done,
-}
+pub use types::{ApplyChunk, ChunkId, ExecConfig, Output, SendChunk};
 
 /// A receive of the current step of a lane.
 #[derive(Debug)]
@@ -287,7 +233,13 @@ impl<'p, P> Executor<'p, P> {
         res
     }
 
-    fn on_chunk(&mut self, peer: Rank, id: ChunkId, len: usize, payload: P) -> Result<(), ExecError> {
+    fn on_chunk(
+        &mut self,
+        peer: Rank,
+        id: ChunkId,
+        len: usize,
+        payload: P,
+    ) -> Result<(), ExecError> {
         let (l, s) = (id.lane, id.step);
         if l >= self.lanes.len() || s >= self.plan.lanes[l].steps.len() {
             return Err(ExecError::UnknownChunk {

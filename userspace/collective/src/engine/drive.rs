@@ -12,10 +12,10 @@ use super::{progress_add, Engine, Job, Progress};
 use crate::config::Options;
 use crate::dtype::{reduce_into, DType, ReduceOp};
 use crate::error::{CollectiveError, Rank, Result};
+use crate::exec::trace::Message;
 use crate::exec::{ApplyChunk, ChunkId, ExecConfig, Executor, Output, SendChunk};
 use crate::links::Event;
 use crate::pool::PooledBuf;
-use crate::exec::trace::Message;
 use crate::schedule::Plan;
 use crate::wire::{decode_abort, Frame, FrameHeader, FrameKind};
 
@@ -215,15 +215,12 @@ impl Driver<'_, '_> {
 
     fn send(&mut self, s: &SendChunk) -> Result<()> {
         let peer = s.peer;
-        let link = self
-            .e
-            .peers
-            .get_mut(peer)
-            .and_then(Option::as_mut)
-            .ok_or(CollectiveError::PeerFailed {
+        let link = self.e.peers.get_mut(peer).and_then(Option::as_mut).ok_or(
+            CollectiveError::PeerFailed {
                 peer,
                 detail: "no connection".into(),
-            })?;
+            },
+        )?;
         let bytes = &self.buf[s.range.clone()];
         let mut p = self.e.pool.take(bytes.len());
         p.copy_from_slice(bytes);

@@ -50,7 +50,9 @@ fn options(algo: Algorithm, window: usize) -> Options {
 const COUNT: usize = 330;
 
 fn input(rank: usize) -> Vec<f32> {
-    (0..COUNT).map(|i| ((i * 3 + rank * 5) % 11) as f32).collect()
+    (0..COUNT)
+        .map(|i| ((i * 3 + rank * 5) % 11) as f32)
+        .collect()
 }
 
 /// Runs one allreduce on 4 ranks in two domains (0,1 | 2,3), each rank on its
@@ -70,15 +72,22 @@ fn engine_run(opts: &Options) -> (Topology, Vec<Vec<Message>>, Vec<Vec<f32>>) {
                     let c = b.build().unwrap_or_else(|e| panic!("rank {r}: {e}"));
                     let record = Arc::new(Mutex::new(Vec::new()));
                     let kind = JobKind::Op(OpKind::Allreduce);
-                    let h =
-                        c.submit_recorded(kind, ReduceOp::Sum, input(r), Some(record.clone()), |v| v);
+                    let h = c.submit_recorded(
+                        kind,
+                        ReduceOp::Sum,
+                        input(r),
+                        Some(record.clone()),
+                        |v| v,
+                    );
                     let v = h.wait().unwrap_or_else(|e| panic!("rank {r}: {e}"));
                     let trace = record.lock().map(|t| t.clone()).unwrap_or_default();
                     (c.topology().clone(), trace, v)
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread"))
+            .collect()
     });
     let topo = out[0].0.clone();
     let (traces, results) = out.into_iter().map(|(_, t, v)| (t, v)).unzip();
@@ -96,7 +105,10 @@ fn sim_run(topo: &Topology, opts: &Options) -> (Vec<Vec<Message>>, Vec<Vec<f64>>
         .collect();
     for p in &plans {
         for step in p.lanes.iter().flat_map(|l| &l.steps) {
-            let recvs = step.iter().filter(|a| matches!(a, Action::Recv { .. })).count();
+            let recvs = step
+                .iter()
+                .filter(|a| matches!(a, Action::Recv { .. }))
+                .count();
             assert!(recvs <= 1, "the comparison needs one receive per step");
         }
     }
@@ -160,7 +172,11 @@ fn compare(algo: Algorithm, window: usize) {
         if window == 1 {
             assert_eq!(e, s, "{algo:?} rank {r}: the whole sequence");
         }
-        assert_eq!(by_lane(e), by_lane(s), "{algo:?} rank {r}: each lane's sequence");
+        assert_eq!(
+            by_lane(e),
+            by_lane(s),
+            "{algo:?} rank {r}: each lane's sequence"
+        );
         assert_eq!(sorted(e), sorted(s), "{algo:?} rank {r}: the same messages");
     }
 }

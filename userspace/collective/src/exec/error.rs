@@ -16,10 +16,18 @@ pub enum ExecError {
     },
     /// Every byte of that step has already arrived.
     #[error("lane {lane} step {step} is already complete")]
-    StepComplete { peer: Rank, lane: usize, step: usize },
+    StepComplete {
+        peer: Rank,
+        lane: usize,
+        step: usize,
+    },
     /// The step receives nothing from this peer.
     #[error("lane {lane} step {step} expects nothing from this peer")]
-    NotExpected { peer: Rank, lane: usize, step: usize },
+    NotExpected {
+        peer: Rank,
+        lane: usize,
+        step: usize,
+    },
     /// The chunk does not fit the receive, or is not whole elements.
     #[error("chunk at +{offset} ({len} bytes) outside the expected {expected} bytes")]
     OutOfRange {

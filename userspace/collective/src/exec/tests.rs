@@ -86,7 +86,11 @@ fn the_idle_timeout_fires_at_the_right_virtual_time() {
             after: secs(5.0)
         }
     );
-    assert_eq!(ex.poll_timeout(), None, "a failed executor asks for no timer");
+    assert_eq!(
+        ex.poll_timeout(),
+        None,
+        "a failed executor asks for no timer"
+    );
     // Every later input is refused with the same error.
     let again = ex.chunk_arrived(1, id(0, 0, 4), 4, 2, secs(19.0));
     assert_eq!(again, Err(err));
@@ -111,7 +115,11 @@ fn transfers_are_cut_into_frames() {
     let outs = drain(&mut ex);
     assert_eq!(
         sends(&outs),
-        vec![(1, 0, 0, 0, 12..20), (1, 0, 0, 8, 20..28), (1, 0, 0, 16, 28..32)]
+        vec![
+            (1, 0, 0, 0, 12..20),
+            (1, 0, 0, 8, 20..28),
+            (1, 0, 0, 16, 28..32)
+        ]
     );
     assert!(matches!(&outs[0], Output::Send(s) if s.transfer_len == 20));
 }
@@ -178,35 +186,85 @@ fn duplicate_unknown_and_misplaced_chunks_are_typed_errors() {
     ex.chunk_arrived(1, id(0, 0, 0), 8, (), secs(1.0))
         .expect("first half");
     let dup = ex.chunk_arrived(1, id(0, 0, 0), 8, (), secs(1.0));
-    assert!(matches!(dup, Err(ExecError::Duplicate { peer: 1, offset: 0, len: 8, .. })), "{dup:?}");
+    assert!(
+        matches!(
+            dup,
+            Err(ExecError::Duplicate {
+                peer: 1,
+                offset: 0,
+                len: 8,
+                ..
+            })
+        ),
+        "{dup:?}"
+    );
     // Overlapping the first half is a duplicate too, even at another offset.
     let mut ex = fresh();
     ex.chunk_arrived(1, id(0, 0, 0), 8, (), secs(1.0))
         .expect("first half");
     let overlap = ex.chunk_arrived(1, id(0, 0, 4), 8, (), secs(1.0));
-    assert!(matches!(overlap, Err(ExecError::Duplicate { .. })), "{overlap:?}");
+    assert!(
+        matches!(overlap, Err(ExecError::Duplicate { .. })),
+        "{overlap:?}"
+    );
     let unknown = fresh().chunk_arrived(1, id(3, 0, 0), 8, (), secs(1.0));
-    assert!(matches!(unknown, Err(ExecError::UnknownChunk { peer: 1, op: 7, lane: 3, step: 0 })), "{unknown:?}");
+    assert!(
+        matches!(
+            unknown,
+            Err(ExecError::UnknownChunk {
+                peer: 1,
+                op: 7,
+                lane: 3,
+                step: 0
+            })
+        ),
+        "{unknown:?}"
+    );
     let unknown = fresh().chunk_arrived(1, id(0, 9, 0), 8, (), secs(1.0));
-    assert!(matches!(unknown, Err(ExecError::UnknownChunk { step: 9, .. })), "{unknown:?}");
+    assert!(
+        matches!(unknown, Err(ExecError::UnknownChunk { step: 9, .. })),
+        "{unknown:?}"
+    );
     let stranger = fresh().chunk_arrived(2, id(0, 0, 0), 8, (), secs(1.0));
-    assert!(matches!(stranger, Err(ExecError::NotExpected { peer: 2, .. })), "{stranger:?}");
+    assert!(
+        matches!(stranger, Err(ExecError::NotExpected { peer: 2, .. })),
+        "{stranger:?}"
+    );
     let far = fresh().chunk_arrived(1, id(0, 0, 1 << 40), 8, (), secs(1.0));
-    assert!(matches!(far, Err(ExecError::OutOfRange { expected: 16, .. })), "{far:?}");
+    assert!(
+        matches!(far, Err(ExecError::OutOfRange { expected: 16, .. })),
+        "{far:?}"
+    );
     let torn = fresh().chunk_arrived(1, id(0, 0, 2), 4, (), secs(1.0));
-    assert!(matches!(torn, Err(ExecError::OutOfRange { .. })), "not whole elements: {torn:?}");
+    assert!(
+        matches!(torn, Err(ExecError::OutOfRange { .. })),
+        "not whole elements: {torn:?}"
+    );
     let mut ex = fresh();
     ex.chunk_arrived(1, id(0, 0, 0), 16, (), secs(1.0))
         .expect("whole");
     let late = ex.chunk_arrived(1, id(0, 0, 0), 16, (), secs(1.0));
-    assert!(matches!(late, Err(ExecError::StepComplete { .. })), "{late:?}");
+    assert!(
+        matches!(late, Err(ExecError::StepComplete { .. })),
+        "{late:?}"
+    );
     // A kept chunk for a step that receives nothing is refused when the step starts.
     let plan = one_lane(vec![vec![send(1, 0, 4)], vec![send(1, 0, 4)]]);
     let mut ex = Executor::<()>::new(&plan, cfg(1, 8));
     ex.chunk_arrived(1, id(0, 1, 0), 8, (), secs(0.0))
         .expect("kept");
     let res = ex.start(secs(0.0));
-    assert!(matches!(res, Err(ExecError::NotExpected { lane: 0, step: 1, .. })), "{res:?}");
+    assert!(
+        matches!(
+            res,
+            Err(ExecError::NotExpected {
+                lane: 0,
+                step: 1,
+                ..
+            })
+        ),
+        "{res:?}"
+    );
 }
 
 #[test]
@@ -242,7 +300,8 @@ fn a_peer_that_left_is_fine_only_if_nothing_more_is_owed() {
     let mut ex = Executor::<()>::new(&plan, cfg(1, 1 << 20));
     ex.chunk_arrived(1, id(0, 0, 0), 8, (), secs(0.0))
         .expect("kept");
-    ex.peer_left(1, secs(0.1)).expect("rank 1 delivered everything");
+    ex.peer_left(1, secs(0.1))
+        .expect("rank 1 delivered everything");
     ex.start(secs(0.2)).expect("starts");
     let res = ex.peer_left(2, secs(0.3));
     assert_eq!(res, Err(ExecError::PeerLeft { peer: 2 }));
@@ -291,7 +350,10 @@ fn run_rank0(order: &[usize]) -> Sends {
         outs.extend(drain(&mut ex));
     }
     assert!(ex.is_done(), "all {} chunks delivered", incoming.len());
-    let applied = outs.iter().filter(|o| matches!(o, Output::Apply(_))).count();
+    let applied = outs
+        .iter()
+        .filter(|o| matches!(o, Output::Apply(_)))
+        .count();
     assert_eq!(applied, incoming.len());
     let mut s = sends(&outs);
     s.sort_by_key(|x| (x.1, x.2, x.0, x.3));
