@@ -17,7 +17,7 @@ use crate::exec::{ApplyChunk, ChunkId, ExecConfig, Executor, Output, SendChunk};
 use crate::links::Event;
 use crate::pool::PooledBuf;
 use crate::schedule::Plan;
-use crate::wire::{decode_abort, Frame, FrameHeader, FrameKind};
+use crate::wire::{decode_abort, Call, Frame, FrameHeader, FrameKind};
 
 /// How the engine configures the executor for operation `op` on elements of `elem_bytes`.
 pub(crate) fn exec_config(opts: &Options, op: u64, elem_bytes: usize) -> ExecConfig {
@@ -34,6 +34,8 @@ struct Driver<'a, 'p> {
     e: &'a mut Engine,
     ex: Executor<'p, PooledBuf>,
     seq: u64,
+    /// This rank's call: every data frame carries it and is checked against it.
+    call: Call,
     buf: &'a mut [u8],
     dtype: DType,
     op: ReduceOp,
@@ -46,6 +48,7 @@ struct Driver<'a, 'p> {
 pub(super) fn execute(
     e: &mut Engine,
     seq: u64,
+    call: Call,
     plan: &Plan,
     job: &mut Job,
     esize: usize,
@@ -67,6 +70,7 @@ pub(super) fn execute(
         e,
         ex,
         seq,
+        call,
         buf: buf.bytes(),
         dtype: *dtype,
         op: *op,
@@ -191,6 +195,18 @@ impl Driver<'_, '_> {
                 h.op, h.lane, h.step, self.seq
             )));
         }
+        if h.call != Some(self.call) {
+            return Err(match h.call {
+                Some(theirs) => CollectiveError::CallMismatch {
+                    op: self.seq,
+                    me: self.e.me,
+                    mine: self.call,
+                    peer,
+                    theirs,
+                },
+                None => mismatch("a data frame without an operation signature".into()),
+            });
+        }
         let id = ChunkId {
             lane: h.lane as usize,
             step: h.step as usize,
@@ -231,6 +247,7 @@ impl Driver<'_, '_> {
             step: s.step as u32,
             offset: s.offset,
             len: bytes.len() as u32,
+            call: Some(self.call),
         };
         if let Some(t) = &mut self.trace {
             t.push(Message::sent(peer, &h));

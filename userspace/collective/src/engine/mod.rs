@@ -17,8 +17,10 @@ use crate::links::{Event, PeerLink};
 use crate::pool::BufferPool;
 use crate::schedule::{build, OpKind, Plan, Span};
 use crate::topology::Topology;
-use crate::wire::{encode_abort, Frame, FrameKind};
+use crate::wire::{encode_abort, Call, CallKind, Codec, Frame, FrameKind};
 
+#[cfg(test)]
+mod call_tests;
 mod drive;
 #[cfg(test)]
 mod tests;
@@ -188,7 +190,8 @@ impl Engine {
             },
             _ => return Ok(()),
         };
-        let res = drive::execute(self, seq, &plan, job, esize);
+        let call = call_of(kind, job.dtype, job.op, count);
+        let res = drive::execute(self, seq, call, &plan, job, esize);
         if let Err(e) = &res {
             self.fail(e.clone());
         } else if let Some(k) = kind {
@@ -244,6 +247,26 @@ impl Engine {
         }
         self.failure = Some(e);
         self.linger(self.opts.timeout.min(std::time::Duration::from_secs(1)));
+    }
+}
+
+/// The signature the frames of this job carry (`None`: a fixed plan).
+fn call_of(kind: Option<OpKind>, dtype: DType, reduce: ReduceOp, count: usize) -> Call {
+    let (kind, root) = match kind {
+        Some(OpKind::Allreduce) => (CallKind::Allreduce, 0),
+        Some(OpKind::Broadcast { root }) => (CallKind::Broadcast, root as u32),
+        Some(OpKind::Allgather) => (CallKind::Allgather, 0),
+        Some(OpKind::ReduceScatter) => (CallKind::ReduceScatter, 0),
+        Some(OpKind::Barrier) => (CallKind::Barrier, 0),
+        None => (CallKind::Plan, 0),
+    };
+    Call {
+        kind,
+        dtype,
+        count: count as u64,
+        reduce,
+        root,
+        codec: Codec::Raw,
     }
 }
 
