@@ -4,7 +4,7 @@
 use crate::config::Options;
 use crate::error::{ConfigError, Rank};
 use crate::schedule::sim::{simulate, LinkCost, Network};
-use crate::schedule::{build, Algorithm, OpKind};
+use crate::schedule::{build_all, Algorithm, OpKind};
 use crate::topology::{LinkClass, Topology};
 
 /// α (latency, s) and β (s/byte) for each link class.
@@ -167,9 +167,7 @@ pub fn predict(
     algo: Algorithm,
     s: &Setting<'_>,
 ) -> Option<f64> {
-    let plans: Option<Vec<_>> = (0..s.topo.world())
-        .map(|r| build(kind, count, s.topo, algo, s.chunk, r))
-        .collect();
+    let plans = build_all(kind, count, s.topo, algo, s.chunk);
     let net = CostedNet {
         topo: s.topo,
         model: s.model,

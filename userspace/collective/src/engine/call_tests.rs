@@ -134,6 +134,52 @@ fn different_reductions_fail_on_every_rank() {
 }
 
 #[test]
+fn different_roots_fail_on_every_rank() {
+    // The root in rank 0's view hears from nobody during the broadcast itself:
+    // the confirmation lane is what makes it fail too.
+    let out = world(|r, c| {
+        let root = if r == 3 { 1 } else { 0 };
+        c.broadcast_async(vec![1.0f32; 4096], root)?
+            .wait()
+            .map(|_| ())
+    });
+    assert_named(
+        &out,
+        "broadcast(f32, 4096, root 1)",
+        "broadcast(f32, 4096, root 0)",
+    );
+}
+
+#[test]
+fn a_broadcast_leaf_that_calls_allreduce_fails_every_rank() {
+    let out = world(|r, c| {
+        if r == 3 {
+            c.allreduce_async(vec![1.0f32; 4096], ReduceOp::Sum)
+                .wait()
+                .map(|_| ())
+        } else {
+            c.broadcast_async(vec![1.0f32; 4096], 0)?.wait().map(|_| ())
+        }
+    });
+    assert_named(
+        &out,
+        "broadcast(f32, 4096, root 0)",
+        "allreduce(f32, 4096, sum)",
+    );
+}
+
+#[test]
+fn an_empty_call_against_a_full_one_fails_every_rank() {
+    let out = world(|r, c| {
+        let n = if r == 3 { 0 } else { 4096 };
+        c.allreduce_async(vec![1.0f32; n], ReduceOp::Sum)
+            .wait()
+            .map(|_| ())
+    });
+    assert_named(&out, "allreduce(f32, 0, sum)", "allreduce(f32, 4096, sum)");
+}
+
+#[test]
 fn matching_calls_after_matching_calls_still_work() {
     // The signature must not disturb well-formed sequences of different calls.
     let out = world(|r, c| {

@@ -4,6 +4,7 @@
 //! working buffer) and feeds it the clock. Frames of the wire protocol that are
 //! not chunks of this operation (aborts, later operations) are handled here.
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use crate::exec::trace::Message;
 use crate::exec::{ApplyChunk, ChunkId, ExecConfig, Executor, Output, SendChunk};
 use crate::links::Event;
 use crate::pool::PooledBuf;
+use crate::schedule::confirm::scratch_elems;
 use crate::schedule::Plan;
 use crate::wire::{decode_abort, Call, Frame, FrameHeader, FrameKind};
 
@@ -37,6 +39,8 @@ struct Driver<'a, 'p> {
     /// This rank's call: every data frame carries it and is checked against it.
     call: Call,
     buf: &'a mut [u8],
+    /// Bytes the plan uses past the working buffer (a confirmation lane).
+    scratch: Vec<u8>,
     dtype: DType,
     op: ReduceOp,
     progress: &'a Progress,
@@ -54,6 +58,8 @@ pub(super) fn execute(
     esize: usize,
 ) -> Result<()> {
     let ex = Executor::new(plan, exec_config(&e.opts, seq, esize));
+    let len = job.buf.bytes().len();
+    let scratch = vec![0u8; scratch_elems(plan, len / esize.max(1)) * esize];
     job.progress
         .total
         .store(ex.total_recv_bytes() as u64, Ordering::Relaxed);
@@ -72,6 +78,7 @@ pub(super) fn execute(
         seq,
         call,
         buf: buf.bytes(),
+        scratch,
         dtype: *dtype,
         op: *op,
         progress,
@@ -237,7 +244,7 @@ impl Driver<'_, '_> {
                 detail: "no connection".into(),
             },
         )?;
-        let bytes = &self.buf[s.range.clone()];
+        let bytes = region(self.buf, &mut self.scratch, s.range.clone());
         let mut p = self.e.pool.take(bytes.len());
         p.copy_from_slice(bytes);
         let h = FrameHeader {
@@ -263,7 +270,7 @@ impl Driver<'_, '_> {
     }
 
     fn apply(&mut self, a: ApplyChunk<PooledBuf>) {
-        let dst = &mut self.buf[a.range.clone()];
+        let dst = region(self.buf, &mut self.scratch, a.range.clone());
         if a.reduce {
             reduce_into(self.dtype, self.op, dst, &a.payload);
         } else {
@@ -273,6 +280,14 @@ impl Driver<'_, '_> {
         if let Some(t) = &mut self.trace {
             t.push(Message::applied(&a));
         }
+    }
+}
+
+/// The bytes `r` of the plan's address space: the working buffer, then the scratch.
+fn region<'b>(buf: &'b mut [u8], scratch: &'b mut [u8], r: Range<usize>) -> &'b mut [u8] {
+    match r.start.checked_sub(buf.len()) {
+        Some(at) => &mut scratch[at..at + r.len()],
+        None => &mut buf[r],
     }
 }
 

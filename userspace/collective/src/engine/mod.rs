@@ -15,7 +15,7 @@ use crate::error::{CollectiveError, Rank, Result};
 use crate::exec::trace::Message;
 use crate::links::{Event, PeerLink};
 use crate::pool::BufferPool;
-use crate::schedule::{build, OpKind, Plan, Span};
+use crate::schedule::{build_all, OpKind, Plan, Span};
 use crate::topology::Topology;
 use crate::wire::{encode_abort, Call, CallKind, Codec, Frame, FrameKind};
 
@@ -219,11 +219,12 @@ impl Engine {
         }
         let s = Setting::new(&self.topo, &self.model, &self.opts, esize);
         let algo = select(kind, count, esize, self.opts.algorithm, &s);
-        let plan = build(kind, count, &self.topo, algo, s.chunk, self.me).ok_or_else(|| {
+        let mut plans = build_all(kind, count, &self.topo, algo, s.chunk).ok_or_else(|| {
             CollectiveError::InvalidArgument(format!(
                 "{algo:?} cannot run {kind:?} on this topology"
             ))
         })?;
+        let plan = plans.swap_remove(self.me);
         tracing::debug!(?kind, count, ?algo, "planned");
         if self.plans.len() >= 64 {
             self.plans.clear();
