@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use crate::error::Rank;
 use crate::schedule::{Action, Plan};
+use crate::wire::Call;
 
 mod error;
 mod ranges;
@@ -135,18 +136,30 @@ impl<'p, P> Executor<'p, P> {
         self.settle(res)
     }
 
-    /// A chunk of `len` bytes from `peer`. Chunks for steps not reached yet are
+    /// A chunk of `len` bytes from `peer`, of the call `call` (refused unless it
+    /// is this rank's: a chunk of another call never touches the buffer). Chunks for steps not reached yet are
     /// kept and applied when the lane gets there (before or after [`start`](Self::start)).
     pub fn chunk_arrived(
         &mut self,
         peer: Rank,
+        call: Option<Call>,
         id: ChunkId,
         len: usize,
         payload: P,
         now: Duration,
     ) -> Result<(), ExecError> {
         self.input(now)?;
-        let res = self.on_chunk(peer, id, len, payload);
+        let res = if call == Some(self.cfg.call) {
+            self.on_chunk(peer, id, len, payload)
+        } else {
+            Err(ExecError::CallMismatch {
+                op: self.cfg.op,
+                me: self.cfg.rank,
+                mine: self.cfg.call,
+                peer,
+                theirs: call,
+            })
+        };
         self.settle(res)
     }
 
@@ -333,6 +346,7 @@ impl<'p, P> Executor<'p, P> {
             let end = range.end.min(at.saturating_add(frame));
             self.out.push_back(Output::Send(SendChunk {
                 peer,
+                call: self.cfg.call,
                 lane,
                 step,
                 offset: (at - range.start) as u64,

@@ -21,10 +21,19 @@ use crate::schedule::confirm::scratch_elems;
 use crate::schedule::Plan;
 use crate::wire::{decode_abort, Call, Frame, FrameHeader, FrameKind};
 
-/// How the engine configures the executor for operation `op` on elements of `elem_bytes`.
-pub(crate) fn exec_config(opts: &Options, op: u64, elem_bytes: usize) -> ExecConfig {
+/// How the engine configures the executor for operation `op` (`rank`'s `call`)
+/// on elements of `elem_bytes`.
+pub(crate) fn exec_config(
+    opts: &Options,
+    op: u64,
+    rank: Rank,
+    call: Call,
+    elem_bytes: usize,
+) -> ExecConfig {
     ExecConfig {
         op,
+        rank,
+        call,
         elem_bytes,
         window: opts.window,
         frame_bytes: (opts.chunk_bytes / 8).max(1) * 8,
@@ -36,8 +45,6 @@ struct Driver<'a, 'p> {
     e: &'a mut Engine,
     ex: Executor<'p, PooledBuf>,
     seq: u64,
-    /// This rank's call: every data frame carries it and is checked against it.
-    call: Call,
     buf: &'a mut [u8],
     /// Bytes the plan uses past the working buffer (a confirmation lane).
     scratch: Vec<u8>,
@@ -57,7 +64,7 @@ pub(super) fn execute(
     job: &mut Job,
     esize: usize,
 ) -> Result<()> {
-    let ex = Executor::new(plan, exec_config(&e.opts, seq, esize));
+    let ex = Executor::new(plan, exec_config(&e.opts, seq, e.me, call, esize));
     let len = job.buf.bytes().len();
     let scratch = vec![0u8; scratch_elems(plan, len / esize.max(1)) * esize];
     job.progress
@@ -76,7 +83,6 @@ pub(super) fn execute(
         e,
         ex,
         seq,
-        call,
         buf: buf.bytes(),
         scratch,
         dtype: *dtype,
@@ -202,25 +208,14 @@ impl Driver<'_, '_> {
                 h.op, h.lane, h.step, self.seq
             )));
         }
-        if h.call != Some(self.call) {
-            return Err(match h.call {
-                Some(theirs) => CollectiveError::CallMismatch {
-                    op: self.seq,
-                    me: self.e.me,
-                    mine: self.call,
-                    peer,
-                    theirs,
-                },
-                None => mismatch("a data frame without an operation signature".into()),
-            });
-        }
         let id = ChunkId {
             lane: h.lane as usize,
             step: h.step as usize,
             offset: h.offset,
         };
         let len = f.payload.len();
-        self.ex.chunk_arrived(peer, id, len, f.payload, now)?;
+        self.ex
+            .chunk_arrived(peer, h.call, id, len, f.payload, now)?;
         self.flush()
     }
 
@@ -254,7 +249,7 @@ impl Driver<'_, '_> {
             step: s.step as u32,
             offset: s.offset,
             len: bytes.len() as u32,
-            call: Some(self.call),
+            call: Some(s.call),
         };
         if let Some(t) = &mut self.trace {
             t.push(Message::sent(peer, &h));

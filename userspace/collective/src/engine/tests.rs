@@ -112,7 +112,15 @@ fn sim_run(topo: &Topology, opts: &Options) -> (Vec<Vec<Message>>, Vec<Vec<f64>>
             assert!(recvs <= 1, "the comparison needs one receive per step");
         }
     }
-    let ec = exec_config(opts, 0, esize);
+    let call = crate::wire::Call {
+        kind: crate::wire::CallKind::Allreduce,
+        dtype: crate::dtype::DType::F32,
+        count: COUNT as u64,
+        reduce: ReduceOp::Sum,
+        root: 0,
+        codec: crate::wire::Codec::Raw,
+    };
+    let ec = exec_config(opts, 0, 0, call, esize);
     let cfg = SimConfig {
         elem_bytes: ec.elem_bytes,
         window: ec.window,

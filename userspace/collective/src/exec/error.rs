@@ -3,9 +3,19 @@
 use std::time::Duration;
 
 use crate::error::{CollectiveError, Rank};
+use crate::wire::Call;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
+    /// The chunk belongs to a different call (or to none).
+    #[error("operation {op} differs between ranks: rank {peer} called {}, rank {me} {mine}", theirs.map_or("nothing".to_string(), |c| c.to_string()))]
+    CallMismatch {
+        op: u64,
+        me: Rank,
+        mine: Call,
+        peer: Rank,
+        theirs: Option<Call>,
+    },
     /// The plan has no such lane or step.
     #[error("frame for op {op} lane {lane} step {step} does not exist (running op {op})")]
     UnknownChunk {
@@ -60,6 +70,7 @@ impl ExecError {
     pub fn peer(&self) -> Option<Rank> {
         match self {
             ExecError::UnknownChunk { peer, .. }
+            | ExecError::CallMismatch { peer, .. }
             | ExecError::StepComplete { peer, .. }
             | ExecError::NotExpected { peer, .. }
             | ExecError::OutOfRange { peer, .. }
@@ -78,6 +89,23 @@ impl From<ExecError> for CollectiveError {
                 detail: e.to_string(),
             },
             ExecError::Timeout { peers, after } => CollectiveError::PeerTimeout { peers, after },
+            ExecError::CallMismatch {
+                op,
+                me,
+                mine,
+                peer,
+                theirs: Some(theirs),
+            } => CollectiveError::CallMismatch {
+                op,
+                me,
+                mine,
+                peer,
+                theirs,
+            },
+            ExecError::CallMismatch { peer, .. } => CollectiveError::Mismatch {
+                peer,
+                detail: "a data frame without an operation signature".into(),
+            },
             ExecError::UnknownChunk { peer, .. }
             | ExecError::StepComplete { peer, .. }
             | ExecError::NotExpected { peer, .. }

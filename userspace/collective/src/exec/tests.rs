@@ -7,8 +7,18 @@ use proptest::prelude::*;
 use super::*;
 use crate::schedule::{build, Algorithm, Lane, OpKind, Span};
 use crate::topology::Topology;
+use crate::wire::{CallKind, Codec};
 
 const ELEM: usize = 4;
+
+const CALL: Call = Call {
+    kind: CallKind::Allreduce,
+    dtype: crate::dtype::DType::F32,
+    count: 10,
+    reduce: crate::dtype::ReduceOp::Sum,
+    root: 0,
+    codec: Codec::Raw,
+};
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
@@ -17,6 +27,8 @@ fn secs(s: f64) -> Duration {
 fn cfg(window: usize, frame_bytes: usize) -> ExecConfig {
     ExecConfig {
         op: 7,
+        rank: 0,
+        call: CALL,
         elem_bytes: ELEM,
         window,
         frame_bytes,
@@ -71,7 +83,7 @@ fn the_idle_timeout_fires_at_the_right_virtual_time() {
     assert_eq!(ex.poll_timeout(), Some(secs(15.0)));
     ex.handle_timeout(secs(14.999)).expect("not yet");
     // Half the receive arrives at 12 s: the peer is alive, the deadline moves.
-    ex.chunk_arrived(1, id(0, 0, 0), 4, 1, secs(12.0))
+    ex.chunk_arrived(1, Some(CALL), id(0, 0, 0), 4, 1, secs(12.0))
         .expect("fits");
     assert_eq!(ex.poll_timeout(), Some(secs(17.0)));
     ex.handle_timeout(secs(15.0)).expect("moved");
@@ -92,7 +104,7 @@ fn the_idle_timeout_fires_at_the_right_virtual_time() {
         "a failed executor asks for no timer"
     );
     // Every later input is refused with the same error.
-    let again = ex.chunk_arrived(1, id(0, 0, 4), 4, 2, secs(19.0));
+    let again = ex.chunk_arrived(1, Some(CALL), id(0, 0, 4), 4, 2, secs(19.0));
     assert_eq!(again, Err(err));
 }
 
@@ -134,21 +146,21 @@ fn chunks_arriving_out_of_order_are_applied_in_step_order() {
     ]);
     let mut ex = Executor::<&str>::new(&plan, cfg(1, 4));
     // Step 1's chunks come first, last chunk first, even before the start.
-    ex.chunk_arrived(2, id(0, 1, 4), 4, "s1b", secs(0.1))
+    ex.chunk_arrived(2, Some(CALL), id(0, 1, 4), 4, "s1b", secs(0.1))
         .expect("kept");
     ex.start(secs(0.2)).expect("starts");
-    ex.chunk_arrived(2, id(0, 1, 0), 4, "s1a", secs(0.3))
+    ex.chunk_arrived(2, Some(CALL), id(0, 1, 0), 4, "s1a", secs(0.3))
         .expect("kept");
     let outs = drain(&mut ex);
     assert_eq!(sends(&outs), vec![(1, 0, 0, 0, 0..4), (1, 0, 0, 4, 4..8)]);
     assert_eq!(outs.len(), 2, "nothing applied before step 0 completes");
-    ex.chunk_arrived(1, id(0, 0, 4), 4, "s0b", secs(0.4))
+    ex.chunk_arrived(1, Some(CALL), id(0, 0, 4), 4, "s0b", secs(0.4))
         .expect("fits");
     let outs = drain(&mut ex);
     assert!(
         matches!(&outs[..], [Output::Apply(a)] if a.payload == "s0b" && a.range == (12..16) && a.reduce)
     );
-    ex.chunk_arrived(1, id(0, 0, 0), 4, "s0a", secs(0.5))
+    ex.chunk_arrived(1, Some(CALL), id(0, 0, 0), 4, "s0a", secs(0.5))
         .expect("fits");
     let outs = drain(&mut ex);
     let order: Vec<String> = outs
@@ -183,9 +195,9 @@ fn duplicate_unknown_and_misplaced_chunks_are_typed_errors() {
         ex
     };
     let mut ex = fresh();
-    ex.chunk_arrived(1, id(0, 0, 0), 8, (), secs(1.0))
+    ex.chunk_arrived(1, Some(CALL), id(0, 0, 0), 8, (), secs(1.0))
         .expect("first half");
-    let dup = ex.chunk_arrived(1, id(0, 0, 0), 8, (), secs(1.0));
+    let dup = ex.chunk_arrived(1, Some(CALL), id(0, 0, 0), 8, (), secs(1.0));
     assert!(
         matches!(
             dup,
@@ -200,14 +212,14 @@ fn duplicate_unknown_and_misplaced_chunks_are_typed_errors() {
     );
     // Overlapping the first half is a duplicate too, even at another offset.
     let mut ex = fresh();
-    ex.chunk_arrived(1, id(0, 0, 0), 8, (), secs(1.0))
+    ex.chunk_arrived(1, Some(CALL), id(0, 0, 0), 8, (), secs(1.0))
         .expect("first half");
-    let overlap = ex.chunk_arrived(1, id(0, 0, 4), 8, (), secs(1.0));
+    let overlap = ex.chunk_arrived(1, Some(CALL), id(0, 0, 4), 8, (), secs(1.0));
     assert!(
         matches!(overlap, Err(ExecError::Duplicate { .. })),
         "{overlap:?}"
     );
-    let unknown = fresh().chunk_arrived(1, id(3, 0, 0), 8, (), secs(1.0));
+    let unknown = fresh().chunk_arrived(1, Some(CALL), id(3, 0, 0), 8, (), secs(1.0));
     assert!(
         matches!(
             unknown,
@@ -220,30 +232,30 @@ fn duplicate_unknown_and_misplaced_chunks_are_typed_errors() {
         ),
         "{unknown:?}"
     );
-    let unknown = fresh().chunk_arrived(1, id(0, 9, 0), 8, (), secs(1.0));
+    let unknown = fresh().chunk_arrived(1, Some(CALL), id(0, 9, 0), 8, (), secs(1.0));
     assert!(
         matches!(unknown, Err(ExecError::UnknownChunk { step: 9, .. })),
         "{unknown:?}"
     );
-    let stranger = fresh().chunk_arrived(2, id(0, 0, 0), 8, (), secs(1.0));
+    let stranger = fresh().chunk_arrived(2, Some(CALL), id(0, 0, 0), 8, (), secs(1.0));
     assert!(
         matches!(stranger, Err(ExecError::NotExpected { peer: 2, .. })),
         "{stranger:?}"
     );
-    let far = fresh().chunk_arrived(1, id(0, 0, 1 << 40), 8, (), secs(1.0));
+    let far = fresh().chunk_arrived(1, Some(CALL), id(0, 0, 1 << 40), 8, (), secs(1.0));
     assert!(
         matches!(far, Err(ExecError::OutOfRange { expected: 16, .. })),
         "{far:?}"
     );
-    let torn = fresh().chunk_arrived(1, id(0, 0, 2), 4, (), secs(1.0));
+    let torn = fresh().chunk_arrived(1, Some(CALL), id(0, 0, 2), 4, (), secs(1.0));
     assert!(
         matches!(torn, Err(ExecError::OutOfRange { .. })),
         "not whole elements: {torn:?}"
     );
     let mut ex = fresh();
-    ex.chunk_arrived(1, id(0, 0, 0), 16, (), secs(1.0))
+    ex.chunk_arrived(1, Some(CALL), id(0, 0, 0), 16, (), secs(1.0))
         .expect("whole");
-    let late = ex.chunk_arrived(1, id(0, 0, 0), 16, (), secs(1.0));
+    let late = ex.chunk_arrived(1, Some(CALL), id(0, 0, 0), 16, (), secs(1.0));
     assert!(
         matches!(late, Err(ExecError::StepComplete { .. })),
         "{late:?}"
@@ -251,7 +263,7 @@ fn duplicate_unknown_and_misplaced_chunks_are_typed_errors() {
     // A kept chunk for a step that receives nothing is refused when the step starts.
     let plan = one_lane(vec![vec![send(1, 0, 4)], vec![send(1, 0, 4)]]);
     let mut ex = Executor::<()>::new(&plan, cfg(1, 8));
-    ex.chunk_arrived(1, id(0, 1, 0), 8, (), secs(0.0))
+    ex.chunk_arrived(1, Some(CALL), id(0, 1, 0), 8, (), secs(0.0))
         .expect("kept");
     let res = ex.start(secs(0.0));
     assert!(
@@ -268,6 +280,37 @@ fn duplicate_unknown_and_misplaced_chunks_are_typed_errors() {
 }
 
 #[test]
+fn a_chunk_of_another_call_is_refused_before_it_is_applied() {
+    let plan = one_lane(vec![vec![recv(1, 0, 2)]]);
+    let mut ex = Executor::<()>::new(&plan, cfg(1, 8));
+    ex.start(secs(0.0)).expect("starts");
+    let theirs = Call {
+        dtype: crate::dtype::DType::I32,
+        ..CALL
+    };
+    let res = ex.chunk_arrived(1, Some(theirs), id(0, 0, 0), 8, (), secs(1.0));
+    let want = ExecError::CallMismatch {
+        op: 7,
+        me: 0,
+        mine: CALL,
+        peer: 1,
+        theirs: Some(theirs),
+    };
+    assert_eq!(res, Err(want.clone()));
+    assert_eq!(
+        want.to_string(),
+        "operation 7 differs between ranks: rank 1 called allreduce(i32, 10, sum), rank 0 allreduce(f32, 10, sum)"
+    );
+    assert!(drain(&mut ex).is_empty(), "nothing applied");
+    let none =
+        Executor::<()>::new(&plan, cfg(1, 8)).chunk_arrived(1, None, id(0, 0, 0), 8, (), secs(0.0));
+    assert!(
+        matches!(none, Err(ExecError::CallMismatch { theirs: None, .. })),
+        "{none:?}"
+    );
+}
+
+#[test]
 fn the_window_bounds_the_lanes_in_flight() {
     let lane = |i: usize| Lane {
         steps: vec![vec![send(1, 2 * i, 1), recv(1, 2 * i + 1, 1)]],
@@ -280,16 +323,16 @@ fn the_window_bounds_the_lanes_in_flight() {
     let lanes = |outs: &[Output<()>]| sends(outs).iter().map(|s| s.1).collect::<Vec<_>>();
     assert_eq!(lanes(&drain(&mut ex)), vec![0, 1]);
     // Lane 2's chunk arrives early: kept until lane 2 starts.
-    ex.chunk_arrived(1, id(2, 0, 0), 4, (), secs(0.1))
+    ex.chunk_arrived(1, Some(CALL), id(2, 0, 0), 4, (), secs(0.1))
         .expect("kept");
     assert!(drain(&mut ex).is_empty());
-    ex.chunk_arrived(1, id(1, 0, 0), 4, (), secs(0.2))
+    ex.chunk_arrived(1, Some(CALL), id(1, 0, 0), 4, (), secs(0.2))
         .expect("fits");
     let outs = drain(&mut ex);
     assert_eq!(lanes(&outs), vec![2], "lane 1 done, lane 2 starts");
     assert!(matches!(outs.last(), Some(Output::Apply(a)) if a.id.lane == 2));
     assert!(!ex.is_done());
-    ex.chunk_arrived(1, id(0, 0, 0), 4, (), secs(0.3))
+    ex.chunk_arrived(1, Some(CALL), id(0, 0, 0), 4, (), secs(0.3))
         .expect("fits");
     assert_eq!(drain(&mut ex).last(), Some(&Output::Done));
 }
@@ -298,7 +341,7 @@ fn the_window_bounds_the_lanes_in_flight() {
 fn a_peer_that_left_is_fine_only_if_nothing_more_is_owed() {
     let plan = one_lane(vec![vec![recv(1, 0, 2)], vec![recv(2, 2, 1)]]);
     let mut ex = Executor::<()>::new(&plan, cfg(1, 1 << 20));
-    ex.chunk_arrived(1, id(0, 0, 0), 8, (), secs(0.0))
+    ex.chunk_arrived(1, Some(CALL), id(0, 0, 0), 8, (), secs(0.0))
         .expect("kept");
     ex.peer_left(1, secs(0.1))
         .expect("rank 1 delivered everything");
@@ -345,7 +388,7 @@ fn run_rank0(order: &[usize]) -> Sends {
     let mut outs = drain(&mut ex);
     for &i in order {
         let (q, cid, len) = incoming[i];
-        ex.chunk_arrived(q, cid, len, (), secs(1.0))
+        ex.chunk_arrived(q, Some(CALL), cid, len, (), secs(1.0))
             .expect("every chunk fits once");
         outs.extend(drain(&mut ex));
     }

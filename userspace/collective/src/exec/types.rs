@@ -5,12 +5,16 @@ use std::ops::Range;
 use std::time::Duration;
 
 use crate::error::Rank;
+use crate::wire::Call;
 
 /// How one operation is executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecConfig {
     /// The operation's sequence number (named in errors).
     pub op: u64,
+    /// The rank running this executor, and its call: every chunk must carry the same call.
+    pub rank: Rank,
+    pub call: Call,
     /// Bytes per element: plan spans are in elements, outputs in bytes.
     pub elem_bytes: usize,
     /// Lanes in flight at once (at least 1).
@@ -36,6 +40,8 @@ pub struct ChunkId {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendChunk {
     pub peer: Rank,
+    /// The call the chunk belongs to (this rank's).
+    pub call: Call,
     pub lane: usize,
     pub step: usize,
     pub offset: u64,

@@ -164,4 +164,120 @@ mod tests {
             }
         }
     }
+
+    use proptest::prelude::*;
+
+    use crate::cost::{CostModel, CostedNet};
+    use crate::dtype::{DType, ReduceOp};
+    use crate::schedule::sim::{run_calls, RankEnd, SimConfig};
+    use crate::wire::{Call, CallKind, Codec};
+
+    /// The calls ranks may make (on a world of `n`): (call, operation).
+    fn call(i: usize, n: usize) -> (Call, OpKind) {
+        let base = Call {
+            kind: CallKind::Allreduce,
+            dtype: DType::F32,
+            count: 24,
+            reduce: ReduceOp::Sum,
+            root: 0,
+            codec: Codec::Raw,
+        };
+        let bcast = |root: usize| {
+            let c = Call {
+                kind: CallKind::Broadcast,
+                root: root as u32,
+                ..base
+            };
+            (c, OpKind::Broadcast { root })
+        };
+        match i {
+            0 => (base, OpKind::Allreduce),
+            1 => (
+                Call {
+                    dtype: DType::I32,
+                    ..base
+                },
+                OpKind::Allreduce,
+            ),
+            2 => (
+                Call {
+                    reduce: ReduceOp::Max,
+                    ..base
+                },
+                OpKind::Allreduce,
+            ),
+            3 => (Call { count: 20, ..base }, OpKind::Allreduce),
+            4 => (Call { count: 0, ..base }, OpKind::Allreduce),
+            5 => bcast(0),
+            6 => bcast(n - 1),
+            7 => {
+                let c = Call {
+                    kind: CallKind::Allgather,
+                    count: 3 * n as u64,
+                    ..base
+                };
+                (c, OpKind::Allgather)
+            }
+            8 => (
+                Call {
+                    kind: CallKind::ReduceScatter,
+                    ..base
+                },
+                OpKind::ReduceScatter,
+            ),
+            _ => (
+                Call {
+                    kind: CallKind::Barrier,
+                    count: 2,
+                    ..base
+                },
+                OpKind::Barrier,
+            ),
+        }
+    }
+
+    proptest! {
+        /// Ranks `deviants` make call `other`, the rest call `same`: unless the
+        /// two are equal, no rank's executor ever completes, however the
+        /// chunks are timed, so no caller can see Ok.
+        #[test]
+        fn mismatched_calls_never_complete_on_any_rank(
+            t in 0usize..4, same in 0usize..10, other in 0usize..10,
+            algo_same in 0usize..3, algo_other in 0usize..3,
+            deviants in 1u32..15, chunk in 1usize..9, window in 1usize..4,
+        ) {
+            let topo = vec![Topology::flat(2), Topology::flat(3), Topology::flat(4), Topology::grid(2, 2)]
+                .swap_remove(t);
+            let n = topo.world();
+            let (mut calls, mut algos, mut plans) = (Vec::new(), Vec::new(), Vec::new());
+            for r in 0..n {
+                let (i, a) = if deviants & (1 << r) != 0 { (other, algo_other) } else { (same, algo_same) };
+                let (c, kind) = call(i, n);
+                let cands = Algorithm::candidates(kind, &topo);
+                let algo = cands[a % cands.len()];
+                let mut all = build_all(kind, c.count as usize, &topo, algo, chunk).expect("applies");
+                plans.push(all.swap_remove(r));
+                calls.push(c);
+                algos.push(algo);
+            }
+            let model = CostModel::default();
+            let net = CostedNet { topo: &topo, model: &model };
+            let cfg = SimConfig { elem_bytes: 4, window, frame_bytes: 8 };
+            let ends = run_calls(&plans, &calls, &cfg, &net);
+            if calls.iter().all(|c| *c == calls[0]) {
+                // One call, one algorithm: everyone completes. (One call with
+                // different algorithms is a configuration mismatch, not a call's.)
+                if algos.iter().all(|a| *a == algos[0]) {
+                    prop_assert!(ends.iter().all(|e| matches!(e, RankEnd::Done(_))), "{:?}", ends);
+                }
+            } else {
+                for (r, e) in ends.iter().enumerate() {
+                    prop_assert!(
+                        !matches!(e, RankEnd::Done(_)),
+                        "rank {} completed: calls {:?} ends {:?}", r, calls, ends
+                    );
+                }
+            }
+        }
+    }
 }

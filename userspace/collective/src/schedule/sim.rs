@@ -14,9 +14,11 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::time::Duration;
 
 use super::Plan;
+use crate::dtype::{DType, ReduceOp};
 use crate::error::Rank;
 use crate::exec::trace::Message;
 use crate::exec::{ChunkId, ExecConfig, ExecError, Executor, Output};
+use crate::wire::{Call, CallKind, Codec};
 
 /// Cost of one link: latency `alpha` (seconds) and `beta` (seconds per byte).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -97,9 +99,9 @@ impl SimError {
                     detail: e.to_string(),
                 }
             }
-            ExecError::PeerLeft { .. } | ExecError::Timeout { .. } => {
-                SimError::Executor { rank, source: e }
-            }
+            ExecError::CallMismatch { .. }
+            | ExecError::PeerLeft { .. }
+            | ExecError::Timeout { .. } => SimError::Executor { rank, source: e },
         }
     }
 }
@@ -121,6 +123,7 @@ struct Delivery {
     seq: u64,
     to: Rank,
     from: Rank,
+    call: Call,
     id: ChunkId,
     len: usize,
     values: Vec<f64>,
@@ -159,6 +162,16 @@ pub fn simulate(
     run(plans, &cfg, net, data, None)
 }
 
+/// The call every rank makes in [`run`] (the plans alone are compared there).
+const SAME_CALL: Call = Call {
+    kind: CallKind::Plan,
+    dtype: DType::U8,
+    count: 0,
+    reduce: ReduceOp::Sum,
+    root: 0,
+    codec: Codec::Raw,
+};
+
 /// Runs `plans` (index = rank); with `trace`, records per rank every chunk sent
 /// and applied, in the order the rank's executor asked for it.
 pub fn run(
@@ -168,28 +181,8 @@ pub fn run(
     data: Option<SimData<'_>>,
     trace: Option<&mut Vec<Vec<Message>>>,
 ) -> Result<SimOutcome, SimError> {
-    let exec_cfg = ExecConfig {
-        op: 0,
-        elem_bytes: cfg.elem_bytes.max(1),
-        window: cfg.window,
-        frame_bytes: cfg.frame_bytes,
-        idle_timeout: Duration::MAX,
-    };
-    let mut w = World {
-        net,
-        elem_bytes: exec_cfg.elem_bytes,
-        execs: plans.iter().map(|p| Executor::new(p, exec_cfg)).collect(),
-        heap: BinaryHeap::new(),
-        seq: 0,
-        free: HashMap::new(),
-        link_bytes: BTreeMap::new(),
-        end: 0.0,
-        data,
-        trace,
-    };
-    if let Some(t) = w.trace.as_deref_mut() {
-        *t = vec![Vec::new(); plans.len()];
-    }
+    let calls = vec![SAME_CALL; plans.len()];
+    let mut w = World::new(plans, &calls, cfg, net, data, trace);
     for r in 0..plans.len() {
         w.execs[r]
             .start(Duration::ZERO)
@@ -199,7 +192,7 @@ pub fn run(
     while let Some(d) = w.heap.pop() {
         let now = Duration::from_secs_f64(d.t);
         w.execs[d.to]
-            .chunk_arrived(d.from, d.id, d.len, d.values, now)
+            .chunk_arrived(d.from, Some(d.call), d.id, d.len, d.values, now)
             .map_err(|e| SimError::at(d.to, e))?;
         w.drain(d.to, d.t);
     }
@@ -230,6 +223,51 @@ pub fn run(
     })
 }
 
+/// How one rank's operation ended in [`run_calls`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum RankEnd {
+    /// Completed at this time (the caller would see Ok).
+    Done(f64),
+    /// Refused a chunk (the caller would see this error).
+    Failed(ExecError),
+    /// Still waiting when nothing more was in flight (a timeout, in a real run).
+    Stuck,
+}
+
+/// Runs rank r's plan for rank r's call `calls[r]`, to the end: a rank whose
+/// executor refuses a chunk stops (sends nothing more), the others go on.
+pub fn run_calls(
+    plans: &[Plan],
+    calls: &[Call],
+    cfg: &SimConfig,
+    net: &dyn Network,
+) -> Vec<RankEnd> {
+    let mut w = World::new(plans, calls, cfg, net, None, None);
+    let mut ends = vec![RankEnd::Stuck; plans.len()];
+    for (r, end) in ends.iter_mut().enumerate() {
+        match w.execs[r].start(Duration::ZERO) {
+            Ok(()) => w.drain(r, 0.0),
+            Err(e) => *end = RankEnd::Failed(e),
+        }
+    }
+    while let Some(d) = w.heap.pop() {
+        if matches!(ends[d.to], RankEnd::Failed(_)) {
+            continue;
+        }
+        let now = Duration::from_secs_f64(d.t);
+        match w.execs[d.to].chunk_arrived(d.from, Some(d.call), d.id, d.len, d.values, now) {
+            Ok(()) => w.drain(d.to, d.t),
+            Err(e) => ends[d.to] = RankEnd::Failed(e),
+        }
+    }
+    for (r, end) in ends.iter_mut().enumerate() {
+        if *end == RankEnd::Stuck && w.execs[r].is_done() {
+            *end = RankEnd::Done(w.done_at[r]);
+        }
+    }
+    ends
+}
+
 /// The simulated ranks and the network between them.
 struct World<'a, 'p, 'd, 't> {
     net: &'a dyn Network,
@@ -243,9 +281,55 @@ struct World<'a, 'p, 'd, 't> {
     end: f64,
     data: Option<SimData<'d>>,
     trace: Option<&'t mut Vec<Vec<Message>>>,
+    /// When each rank's executor finished.
+    done_at: Vec<f64>,
 }
 
-impl World<'_, '_, '_, '_> {
+impl<'a, 'p, 'd, 't> World<'a, 'p, 'd, 't> {
+    fn new(
+        plans: &'p [Plan],
+        calls: &[Call],
+        cfg: &SimConfig,
+        net: &'a dyn Network,
+        data: Option<SimData<'d>>,
+        trace: Option<&'t mut Vec<Vec<Message>>>,
+    ) -> Self {
+        let execs = plans
+            .iter()
+            .zip(calls)
+            .enumerate()
+            .map(|(rank, (p, &call))| {
+                let c = ExecConfig {
+                    op: 0,
+                    rank,
+                    call,
+                    elem_bytes: cfg.elem_bytes.max(1),
+                    window: cfg.window,
+                    frame_bytes: cfg.frame_bytes,
+                    idle_timeout: Duration::MAX,
+                };
+                Executor::new(p, c)
+            })
+            .collect();
+        let trace = trace.map(|t| {
+            *t = vec![Vec::new(); plans.len()];
+            t
+        });
+        World {
+            net,
+            elem_bytes: cfg.elem_bytes.max(1),
+            execs,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            free: HashMap::new(),
+            link_bytes: BTreeMap::new(),
+            end: 0.0,
+            data,
+            trace,
+            done_at: vec![0.0; plans.len()],
+        }
+    }
+
     /// Performs rank `r`'s outputs at time `t`: schedules sends, applies chunks.
     fn drain(&mut self, r: Rank, t: f64) {
         let eb = self.elem_bytes;
@@ -270,6 +354,7 @@ impl World<'_, '_, '_, '_> {
                         seq: self.seq,
                         to: s.peer,
                         from: r,
+                        call: s.call,
                         id: ChunkId {
                             lane: s.lane,
                             step: s.step,
@@ -291,7 +376,10 @@ impl World<'_, '_, '_, '_> {
                         }
                     }
                 }
-                Output::Done => self.end = self.end.max(t),
+                Output::Done => {
+                    self.end = self.end.max(t);
+                    self.done_at[r] = t;
+                }
             }
         }
     }
