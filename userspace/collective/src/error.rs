@@ -83,14 +83,18 @@ pub enum CollectiveError {
     Frame { peer: Rank, source: FrameError },
     #[error("peer rank {peer} sent data that does not match this operation: {detail}")]
     Mismatch { peer: Rank, detail: String },
-    /// Ranks made different calls as operation `op`: nothing of it is returned.
-    #[error("operation {op} differs between ranks: rank {peer} called {theirs}, rank {me} {mine}")]
+    /// Ranks made different calls as operation `op`: rank `me` (this one, or
+    /// the one that noticed, `reported_by`) called `mine`, rank `peer` `theirs`.
+    /// Nothing of the operation is returned.
+    #[error("operation {op} differs between ranks: rank {peer} called {theirs}, rank {me} {mine}{}",
+        reported_by.map_or(String::new(), |r| format!(" (reported by rank {r})")))]
     CallMismatch {
         op: u64,
         me: Rank,
         mine: Call,
         peer: Rank,
         theirs: Call,
+        reported_by: Option<Rank>,
     },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

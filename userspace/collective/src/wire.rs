@@ -23,8 +23,10 @@ use std::io::{self, Read, Write};
 
 use crate::pool::{BufferPool, PooledBuf};
 
+mod abort;
 mod call;
 
+pub use abort::{decode_abort, encode_abort, Abort, CallReport};
 use call::CALL_LEN;
 pub use call::{Call, CallKind, Codec};
 
@@ -336,26 +338,6 @@ impl Hello {
             shm,
         })
     }
-}
-
-/// Payload of an Abort frame.
-pub fn encode_abort(failed: u32, reason: &str) -> Vec<u8> {
-    let mut v = failed.to_le_bytes().to_vec();
-    v.extend_from_slice(&reason.as_bytes()[..reason.len().min(1024)]);
-    v
-}
-
-pub fn decode_abort(p: &[u8]) -> Result<(u32, String), FrameError> {
-    if p.len() < 4 {
-        return Err(FrameError::BadPayload {
-            kind: FrameKind::Abort,
-            reason: "shorter than 4 bytes",
-        });
-    }
-    Ok((
-        u32::from_le_bytes(le(p, 0)),
-        String::from_utf8_lossy(&p[4..]).into_owned(),
-    ))
 }
 
 #[cfg(test)]

@@ -47,13 +47,17 @@ fn world<R: Send>(
     })
 }
 
-/// Every rank failed, and every error names both calls; at least one rank
-/// (the one that received the foreign chunk) has the typed [`CollectiveError::CallMismatch`].
+/// Every rank failed with the typed [`CollectiveError::CallMismatch`] naming
+/// both calls; at least one noticed it itself (the others were told by an Abort).
 fn assert_named<R: std::fmt::Debug>(out: &[Result<R, CollectiveError>], a: &str, b: &str) {
     for (r, res) in out.iter().enumerate() {
         let Err(e) = res else {
             panic!("rank {r} returned Ok({res:?}) from mismatched calls");
         };
+        assert!(
+            matches!(e, CollectiveError::CallMismatch { .. }),
+            "rank {r}: {e}"
+        );
         let text = e.to_string();
         assert!(
             text.contains(a) && text.contains(b),
@@ -61,8 +65,13 @@ fn assert_named<R: std::fmt::Debug>(out: &[Result<R, CollectiveError>], a: &str,
         );
     }
     assert!(
-        out.iter()
-            .any(|res| matches!(res, Err(CollectiveError::CallMismatch { .. }))),
+        out.iter().any(|res| matches!(
+            res,
+            Err(CollectiveError::CallMismatch {
+                reported_by: None,
+                ..
+            })
+        )),
         "{out:?}"
     );
 }

@@ -19,7 +19,7 @@ use crate::links::Event;
 use crate::pool::PooledBuf;
 use crate::schedule::confirm::scratch_elems;
 use crate::schedule::Plan;
-use crate::wire::{decode_abort, Call, Frame, FrameHeader, FrameKind};
+use crate::wire::{decode_abort, Abort, Call, Frame, FrameHeader, FrameKind};
 
 /// How the engine configures the executor for operation `op` (`rank`'s `call`)
 /// on elements of `elem_bytes`.
@@ -180,13 +180,16 @@ impl Driver<'_, '_> {
     fn on_frame(&mut self, peer: Rank, f: Frame) -> Result<()> {
         let h = f.header;
         if h.kind == FrameKind::Abort {
-            let (failed, reason) = decode_abort(&f.payload)
+            let a = decode_abort(&f.payload)
                 .map_err(|source| CollectiveError::Frame { peer, source })?;
-            let failed = failed as usize;
+            if let Some(e) = call_mismatch(peer, &a, self.e.world) {
+                return Err(e);
+            }
+            let failed = a.failed as usize;
             let detail = if failed == peer {
-                reason
+                a.reason
             } else {
-                format!("reported by rank {peer}: {reason}")
+                format!("reported by rank {peer}: {}", a.reason)
             };
             return Err(CollectiveError::PeerFailed {
                 peer: failed.min(self.e.world.saturating_sub(1)),
@@ -286,6 +289,20 @@ fn region<'b>(buf: &'b mut [u8], scratch: &'b mut [u8], r: Range<usize>) -> &'b 
     }
 }
 
+/// The typed error an Abort from `peer` carries when ranks made different calls.
+fn call_mismatch(peer: Rank, a: &Abort, world: usize) -> Option<CollectiveError> {
+    let r = a.report?;
+    let (me, other) = (r.rank as usize, r.other as usize);
+    (me < world && other < world).then_some(CollectiveError::CallMismatch {
+        op: r.op,
+        me,
+        mine: r.call,
+        peer: other,
+        theirs: r.other_call,
+        reported_by: Some(peer),
+    })
+}
+
 /// A lost connection or a silent peer is often a symptom: the rank that saw the
 /// root cause has sent an Abort naming it. Wait briefly for one before reporting.
 fn refine(e: &mut Engine, err: CollectiveError) -> CollectiveError {
@@ -300,10 +317,13 @@ fn refine(e: &mut Engine, err: CollectiveError) -> CollectiveError {
         let left = deadline.saturating_duration_since(Instant::now());
         match e.events.recv_timeout(left) {
             Ok(Event::Frame { peer, frame }) if frame.header.kind == FrameKind::Abort => {
-                if let Ok((failed, reason)) = decode_abort(&frame.payload) {
-                    let failed = failed as usize;
+                if let Ok(a) = decode_abort(&frame.payload) {
+                    if let Some(typed) = call_mismatch(peer, &a, e.world) {
+                        return typed;
+                    }
+                    let failed = a.failed as usize;
                     if failed < e.world && failed != e.me {
-                        let detail = format!("reported by rank {peer}: {reason}");
+                        let detail = format!("reported by rank {peer}: {}", a.reason);
                         return CollectiveError::PeerFailed {
                             peer: failed,
                             detail,

@@ -17,7 +17,7 @@ use crate::links::{Event, PeerLink};
 use crate::pool::BufferPool;
 use crate::schedule::{build_all, OpKind, Plan, Span};
 use crate::topology::Topology;
-use crate::wire::{encode_abort, Call, CallKind, Codec, Frame, FrameKind};
+use crate::wire::{encode_abort, Abort, Call, CallKind, CallReport, Codec, Frame, FrameKind};
 
 #[cfg(test)]
 mod call_tests;
@@ -241,7 +241,28 @@ impl Engine {
         }
         tracing::warn!(rank = self.me, error = %e, "communicator failed");
         let blamed = e.peer().unwrap_or(self.me) as u32;
-        let payload = encode_abort(blamed, &e.to_string());
+        let report = match &e {
+            CollectiveError::CallMismatch {
+                op,
+                me,
+                mine,
+                peer,
+                theirs,
+                ..
+            } => Some(CallReport {
+                op: *op,
+                rank: *me as u32,
+                call: *mine,
+                other: *peer as u32,
+                other_call: *theirs,
+            }),
+            _ => None,
+        };
+        let payload = encode_abort(&Abort {
+            failed: blamed,
+            report,
+            reason: e.to_string(),
+        });
         for p in self.peers.iter().flatten() {
             p.send_control(FrameKind::Abort, &payload);
             p.close_after_flush();

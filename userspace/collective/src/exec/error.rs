@@ -101,6 +101,7 @@ impl From<ExecError> for CollectiveError {
                 mine,
                 peer,
                 theirs,
+                reported_by: None,
             },
             ExecError::CallMismatch { peer, .. } => CollectiveError::Mismatch {
                 peer,

@@ -134,10 +134,30 @@ fn hello_round_trip_and_bad_payloads() {
     bad_path.extend_from_slice(&[200, 0, b'x']);
     assert!(Hello::decode(&bad_path).is_err());
     assert!(decode_abort(&[1, 2]).is_err());
-    assert_eq!(
-        decode_abort(&encode_abort(5, "gone")),
-        Ok((5, "gone".into()))
-    );
+    let plain = Abort {
+        failed: 5,
+        report: None,
+        reason: "gone".into(),
+    };
+    assert_eq!(decode_abort(&encode_abort(&plain)), Ok(plain));
+    let report = CallReport {
+        op: 9,
+        rank: 0,
+        call: allreduce(),
+        other: 3,
+        other_call: Call {
+            dtype: crate::dtype::DType::I32,
+            ..allreduce()
+        },
+    };
+    let typed = Abort {
+        failed: 3,
+        report: Some(report),
+        reason: "operation 9 differs".into(),
+    };
+    let bytes = encode_abort(&typed);
+    assert_eq!(decode_abort(&bytes), Ok(typed));
+    assert!(decode_abort(&bytes[..20]).is_err(), "truncated report");
 }
 
 proptest! {
