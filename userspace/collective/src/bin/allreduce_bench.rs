@@ -5,12 +5,10 @@
 //! fields as `bench/gloo_allreduce.py` prints for PyTorch's Gloo; every rank
 //! prints an `iters` line with its wall-clock call and return times.
 
-#[path = "common/mod.rs"]
-mod common;
-
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use causeway_collective::cli;
 use causeway_collective::{Communicator, ReduceOp};
 use serde_json::json;
 
@@ -19,12 +17,12 @@ const USAGE: &str = "causeway-allreduce-bench [--sizes 64K,1M,16M] [--iters 5] [
   CAUSEWAY_DOMAIN and the CAUSEWAY_* options. Rank 0 prints JSON lines.";
 
 fn main() -> Result<()> {
-    let args = common::Args::parse(&["sizes", "iters", "warmup"], USAGE)?;
+    let args = cli::Args::parse(&["sizes", "iters", "warmup"], USAGE)?;
     let sizes: Vec<usize> = args
         .get("sizes")
         .unwrap_or("64K,1M,16M")
         .split(',')
-        .map(common::parse_size)
+        .map(cli::parse_size)
         .collect::<Result<_>>()?;
     let iters: usize = args.num("iters", 5)?;
     let warmup: usize = args.num("warmup", 1)?;

@@ -5,12 +5,10 @@
 //! Prints one JSON line per completed iteration and a final line; exits 0 when all
 //! results were right, 3 on a collective error (the line names the blamed peer).
 
-#[path = "common/mod.rs"]
-mod common;
-
 use std::time::Instant;
 
 use anyhow::{bail, Result};
+use causeway_collective::cli;
 use causeway_collective::{Communicator, ReduceOp};
 use serde_json::json;
 
@@ -19,7 +17,7 @@ const USAGE: &str = "causeway-collective-worker [--elems N] [--iters K] [--op su
   Example: RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 causeway-collective-worker --elems 1000";
 
 fn main() -> Result<()> {
-    let args = common::Args::parse(&["elems", "iters", "op"], USAGE)?;
+    let args = cli::Args::parse(&["elems", "iters", "op"], USAGE)?;
     let elems: usize = args.num("elems", 1 << 16)?;
     let iters: usize = args.num("iters", 3)?;
     let op = match args.get("op").unwrap_or("sum") {

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use crate::world::*;
 use causeway_collective::store::{StoreClient, StoreServer};
-use causeway_collective::wire::{write_frame, ConnRole, FrameHeader, FrameKind, Hello};
+use causeway_collective::wire::{
+    write_frame, Call, CallKind, Codec, ConnRole, FrameHeader, FrameKind, Hello,
+};
 use causeway_collective::{CollectiveError, Communicator, ReduceOp};
 
 /// Joins as rank 1 of a world of 2 by hand, then sends `poison` on its first connection.
@@ -108,6 +110,7 @@ fn oversized_frame_is_refused_before_allocation() {
         step: 0,
         offset: 0,
         len: u32::MAX,
+        call: None,
     };
     let err = rank_zero_sees(h.encode().to_vec());
     assert!(
@@ -127,6 +130,15 @@ fn well_formed_frame_for_a_wrong_range_is_a_mismatch() {
         step: 0,
         offset: 1 << 40,
         len: payload.len() as u32,
+        // Rank 0's own call, so that only the range is wrong.
+        call: Some(Call {
+            kind: CallKind::Allreduce,
+            dtype: causeway_collective::DType::F32,
+            count: 1000,
+            reduce: ReduceOp::Sum,
+            root: 0,
+            codec: Codec::Raw,
+        }),
     };
     let mut bytes = h.encode().to_vec();
     bytes.extend_from_slice(&payload);

@@ -1,5 +1,5 @@
 //! Argument helpers shared by the collective's binaries (`--key value` pairs).
-#![allow(dead_code)] // each binary uses a different subset
+//! Only with the `cli` feature (the binaries'); not part of the library's API.
 
 use anyhow::{bail, Context, Result};
 

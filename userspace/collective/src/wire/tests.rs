@@ -3,6 +3,17 @@ use proptest::prelude::*;
 
 const MAX: u32 = 1 << 20;
 
+fn allreduce() -> Call {
+    Call {
+        kind: CallKind::Allreduce,
+        dtype: crate::dtype::DType::F32,
+        count: 4_194_304,
+        reduce: crate::dtype::ReduceOp::Sum,
+        root: 0,
+        codec: Codec::Raw,
+    }
+}
+
 fn data(len: u32) -> FrameHeader {
     FrameHeader {
         kind: FrameKind::Data,
@@ -11,6 +22,7 @@ fn data(len: u32) -> FrameHeader {
         step: 2,
         offset: 4096,
         len,
+        call: Some(allreduce()),
     }
 }
 
@@ -82,8 +94,8 @@ fn each_header_field_is_checked() {
     assert_eq!(FrameHeader::decode(&b, MAX), Err(FrameError::BadChecksum));
     // Valid checksums over bad fields still fail on the field.
     let reseal = |mut b: [u8; HEADER_LEN]| {
-        let c = fnv1a(&b[..36]);
-        b[36..40].copy_from_slice(&c.to_le_bytes());
+        let c = fnv1a(&b[..CHECK_AT]);
+        b[CHECK_AT..].copy_from_slice(&c.to_le_bytes());
         b
     };
     let mut b = good;
@@ -122,10 +134,30 @@ fn hello_round_trip_and_bad_payloads() {
     bad_path.extend_from_slice(&[200, 0, b'x']);
     assert!(Hello::decode(&bad_path).is_err());
     assert!(decode_abort(&[1, 2]).is_err());
-    assert_eq!(
-        decode_abort(&encode_abort(5, "gone")),
-        Ok((5, "gone".into()))
-    );
+    let plain = Abort {
+        failed: 5,
+        report: None,
+        reason: "gone".into(),
+    };
+    assert_eq!(decode_abort(&encode_abort(&plain)), Ok(plain));
+    let report = CallReport {
+        op: 9,
+        rank: 0,
+        call: allreduce(),
+        other: 3,
+        other_call: Call {
+            dtype: crate::dtype::DType::I32,
+            ..allreduce()
+        },
+    };
+    let typed = Abort {
+        failed: 3,
+        report: Some(report),
+        reason: "operation 9 differs".into(),
+    };
+    let bytes = encode_abort(&typed);
+    assert_eq!(decode_abort(&bytes), Ok(typed));
+    assert!(decode_abort(&bytes[..20]).is_err(), "truncated report");
 }
 
 proptest! {
@@ -157,8 +189,96 @@ proptest! {
     }
 
     #[test]
-    fn headers_round_trip(op: u64, lane: u32, step: u32, offset: u64, len in 0u32..=MAX) {
-        let h = FrameHeader { kind: FrameKind::Data, op, lane, step, offset, len };
+    fn headers_round_trip(
+        op: u64, lane: u32, step: u32, offset: u64, len in 0u32..=MAX,
+        kind in 0usize..6, dtype in 0usize..7, reduce in 0usize..5, count: u64, root: u32,
+    ) {
+        let kinds = [
+            CallKind::Allreduce, CallKind::Broadcast, CallKind::Allgather,
+            CallKind::ReduceScatter, CallKind::Barrier, CallKind::Plan,
+        ];
+        let call = Call {
+            kind: kinds[kind],
+            dtype: crate::dtype::DType::ALL[dtype],
+            count,
+            reduce: crate::dtype::ReduceOp::ALL[reduce],
+            root,
+            codec: Codec::Raw,
+        };
+        let h = FrameHeader { kind: FrameKind::Data, op, lane, step, offset, len, call: Some(call) };
         prop_assert_eq!(FrameHeader::decode(&h.encode(), MAX), Ok(h));
     }
+}
+
+#[test]
+fn the_call_signature_is_checked_and_named() {
+    let good = data(8).encode();
+    let reseal = |mut b: [u8; HEADER_LEN]| {
+        let c = fnv1a(&b[..CHECK_AT]);
+        b[CHECK_AT..].copy_from_slice(&c.to_le_bytes());
+        b
+    };
+    for (at, what) in [
+        (36, "unknown operation kind"),
+        (37, "unknown element type"),
+        (38, "unknown reduction"),
+        (39, "unknown codec"),
+    ] {
+        let mut b = good;
+        b[at] = 0xee;
+        assert_eq!(
+            FrameHeader::decode(&reseal(b), MAX),
+            Err(FrameError::BadCall(what))
+        );
+    }
+    // A control frame carries no call: all sixteen bytes zero.
+    let hello = FrameHeader::control(FrameKind::Hello, 3);
+    assert_eq!(FrameHeader::decode(&hello.encode(), MAX), Ok(hello));
+    let mut b = hello.encode();
+    b[44] = 1;
+    assert_eq!(
+        FrameHeader::decode(&reseal(b), MAX),
+        Err(FrameError::BadCall("unknown operation kind"))
+    );
+    assert_eq!(allreduce().to_string(), "allreduce(f32, 4194304, sum)");
+    let bcast = Call {
+        kind: CallKind::Broadcast,
+        root: 2,
+        count: 1024,
+        ..allreduce()
+    };
+    assert_eq!(bcast.to_string(), "broadcast(f32, 1024, root 2)");
+}
+
+/// A stream that has sent `bytes` and then would block forever.
+struct ThenSilent<'a>(&'a [u8]);
+
+impl std::io::Read for ThenSilent<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        assert!(
+            !self.0.is_empty(),
+            "read past what the peer sent: would hang"
+        );
+        let n = buf.len().min(self.0.len());
+        buf[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_foreign_protocol_is_refused_after_five_bytes() {
+    let pool = BufferPool::new(1);
+    let err = read_frame(&mut ThenSilent(b"GET /"), MAX, &pool).expect_err("not ours");
+    assert!(
+        matches!(err, ReadError::Frame(FrameError::BadMagic(_))),
+        "{err}"
+    );
+    let mut old = data(0).encode();
+    old[4] = 1;
+    let err = read_frame(&mut ThenSilent(&old[..5]), MAX, &pool).expect_err("version 1");
+    assert!(
+        matches!(err, ReadError::Frame(FrameError::UnsupportedVersion(1))),
+        "{err}"
+    );
 }

@@ -1,5 +1,6 @@
 //! The worker thread of a communicator: runs jobs one at a time, in submission
-//! order, by executing their plan against incoming frames (see [`exec`]).
+//! order; each job's plan is run by the pure [`crate::exec::Executor`], driven
+//! over the connections by [`drive`].
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -8,17 +9,21 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
 use crate::config::Options;
-use crate::cost::{choose, CostModel, Setting};
+use crate::cost::{select, CostModel, Setting};
 use crate::dtype::{finish, DType, ReduceOp};
 use crate::error::{CollectiveError, Rank, Result};
+use crate::exec::trace::Message;
 use crate::links::{Event, PeerLink};
 use crate::pool::BufferPool;
-use crate::schedule::{build, Algorithm, OpKind, Plan, Span};
+use crate::schedule::{build_all, OpKind, Plan, Span};
 use crate::topology::Topology;
-use crate::wire::{encode_abort, Frame, FrameKind};
+use crate::wire::{encode_abort, Abort, Call, CallKind, CallReport, Codec, Frame, FrameKind};
 
-#[path = "exec.rs"]
-mod exec;
+#[cfg(test)]
+mod call_tests;
+mod drive;
+#[cfg(test)]
+mod tests;
 
 /// A working buffer the engine can view as bytes (a `Vec<T>` of some element type).
 pub(crate) trait WorkBuf: Send {
@@ -60,6 +65,8 @@ pub(crate) struct Job {
     pub reply: Sender<Result<Box<dyn WorkBuf>>>,
     /// Woken after the reply is sent (for handles polled as futures).
     pub waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
+    /// When set, every chunk sent and applied is recorded here (tests).
+    pub record: Option<Arc<std::sync::Mutex<Vec<Message>>>>,
 }
 
 pub(crate) struct Engine {
@@ -183,7 +190,8 @@ impl Engine {
             },
             _ => return Ok(()),
         };
-        let res = exec::execute(self, seq, &plan, job, esize);
+        let call = call_of(kind, job.dtype, job.op, count);
+        let res = drive::execute(self, seq, call, &plan, job, esize);
         if let Err(e) = &res {
             self.fail(e.clone());
         } else if let Some(k) = kind {
@@ -204,30 +212,19 @@ impl Engine {
     }
 
     /// The plan for `kind` on `count` elements: the algorithm is chosen once per
-    /// (operation, size, element size) by simulating the candidates, then cached.
+    /// (operation, size, element size) by [`select`], then cached.
     fn plan(&mut self, kind: OpKind, count: usize, esize: usize) -> Result<Arc<Plan>> {
         if let Some(p) = self.plans.get(&(kind, count, esize)) {
             return Ok(p.clone());
         }
-        let chunk = (self.opts.chunk_bytes / esize).max(1);
-        let cands = Algorithm::candidates(kind, &self.topo);
-        let algo = match self.opts.algorithm {
-            Some(a) if cands.contains(&a) => a,
-            _ => {
-                let s = Setting {
-                    topo: &self.topo,
-                    model: &self.model,
-                    chunk,
-                    window: self.opts.window,
-                };
-                choose(kind, count, esize, &s)
-            }
-        };
-        let plan = build(kind, count, &self.topo, algo, chunk, self.me).ok_or_else(|| {
+        let s = Setting::new(&self.topo, &self.model, &self.opts, esize);
+        let algo = select(kind, count, esize, self.opts.algorithm, &s);
+        let mut plans = build_all(kind, count, &self.topo, algo, s.chunk).ok_or_else(|| {
             CollectiveError::InvalidArgument(format!(
                 "{algo:?} cannot run {kind:?} on this topology"
             ))
         })?;
+        let plan = plans.swap_remove(self.me);
         tracing::debug!(?kind, count, ?algo, "planned");
         if self.plans.len() >= 64 {
             self.plans.clear();
@@ -244,13 +241,54 @@ impl Engine {
         }
         tracing::warn!(rank = self.me, error = %e, "communicator failed");
         let blamed = e.peer().unwrap_or(self.me) as u32;
-        let payload = encode_abort(blamed, &e.to_string());
+        let report = match &e {
+            CollectiveError::CallMismatch {
+                op,
+                me,
+                mine,
+                peer,
+                theirs,
+                ..
+            } => Some(CallReport {
+                op: *op,
+                rank: *me as u32,
+                call: *mine,
+                other: *peer as u32,
+                other_call: *theirs,
+            }),
+            _ => None,
+        };
+        let payload = encode_abort(&Abort {
+            failed: blamed,
+            report,
+            reason: e.to_string(),
+        });
         for p in self.peers.iter().flatten() {
             p.send_control(FrameKind::Abort, &payload);
             p.close_after_flush();
         }
         self.failure = Some(e);
         self.linger(self.opts.timeout.min(std::time::Duration::from_secs(1)));
+    }
+}
+
+/// The signature the frames of this job carry (`None`: a fixed plan).
+fn call_of(kind: Option<OpKind>, dtype: DType, reduce: ReduceOp, count: usize) -> Call {
+    let (kind, root) = match kind {
+        Some(OpKind::Allreduce) => (CallKind::Allreduce, 0),
+        Some(OpKind::Broadcast { root }) => (CallKind::Broadcast, root as u32),
+        Some(OpKind::Allgather) => (CallKind::Allgather, 0),
+        Some(OpKind::ReduceScatter) => (CallKind::ReduceScatter, 0),
+        Some(OpKind::Barrier) => (CallKind::Barrier, 0),
+        None => (CallKind::Plan, 0),
+    };
+    Call {
+        kind,
+        dtype,
+        count: count as u64,
+        reduce,
+        root,
+        codec: Codec::Raw,
     }
 }
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::schedule::{build, Algorithm, OpKind, Span};
+use crate::schedule::{build, Action, Algorithm, OpKind, Span};
 use crate::topology::{LinkClass, Topology};
 
 /// α-β per link class, with one shared WAN pipe per ordered pair of domains.
