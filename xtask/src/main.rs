@@ -1,5 +1,6 @@
 //! `cargo xtask <command>`: the one entry point for building, installing
 //! prerequisites, testing, benchmarking and running the demo.
+#![deny(unsafe_code)]
 
 mod bench;
 mod bench_allreduce;

@@ -3,5 +3,5 @@
 /// The ELF object holding every Causeway eBPF program and map.
 pub static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(env!("CAUSEWAY_EBPF_OBJ"));
 
-/// Program names inside [`EBPF_OBJECT`].
-pub const XDP_PROGRAM: &str = "causeway_xdp";
+/// The names and kinds of its programs: [`bpf_maps::programs`].
+pub use bpf_maps::programs;

@@ -1,10 +1,12 @@
-//! The α-β cost model per link class and the algorithm choice it drives.
+//! The α-β cost model per link class and the algorithm choice it drives: the
+//! one place that decides which algorithm runs ([`select`]).
 
 use causeway_core::units;
 
+use crate::config::Options;
 use crate::error::{ConfigError, Rank};
 use crate::schedule::sim::{simulate, LinkCost, Network};
-use crate::schedule::{build, Algorithm, OpKind};
+use crate::schedule::{build_all, Algorithm, OpKind};
 use crate::topology::{LinkClass, Topology};
 
 /// α (latency, s) and β (s/byte) for each link class.
@@ -145,6 +147,24 @@ pub struct Setting<'a> {
     pub window: usize,
 }
 
+impl<'a> Setting<'a> {
+    /// The engine's pipelining for elements of `elem_bytes`: chunks of
+    /// `opts.chunk_bytes` (at least one element), `opts.window` lanes in flight.
+    pub fn new(
+        topo: &'a Topology,
+        model: &'a CostModel,
+        opts: &Options,
+        elem_bytes: usize,
+    ) -> Self {
+        Setting {
+            topo,
+            model,
+            chunk: (opts.chunk_bytes / elem_bytes.max(1)).max(1),
+            window: opts.window,
+        }
+    }
+}
+
 /// Predicted time of `algo` for `kind` on `count` elements, or `None` if it does not apply.
 pub fn predict(
     kind: OpKind,
@@ -153,9 +173,7 @@ pub fn predict(
     algo: Algorithm,
     s: &Setting<'_>,
 ) -> Option<f64> {
-    let plans: Option<Vec<_>> = (0..s.topo.world())
-        .map(|r| build(kind, count, s.topo, algo, s.chunk, r))
-        .collect();
+    let plans = build_all(kind, count, s.topo, algo, s.chunk);
     let net = CostedNet {
         topo: s.topo,
         model: s.model,
@@ -177,6 +195,21 @@ pub fn choose(kind: OpKind, count: usize, elem_bytes: usize, s: &Setting<'_>) ->
         }
     }
     best.0
+}
+
+/// The algorithm `kind` runs with: `forced` when it can compute `kind` on this
+/// topology (`CAUSEWAY_ALGO`), else the fastest by [`choose`].
+pub fn select(
+    kind: OpKind,
+    count: usize,
+    elem_bytes: usize,
+    forced: Option<Algorithm>,
+    s: &Setting<'_>,
+) -> Algorithm {
+    match forced {
+        Some(a) if Algorithm::candidates(kind, s.topo).contains(&a) => a,
+        _ => choose(kind, count, elem_bytes, s),
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::wire::FrameError;
+use crate::wire::{Call, FrameError};
 
 /// A rank index inside one communicator.
 pub type Rank = usize;
@@ -83,6 +83,19 @@ pub enum CollectiveError {
     Frame { peer: Rank, source: FrameError },
     #[error("peer rank {peer} sent data that does not match this operation: {detail}")]
     Mismatch { peer: Rank, detail: String },
+    /// Ranks made different calls as operation `op`: rank `me` (this one, or
+    /// the one that noticed, `reported_by`) called `mine`, rank `peer` `theirs`.
+    /// Nothing of the operation is returned.
+    #[error("operation {op} differs between ranks: rank {peer} called {theirs}, rank {me} {mine}{}",
+        reported_by.map_or(String::new(), |r| format!(" (reported by rank {r})")))]
+    CallMismatch {
+        op: u64,
+        me: Rank,
+        mine: Call,
+        peer: Rank,
+        theirs: Call,
+        reported_by: Option<Rank>,
+    },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error("communicator is closed")]
@@ -104,7 +117,8 @@ impl CollectiveError {
         match self {
             CollectiveError::PeerFailed { peer, .. }
             | CollectiveError::Frame { peer, .. }
-            | CollectiveError::Mismatch { peer, .. } => Some(*peer),
+            | CollectiveError::Mismatch { peer, .. }
+            | CollectiveError::CallMismatch { peer, .. } => Some(*peer),
             CollectiveError::PeerTimeout { peers, .. } => peers.first().copied(),
             _ => None,
         }

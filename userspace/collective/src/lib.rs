@@ -49,11 +49,13 @@
 //!
 //! ## Layout
 //!
-//! Pure parts: [`schedule`] (plans as data, [`schedule::sim`] on a virtual clock),
-//! [`cost`] (α-β model, algorithm choice), [`wire`] (frames), [`dtype`] (kernels).
+//! Pure parts: [`schedule`] (plans as data), [`exec`] (the plan executor, a
+//! sans-IO state machine with time as an input), [`schedule::sim`] (drives that
+//! executor on a virtual clock), [`cost`] (α-β model; the one algorithm choice),
+//! [`wire`] (frames), [`dtype`] (kernels).
 //! I/O: [`store`] and the rendezvous, the mesh of [`transport`]s, one reader and one
 //! writer thread per connection, and one engine thread per communicator that runs
-//! operations in submission order. `unsafe` lives only in [`transport::shm`],
+//! operations in submission order, driving the same executor over the connections. `unsafe` lives only in [`transport::shm`],
 //! in one setsockopt of [`transport::tcp`] (the pacing cap) and in one read-only
 //! `BPF_OBJ_GET` of `peer_clock`.
 //!
@@ -62,12 +64,16 @@
 #![deny(unsafe_code)]
 
 mod builder;
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod cli;
 mod comm;
 pub mod config;
 pub mod cost;
 pub mod dtype;
 mod engine;
 pub mod error;
+pub mod exec;
 mod handle;
 mod links;
 mod mesh;

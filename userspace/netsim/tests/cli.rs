@@ -9,14 +9,7 @@ use std::time::{Duration, Instant};
 use causeway_netsim::control::{self, Request};
 use causeway_netsim::netns;
 use causeway_netsim::probe::{probe_rtt, EchoServer};
-
-fn root() -> bool {
-    if !causeway_netsim::sys::is_root() {
-        eprintln!("SKIP: needs root (network namespaces, raw sockets)");
-        return false;
-    }
-    true
-}
+use causeway_test_support::require_root;
 
 fn netsim(args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_causeway-netsim"))
@@ -120,9 +113,7 @@ fn renamed_flags_are_refused_not_ignored() {
 
 #[test]
 fn cli_up_status_set_down_twice() {
-    if !root() {
-        return;
-    }
+    require_root!("cli_up_status_set_down_twice");
     let tag = format!("cli{}", std::process::id());
     let prefix = format!("cw-{tag}-");
     let _cleanup = CliDown(tag.clone());
@@ -169,9 +160,7 @@ fn cli_up_status_set_down_twice() {
 
 #[test]
 fn wanem_process_forwards_answers_control_and_exits_on_sigterm() {
-    if !root() {
-        return;
-    }
+    require_root!("wanem_process_forwards_answers_control_and_exits_on_sigterm");
     let p = format!("cw-wt{}-", std::process::id());
     let (left, mid, right) = (format!("{p}l"), format!("{p}m"), format!("{p}r"));
     let _cleanup = Cleanup(p.clone());

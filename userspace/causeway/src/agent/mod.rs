@@ -8,7 +8,6 @@
 pub mod config;
 pub mod control;
 pub mod report;
-pub mod tc;
 
 use std::path::PathBuf;
 
@@ -20,7 +19,7 @@ use tokio::{
 
 use crate::{
     clock::{maps::ClockMaps, Session, SessionConfig, SessionError, SessionStatus},
-    datapath::{self, state::StateLock, DatapathError, Layout, NetnsScope},
+    datapath::{Datapath, DatapathError, FaultPlan, Layout, NetnsScope},
 };
 pub use config::AgentConfig;
 use report::{peer_clock, AgentReport, IfaceReport};
@@ -34,14 +33,14 @@ pub enum AgentError {
         #[source]
         source: Box<DatapathError>,
     },
-    #[error("{0}")]
-    Lock(#[source] Box<DatapathError>),
-    #[error("interface {iface}: TC egress: {source}")]
-    Tc {
+    #[error("interface {iface}: {source}")]
+    Attach {
         iface: String,
         #[source]
-        source: Box<tc::TcError>,
+        source: Box<crate::datapath::ApplyError>,
     },
+    #[error("{0}")]
+    Lock(#[source] Box<DatapathError>),
     #[error("interface {iface}: clock maps: {source}")]
     ClockMaps {
         iface: String,
@@ -78,20 +77,23 @@ fn own_interfaces(
     if cfg.interfaces.is_empty() {
         return Ok(Vec::new());
     }
-    let _lock =
-        StateLock::acquire(&layout.lock_file()).map_err(|e| AgentError::Lock(Box::new(e)))?;
+    let datapath = Datapath::new(layout.clone(), scope.clone());
+    let locked = datapath.lock().map_err(|e| AgentError::Lock(Box::new(e)))?;
     let mut owned = Vec::new();
     for i in &cfg.interfaces {
         let err = |source: DatapathError| AgentError::Datapath {
             iface: i.name.clone(),
             source: Box::new(source),
         };
-        let xdp = datapath::attach(layout, scope, &i.name, i.mode, None).map_err(err)?;
+        let xdp = locked
+            .attach(&i.name, i.mode, None, &FaultPlan::NONE)
+            .map_err(|source| AgentError::Attach {
+                iface: i.name.clone(),
+                source: Box::new(source),
+            })?
+            .attached;
         let paths = layout.iface(scope, &i.name).map_err(err)?;
-        let tc = tc::ensure(&paths, &i.name, xdp.ifindex).map_err(|source| AgentError::Tc {
-            iface: i.name.clone(),
-            source: Box::new(source),
-        })?;
+        let tc = locked.ensure_tc(&i.name, xdp.ifindex).map_err(err)?;
         let maps_err = |source| AgentError::ClockMaps {
             iface: i.name.clone(),
             source: Box::new(source),

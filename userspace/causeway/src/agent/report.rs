@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::tc::TcAttached;
 use crate::clock::{session::SourceEstimate, SessionStatus};
+use crate::datapath::TcAttached;
 use bpf_maps::clock::PeerClock;
 
 /// One owned interface.

@@ -47,6 +47,7 @@ pub(super) fn write_array<V: Pod + PartialEq>(
 pub(super) trait LpmData<const N: usize>: Pod + PartialEq {
     fn new(set: u32, addr: [u8; N]) -> Self;
     fn set(&self) -> u32;
+    fn addr(&self) -> [u8; N];
 }
 
 impl LpmData<4> for Ipv4LpmData {
@@ -56,6 +57,9 @@ impl LpmData<4> for Ipv4LpmData {
     fn set(&self) -> u32 {
         self.set
     }
+    fn addr(&self) -> [u8; 4] {
+        self.addr
+    }
 }
 
 impl LpmData<16> for Ipv6LpmData {
@@ -64,6 +68,9 @@ impl LpmData<16> for Ipv6LpmData {
     }
     fn set(&self) -> u32 {
         self.set
+    }
+    fn addr(&self) -> [u8; 16] {
+        self.addr
     }
 }
 

@@ -32,14 +32,14 @@
 use std::{path::Path, time::Duration};
 
 use aya::{
-    maps::{Array, LpmTrie, Map, MapData, MapError},
+    maps::{Array, LpmTrie, Map, MapData, MapError, PerCpuArray},
     Ebpf,
 };
 use bpf_maps::classifier::{
-    ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap, TrieDefaults,
-    CLS_FLAG_NO_ADDR_CACHE, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4, MAP_DST_V6,
-    MAP_PROTO_DSCP, MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAP_TRIE_DEFAULTS,
-    MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+    AddrCacheEntry, ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap,
+    TrieDefaults, CLS_FLAG_NO_ADDR_CACHE, MAP_ADDR_CACHE, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT,
+    MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP, MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6,
+    MAP_TRIE_DEFAULTS, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
 };
 
 use crate::map_handles::{self, OpenMapError};
@@ -72,6 +72,12 @@ pub enum ClassifierMapsError {
     },
     #[error("{MAP_CLASSIFIER_CONFIG} holds active_set {0}, expected 0 or 1")]
     BadActiveSet(u32),
+    #[error("map {name}: per-CPU values: {source}")]
+    PerCpu {
+        name: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("reading CLOCK_BOOTTIME: {0}")]
     Clock(#[source] nix::Error),
 }
@@ -87,32 +93,46 @@ pub struct ApplyStats {
     pub lpm_removals: usize,
 }
 
+/// Rules written to the inactive set by [`ClassifierMaps::stage`], not yet
+/// live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StagedRules {
+    /// The config before: what a rollback restores.
+    pub previous: ClassifierConfig,
+    /// The config [`ClassifierMaps::commit`] writes (its flip time is
+    /// taken then).
+    pub next: ClassifierConfig,
+}
+
 /// Array slots of one rule set as this handle last wrote or read them.
 #[derive(Clone)]
-struct KnownSlots {
-    proto_dscp: Vec<RuleBitmap>,
-    src_ports: Vec<RuleBitmap>,
-    dst_ports: Vec<RuleBitmap>,
-    actions: Vec<RuleAction>,
-    trie_defaults: Vec<TrieDefaults>,
+pub(super) struct KnownSlots {
+    pub(super) proto_dscp: Vec<RuleBitmap>,
+    pub(super) src_ports: Vec<RuleBitmap>,
+    pub(super) dst_ports: Vec<RuleBitmap>,
+    pub(super) actions: Vec<RuleAction>,
+    pub(super) trie_defaults: Vec<TrieDefaults>,
 }
 
 /// Open handles on every classifier map, plus what this handle knows of
 /// their contents.
 pub struct ClassifierMaps {
-    config: Array<MapData, ClassifierConfig>,
-    src_v4: LpmTrie<MapData, Ipv4LpmData, RuleBitmap>,
-    dst_v4: LpmTrie<MapData, Ipv4LpmData, RuleBitmap>,
-    src_v6: LpmTrie<MapData, Ipv6LpmData, RuleBitmap>,
-    dst_v6: LpmTrie<MapData, Ipv6LpmData, RuleBitmap>,
-    proto_dscp: Array<MapData, RuleBitmap>,
-    src_ports: Array<MapData, RuleBitmap>,
-    dst_ports: Array<MapData, RuleBitmap>,
-    actions: Array<MapData, RuleAction>,
-    trie_defaults: Array<MapData, TrieDefaults>,
-    known: [Option<KnownSlots>; RULE_SETS as usize],
-    generation_seen: Option<u64>,
-    last_stats: ApplyStats,
+    pub(super) config: Array<MapData, ClassifierConfig>,
+    pub(super) src_v4: LpmTrie<MapData, Ipv4LpmData, RuleBitmap>,
+    pub(super) dst_v4: LpmTrie<MapData, Ipv4LpmData, RuleBitmap>,
+    pub(super) src_v6: LpmTrie<MapData, Ipv6LpmData, RuleBitmap>,
+    pub(super) dst_v6: LpmTrie<MapData, Ipv6LpmData, RuleBitmap>,
+    pub(super) proto_dscp: Array<MapData, RuleBitmap>,
+    pub(super) src_ports: Array<MapData, RuleBitmap>,
+    pub(super) dst_ports: Array<MapData, RuleBitmap>,
+    pub(super) actions: Array<MapData, RuleAction>,
+    pub(super) trie_defaults: Array<MapData, TrieDefaults>,
+    /// The kernel's address cache, emptied of a retired generation by a
+    /// rollback ([`super::rollback`]).
+    pub(super) cache: PerCpuArray<MapData, AddrCacheEntry>,
+    pub(super) known: [Option<KnownSlots>; RULE_SETS as usize],
+    pub(super) generation_seen: Option<u64>,
+    pub(super) last_stats: ApplyStats,
 }
 
 pub(super) fn map_err(name: &'static str) -> impl FnOnce(MapError) -> ClassifierMapsError {
@@ -160,6 +180,7 @@ impl ClassifierMaps {
             dst_ports: typed(&mut get, MAP_DST_PORT)?,
             actions: typed(&mut get, MAP_RULE_ACTIONS)?,
             trie_defaults: typed(&mut get, MAP_TRIE_DEFAULTS)?,
+            cache: typed(&mut get, MAP_ADDR_CACHE)?,
             known: [None, None],
             generation_seen: None,
             last_stats: ApplyStats::default(),
@@ -197,6 +218,13 @@ impl ClassifierMaps {
     /// being classified, and returns the new generation. On error the live
     /// set is unchanged (only the inactive set may be partly written).
     pub fn apply(&mut self, rules: &RuleSet) -> Result<u64> {
+        let staged = self.stage(rules)?;
+        self.commit(&staged)
+    }
+
+    /// Writes `rules` into the inactive set (after the grace period of the
+    /// last flip) without making it live; [`commit`](Self::commit) flips.
+    pub fn stage(&mut self, rules: &RuleSet) -> Result<StagedRules> {
         let current = self.config()?;
         if current.active_set >= RULE_SETS {
             return Err(ClassifierMapsError::BadActiveSet(current.active_set));
@@ -206,9 +234,45 @@ impl ClassifierMaps {
         }
         let target = 1 - current.active_set;
         wait_out_grace_period(current.flipped_at_ns)?;
-
         let compiled = compile(rules, target);
         let mut stats = ApplyStats::default();
+        self.write_set(&compiled, &mut stats)?;
+        self.last_stats = stats;
+        Ok(StagedRules {
+            previous: current,
+            next: ClassifierConfig {
+                active_set: target,
+                rule_count: compiled.rule_count,
+                generation: current.generation + 1,
+                flipped_at_ns: 0,
+                flags: current.flags,
+                reserved: 0,
+            },
+        })
+    }
+
+    /// Makes staged rules live with one write of the config; returns the
+    /// new generation.
+    pub fn commit(&mut self, staged: &StagedRules) -> Result<u64> {
+        let next = ClassifierConfig {
+            flipped_at_ns: boottime_ns()?,
+            ..staged.next
+        };
+        self.config
+            .set(0, next, 0)
+            .map_err(map_err(MAP_CLASSIFIER_CONFIG))?;
+        self.generation_seen = Some(next.generation);
+        Ok(next.generation)
+    }
+
+    /// Writes one compiled set (LPM tries, then array slots) where it
+    /// differs from the maps; remembers the slots.
+    pub(super) fn write_set(
+        &mut self,
+        compiled: &CompiledRuleSet,
+        stats: &mut ApplyStats,
+    ) -> Result<()> {
+        let target = compiled.set;
         let known = self.known[target as usize].take();
         write_lpm(
             &mut self.src_v4,
@@ -216,7 +280,7 @@ impl ClassifierMaps {
             target,
             &compiled.src_v4,
             Ipv4LpmData::new,
-            &mut stats,
+            stats,
         )?;
         write_lpm(
             &mut self.dst_v4,
@@ -224,7 +288,7 @@ impl ClassifierMaps {
             target,
             &compiled.dst_v4,
             Ipv4LpmData::new,
-            &mut stats,
+            stats,
         )?;
         write_lpm(
             &mut self.src_v6,
@@ -232,7 +296,7 @@ impl ClassifierMaps {
             target,
             &compiled.src_v6,
             Ipv6LpmData::new,
-            &mut stats,
+            stats,
         )?;
         write_lpm(
             &mut self.dst_v6,
@@ -240,25 +304,11 @@ impl ClassifierMaps {
             target,
             &compiled.dst_v6,
             Ipv6LpmData::new,
-            &mut stats,
+            stats,
         )?;
-        let slots = self.write_slots(&compiled, known, &mut stats)?;
-
-        let next = ClassifierConfig {
-            active_set: target,
-            rule_count: compiled.rule_count,
-            generation: current.generation + 1,
-            flipped_at_ns: boottime_ns()?,
-            flags: current.flags,
-            reserved: 0,
-        };
-        self.config
-            .set(0, next, 0)
-            .map_err(map_err(MAP_CLASSIFIER_CONFIG))?;
+        let slots = self.write_slots(compiled, known, stats)?;
         self.known[target as usize] = Some(slots);
-        self.generation_seen = Some(next.generation);
-        self.last_stats = stats;
-        Ok(next.generation)
+        Ok(())
     }
 
     fn write_slots(

@@ -1,8 +1,9 @@
 //! The command line: every command says what is required, what is optional,
 //! and shows an example.
 
-use std::path::PathBuf;
+use std::{path::PathBuf, time::Duration};
 
+use causeway_core::units;
 use clap::{Args, Parser, Subcommand};
 
 use causeway::datapath::{layout, AttachMode};
@@ -165,12 +166,34 @@ pub struct StatsArgs {
     /// Print again every --interval seconds, with rates, until interrupted.
     #[arg(long)]
     pub watch: bool,
-    /// Seconds between samples with --watch. Optional.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
-    pub interval: f64,
+    /// Time between samples with --watch, e.g. "500ms" or "2s" (a bare
+    /// number is seconds). Optional; default 1s.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = interval_arg)]
+    pub interval: Duration,
     /// Print JSON (one document per sample with --watch). Optional.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A rate flag (`50mbit`, `1gbit`), in bit/s: the one units parser.
+pub fn rate_arg(s: &str) -> Result<u64, units::UnitError> {
+    units::parse_rate_bps(s)
+}
+
+/// A size flag (`512kb`, `1500`), in bytes: the one units parser.
+pub fn size_arg(s: &str) -> Result<u64, units::UnitError> {
+    units::parse_bytes(s)
+}
+
+/// A duration flag (`500ms`, `2s`); a bare number is seconds, as the
+/// flags taking one always were.
+pub fn interval_arg(s: &str) -> Result<Duration, units::UnitError> {
+    let bare = !s.trim().is_empty() && s.trim().chars().all(|c| c.is_ascii_digit() || c == '.');
+    if bare {
+        units::parse_duration(&format!("{}s", s.trim()))
+    } else {
+        units::parse_duration(s)
+    }
 }
 
 #[cfg(test)]
@@ -178,6 +201,24 @@ mod tests {
     use clap::CommandFactory;
 
     use super::*;
+
+    #[test]
+    fn unit_flags_go_through_the_units_parser() {
+        let cli = Cli::parse_from([
+            "causeway", "policy", "set-rate", "bulk", "150mbit", "--burst", "512kb",
+        ]);
+        match cli.command {
+            Command::Policy(PolicyCommand::SetRate(a)) => {
+                assert_eq!((a.rate, a.burst), (150_000_000, Some(512 * 1024)))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["causeway", "policy", "set-rate", "bulk", "0"]).is_err());
+        assert!(Cli::try_parse_from(["causeway", "policy", "set-rate", "bulk", "fast"]).is_err());
+        assert_eq!(interval_arg("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(interval_arg("250ms").unwrap(), Duration::from_millis(250));
+        assert!(interval_arg("soon").is_err());
+    }
 
     #[test]
     fn command_line_is_consistent() {

@@ -2,29 +2,26 @@
 
 use anyhow::{Context as _, Result};
 
-use causeway::datapath::{self, state, status::InterfaceStatus};
+use causeway::datapath::{self, status::InterfaceStatus, FaultPlan};
 
 use super::{args::AttachArgs, policy_cmd, table, Context};
 
 pub fn attach(ctx: &Context, args: &AttachArgs) -> Result<()> {
     // Validate the policy before touching anything.
     let policy = args.policy.as_deref().map(policy_cmd::load).transpose()?;
-    let _lock = state::StateLock::acquire(&ctx.layout.lock_file())?;
-    let attached = datapath::attach(
-        &ctx.layout,
-        &ctx.scope,
-        &args.iface,
-        args.mode,
-        policy.as_ref().map(|p| &p.policy.rules),
-    )
-    .with_context(|| format!("cannot attach to {} in the {}", args.iface, ctx.scope))?;
-    if let (Some(loaded), Some(generation)) = (&policy, attached.generation) {
-        policy_cmd::record(ctx, &args.iface, loaded, generation)?;
-        super::shaper::apply(
+    let datapath = ctx.datapath();
+    let done = datapath
+        .lock()?
+        .attach(
             &args.iface,
-            &ctx.layout.iface(&ctx.scope, &args.iface)?,
-            &loaded.policy,
-        )?;
+            args.mode,
+            policy.as_ref().map(|p| &p.input),
+            &FaultPlan::NONE,
+        )
+        .with_context(|| format!("cannot attach to {} in the {}", args.iface, ctx.scope))?;
+    let attached = &done.attached;
+    if let Some(applied) = &done.applied {
+        super::shaper::print_applied(applied);
     }
     if let Some(warning) = &attached.warning {
         eprintln!("warning: {warning}");
@@ -53,13 +50,15 @@ pub fn attach(ctx: &Context, args: &AttachArgs) -> Result<()> {
 }
 
 pub fn detach(ctx: &Context, iface: &str) -> Result<()> {
-    let _lock = state::StateLock::acquire(&ctx.layout.lock_file())?;
-    if !ctx.netns_gone {
-        super::shaper::detach(iface)?;
-    }
-    let detached = datapath::detach(&ctx.layout, &ctx.scope, iface)
+    let datapath = ctx.datapath();
+    let done = datapath
+        .lock()?
+        .detach(iface, !ctx.netns_gone)
         .with_context(|| format!("cannot detach {iface}"))?;
-    match detached.link {
+    if done.htb_removed {
+        println!("removed Causeway's HTB qdisc from {iface}");
+    }
+    match done.detached.link {
         Some(link) => println!(
             "detached {iface} in the {}: link {} (program {}) removed with its pins",
             ctx.scope, link.link_id, link.prog_id

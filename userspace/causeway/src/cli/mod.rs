@@ -15,7 +15,7 @@ use std::path::Path;
 use anyhow::{bail, Context as _, Result};
 use clap::Parser as _;
 
-use causeway::datapath::{netns, Layout, NetnsScope};
+use causeway::datapath::{netns, Datapath, Layout, NetnsScope};
 
 pub use args::Cli;
 use args::Command;
@@ -30,6 +30,11 @@ pub struct Context {
 }
 
 impl Context {
+    /// The data-path service of this namespace.
+    pub fn datapath(&self) -> Datapath {
+        Datapath::new(self.layout.clone(), self.scope.clone())
+    }
+
     /// The interfaces a command addresses: `iface`, or every attached one in
     /// the namespace.
     pub fn targets(&self, iface: Option<&str>) -> Result<Vec<String>> {

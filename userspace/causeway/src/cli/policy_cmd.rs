@@ -5,7 +5,7 @@ use std::path::Path;
 use anyhow::{bail, Context as _, Result};
 
 use causeway::{
-    datapath::{self, rules, state, state::PolicyRecord, PinState},
+    datapath::{rules, state, state::PolicyRecord, FaultPlan, PolicyInput},
     policy::{self, Policy},
 };
 
@@ -13,8 +13,7 @@ use super::{args::PolicyCommand, Context};
 
 /// A validated policy with the text it came from.
 pub struct LoadedPolicy {
-    pub source: String,
-    pub text: String,
+    pub input: PolicyInput,
     pub policy: Policy,
 }
 
@@ -23,27 +22,9 @@ pub fn load(file: &Path) -> Result<LoadedPolicy> {
     let source = file.display().to_string();
     let text = std::fs::read_to_string(file)
         .with_context(|| format!("cannot read policy file {source}"))?;
-    let policy = Policy::parse(&text, &source)?;
-    Ok(LoadedPolicy {
-        source,
-        text,
-        policy,
-    })
-}
-
-/// Records `loaded` as the policy of `iface` at `generation`.
-pub fn record(ctx: &Context, iface: &str, loaded: &LoadedPolicy, generation: u64) -> Result<()> {
-    let paths = ctx.layout.iface(&ctx.scope, iface)?;
-    state::write_json(
-        &paths.policy_record(),
-        &PolicyRecord {
-            source: loaded.source.clone(),
-            text: loaded.text.clone(),
-            generation,
-            applied_at_unix: state::now_unix(),
-        },
-    )?;
-    Ok(())
+    let input = PolicyInput { source, text };
+    let policy = input.parse()?;
+    Ok(LoadedPolicy { input, policy })
 }
 
 pub fn run(ctx: &Context, command: PolicyCommand) -> Result<()> {
@@ -52,7 +33,7 @@ pub fn run(ctx: &Context, command: PolicyCommand) -> Result<()> {
             let loaded = load(&file)?;
             println!(
                 "{}: valid, {} classes, {} rules",
-                loaded.source,
+                loaded.input.source,
                 loaded.policy.classes.len(),
                 loaded.policy.rules.len()
             );
@@ -69,40 +50,19 @@ pub fn run(ctx: &Context, command: PolicyCommand) -> Result<()> {
     }
 }
 
-/// Validates the file, checks that every target is live, then applies.
+/// Validates the file and every target, then applies it to all of them
+/// as one transaction: a failure anywhere restores every interface.
 fn apply(ctx: &Context, iface: Option<&str>, file: &Path) -> Result<()> {
     let loaded = load(file)?;
-    let _lock = state::StateLock::acquire(&ctx.layout.lock_file())?;
+    let datapath = ctx.datapath();
+    let locked = datapath.lock()?;
     let targets = ctx.targets(iface)?;
-    let mut live = Vec::new();
-    for iface in &targets {
-        let paths = ctx.layout.iface(&ctx.scope, iface)?;
-        let ifindex = nix::net::if_::if_nametoindex(iface.as_str()).ok();
-        match datapath::attach::inspect(&paths, ifindex) {
-            PinState::Live(_) => {
-                super::shaper::precheck(iface, &loaded.policy)?;
-                live.push((iface, paths))
-            }
-            PinState::Absent => bail!(
-                "{iface} is not attached in the {}; nothing was changed (attach it first)",
-                ctx.scope
-            ),
-            PinState::Stale(why) => bail!(
-                "{iface} in the {} has stale pins ({why}); nothing was changed (run attach or detach)",
-                ctx.scope
-            ),
-        }
-    }
-    for (iface, paths) in live {
-        let generation = rules::apply(&paths.maps_dir, &loaded.policy.rules)
-            .with_context(|| format!("cannot apply {} to {iface}", loaded.source))?;
-        record(ctx, iface, &loaded, generation)?;
-        super::shaper::apply(iface, &paths, &loaded.policy)?;
+    let applied = locked.apply(&targets, &loaded.input, &FaultPlan::NONE)?;
+    for a in &applied {
+        super::shaper::print_applied(a);
         println!(
-            "applied {} to {iface} in the {}: {} rules, generation {generation}",
-            loaded.source,
-            ctx.scope,
-            loaded.policy.rules.len()
+            "applied {} to {} in the {}: {} rules, generation {}",
+            loaded.input.source, a.iface, ctx.scope, a.rules, a.generation
         );
     }
     Ok(())

@@ -1,20 +1,17 @@
-//! Egress shaping on the command line: `policy set-rate`, and the shaping
-//! steps of `policy apply`, `policy show`, `attach --policy` and `detach`.
+//! Egress shaping on the command line: `policy set-rate`, the shaping part
+//! of `policy show`, and the shaping line of `policy apply` and
+//! `attach --policy` (which `datapath::Locked` carries out).
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 
 use causeway::{
-    agent::tc,
-    datapath::{state, state::PolicyRecord, IfacePaths},
-    policy::{
-        shaping::{parse_rate_str, parse_size_str, ShapingPolicy},
-        Policy,
-    },
+    datapath::{state, Applied, IfacePaths, RecordedPolicy},
+    policy::{shaping::ShapingPolicy, Policy},
     shaper::{
-        htb::{Htb, RootOwner},
+        htb::Htb,
         live::{self, RateOverrides},
         OverAction, ShaperMaps,
     },
@@ -30,78 +27,27 @@ pub struct SetRateArgs {
     /// New rate, e.g. "50mbit", "1gbit" or bit/s (required). It becomes
     /// the class's ceiling (token bucket and HTB ceil); the guaranteed rate
     /// is lowered to it when higher.
-    pub rate: String,
+    #[arg(value_parser = super::args::rate_arg)]
+    pub rate: u64,
     /// New burst, e.g. "64kb" or bytes. Optional; default: unchanged. At
     /// least one frame (MTU + 14 bytes).
-    #[arg(long, value_name = "SIZE")]
-    pub burst: Option<String>,
+    #[arg(long, value_name = "SIZE", value_parser = super::args::size_arg)]
+    pub burst: Option<u64>,
     /// Interface. Optional; default: every attached interface.
     #[arg(long, value_name = "IF")]
     pub iface: Option<String>,
 }
 
-fn overrides_path(paths: &IfacePaths) -> PathBuf {
-    paths.state_dir.join("shaping-overrides.json")
-}
-
-/// Refuses, before anything is changed, a policy with shaping for an
-/// interface whose root qdisc Causeway does not own and may not replace.
-pub fn precheck(iface: &str, policy: &Policy) -> Result<()> {
-    if policy.shaping.is_none() {
-        return Ok(());
-    }
-    if let RootOwner::Foreign { kind, handle } = Htb::new(iface, None).owner()? {
-        bail!("{iface} has a root qdisc {kind} {handle} that Causeway did not install; remove it first (nothing was changed)");
-    }
-    Ok(())
-}
-
-/// Installs (or, for a policy without shaping, removes) the shaping of
-/// `policy` on an attached interface: HTB, the TC program, the table.
-/// Rate changes made with `set-rate` before are dropped.
-pub fn apply(iface: &str, paths: &IfacePaths, policy: &Policy) -> Result<()> {
-    let htb = Htb::new(iface, None);
-    if let Some(shaping) = &policy.shaping {
-        let ifindex = nix::net::if_::if_nametoindex(iface)
-            .with_context(|| format!("no interface {iface}"))?;
-        tc::ensure(paths, iface, ifindex)
-            .with_context(|| format!("cannot attach the TC egress program to {iface}"))?;
-        let mut maps = ShaperMaps::from_pins(&paths.maps_dir)?;
-        live::install(&htb, &mut maps, Some(shaping))
-            .with_context(|| format!("cannot install shaping on {iface}"))?;
+/// The shaping line of `policy apply` and `attach --policy`.
+pub fn print_applied(applied: &Applied) {
+    if let Some(s) = applied.shaping {
         println!(
-            "shaping {iface}: link {}, {} shaped classes, HTB ca: installed",
-            rate(shaping.link_bits),
-            shaping.classes.len()
+            "shaping {}: link {}, {} shaped classes, HTB ca: installed",
+            applied.iface,
+            rate(s.link_bits),
+            s.classes
         );
-    } else if let Ok(mut maps) = ShaperMaps::from_pins(&paths.maps_dir) {
-        live::install(&htb, &mut maps, None)
-            .with_context(|| format!("cannot remove shaping from {iface}"))?;
     }
-    remove_overrides(paths)
-}
-
-fn remove_overrides(paths: &IfacePaths) -> Result<()> {
-    match std::fs::remove_file(overrides_path(paths)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(e).context("cannot remove the recorded rate changes")
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Removes Causeway's HTB from `iface` (a foreign root qdisc stays).
-pub fn detach(iface: &str) -> Result<()> {
-    if nix::net::if_::if_nametoindex(iface).is_err() {
-        return Ok(());
-    }
-    if Htb::new(iface, None)
-        .remove()
-        .with_context(|| format!("cannot remove the HTB qdisc of {iface}"))?
-    {
-        println!("removed Causeway's HTB qdisc from {iface}");
-    }
-    Ok(())
 }
 
 /// The applied policy of an interface and its live shaping.
@@ -120,16 +66,13 @@ fn load_live(ctx: &Context, iface: &str) -> Result<Live> {
             ctx.scope
         );
     }
-    let record: PolicyRecord = state::read_json(&paths.policy_record())?
+    let recorded = RecordedPolicy::read(&paths)?
         .with_context(|| format!("{iface} has no applied policy; apply one with shaping first"))?;
-    let policy = Policy::parse(&record.text, &record.source)
-        .with_context(|| format!("the recorded policy of {iface} no longer parses"))?;
-    let overrides = state::read_json(&overrides_path(&paths))?.unwrap_or_default();
     Ok(Live {
         iface: iface.to_string(),
         paths,
-        policy,
-        overrides,
+        policy: recorded.policy,
+        overrides: recorded.overrides,
     })
 }
 
@@ -144,13 +87,7 @@ fn shaping_of(live: &Live) -> Option<ShapingPolicy> {
 /// to each (HTB class change + one map flip): no program is reloaded, no
 /// queued frame or flow is dropped.
 pub fn set_rate(ctx: &Context, args: &SetRateArgs) -> Result<()> {
-    let rate_bits = parse_rate_str(&args.rate).map_err(anyhow::Error::msg)?;
-    let burst = args
-        .burst
-        .as_deref()
-        .map(parse_size_str)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+    let (rate_bits, burst) = (args.rate, args.burst);
     let _lock = state::StateLock::acquire(&ctx.layout.lock_file())?;
     let targets = ctx.targets(args.iface.as_deref())?;
     let mut plans = Vec::new();
@@ -194,7 +131,7 @@ pub fn set_rate(ctx: &Context, args: &SetRateArgs) -> Result<()> {
                     args.class, live.iface
                 )
             })?;
-        state::write_json(&overrides_path(&live.paths), &overrides)?;
+        state::write_json(&live.paths.shaping_overrides_record(), &overrides)?;
         let c = new.class(class).context("checked above")?;
         println!(
             "{}: class '{}' now at most {} (guaranteed {}, burst {} bytes)",

@@ -16,11 +16,8 @@ struct Report<'a> {
 }
 
 pub fn run(ctx: &Context, args: &StatsArgs) -> Result<()> {
-    if !(args.interval.is_finite() && args.interval >= 0.05) {
-        bail!(
-            "--interval must be at least 0.05 seconds, not {}",
-            args.interval
-        );
+    if args.interval < Duration::from_millis(50) {
+        bail!("--interval must be at least 50ms, not {:?}", args.interval);
     }
     let mut previous: Option<HashMap<(String, u8), Totals>> = None;
     loop {
@@ -35,13 +32,13 @@ pub fn run(ctx: &Context, args: &StatsArgs) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             }
         } else {
-            print_tables(&sample, previous.as_ref(), args.interval);
+            print_tables(&sample, previous.as_ref(), args.interval.as_secs_f64());
         }
         if !args.watch {
             return Ok(());
         }
         previous = Some(index(&sample));
-        std::thread::sleep(Duration::from_secs_f64(args.interval));
+        std::thread::sleep(args.interval);
     }
 }
 

@@ -3,25 +3,21 @@
 
 use std::{path::Path, str::FromStr};
 
-use aya::{
-    programs::{links::FdLink, ProgramInfo, Xdp, XdpMode},
-    EbpfLoader,
-};
+use aya::programs::{ProgramInfo, XdpMode};
+use bpf_maps::programs::XDP_CLASSIFIER_SPEC;
 use serde::{Deserialize, Serialize};
 
 use super::{
     bpffs,
     layout::{IfacePaths, Layout},
     link::{self, LinkState},
+    load::{self, Hook, MapSource},
     netns::NetnsScope,
     rules,
     state::{self, AttachRecord},
     DatapathError,
 };
-use crate::{
-    classifier::RuleSet,
-    ebpf_object::{EBPF_OBJECT, XDP_PROGRAM},
-};
+use crate::classifier::RuleSet;
 
 /// How the XDP program is attached.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,7 +159,7 @@ pub fn attach(
         PinState::Absent => {}
     }
     bpffs::ensure(&layout.pin_root)?;
-    let result = attach_fresh(&paths, ifindex, mode, rules);
+    let result = attach_fresh(&paths, iface, ifindex, mode, rules);
     let (link, generation) = match result {
         Ok(done) => done,
         Err(e) => {
@@ -237,66 +233,32 @@ fn adopt(
     })
 }
 
-/// Loads the object, pins its maps, fills the rules, loads, pins, attaches
-/// the program and pins the link — the link last, so that a complete set of
-/// pins always means a complete attachment.
+/// Loads the object with fresh maps, pins them, fills the rules, then
+/// loads, pins and attaches the program and pins the link
+/// ([`load::load_pin_attach`]).
 fn attach_fresh(
     paths: &IfacePaths,
+    iface: &str,
     ifindex: u32,
     mode: AttachMode,
     rules: Option<&RuleSet>,
 ) -> Result<(LinkState, Option<u64>), DatapathError> {
-    for dir in [&paths.maps_dir, &paths.prog_dir, &paths.link_dir] {
-        std::fs::create_dir_all(dir)
-            .map_err(|source| DatapathError::io("create the pin directory", dir, source))?;
-    }
-    let mut ebpf = EbpfLoader::new()
-        .load(EBPF_OBJECT)
-        .map_err(|e| DatapathError::Load(Box::new(e)))?;
-    for (name, map) in ebpf.maps() {
-        let path = paths.maps_dir.join(name);
-        map.pin(&path).map_err(|source| DatapathError::Pin {
-            path,
-            source: Box::new(source),
-        })?;
-    }
-    let generation = rules
-        .map(|r| rules::apply(&paths.maps_dir, r))
-        .transpose()?;
-    let program: &mut Xdp = ebpf
-        .program_mut(XDP_PROGRAM)
-        .ok_or(DatapathError::MissingProgram(XDP_PROGRAM))?
-        .try_into()
-        .map_err(|source| DatapathError::program("the XDP program has the wrong type", source))?;
-    program
-        .load()
-        .map_err(|source| DatapathError::program("loading the XDP program", source))?;
-    let prog_path = paths.xdp_prog();
-    program
-        .pin(&prog_path)
-        .map_err(|source| DatapathError::Pin {
-            path: prog_path,
-            source: Box::new(source),
-        })?;
-    let link_id = program
-        .attach_to_if_index(ifindex, mode.xdp_mode())
-        .map_err(|source| {
-            DatapathError::program(
-                format!("attaching XDP in mode {mode} to ifindex {ifindex}"),
-                source,
-            )
-        })?;
-    let link = program
-        .take_link(link_id)
-        .map_err(|source| DatapathError::program("taking the XDP link", source))?;
-    let link = FdLink::try_from(link).map_err(|_| DatapathError::NoLinkSupport)?;
-    let link_path = paths.xdp_link();
-    let state = link::read(&link, &link_path)?;
-    link.pin(&link_path).map_err(|source| DatapathError::Pin {
-        path: link_path,
-        source: Box::new(source),
-    })?;
-    Ok((state, generation))
+    let mut generation = None;
+    let mut fill = |maps_dir: &Path| -> Result<(), DatapathError> {
+        generation = rules.map(|r| rules::apply(maps_dir, r)).transpose()?;
+        Ok(())
+    };
+    let link = load::load_pin_attach(
+        paths,
+        iface,
+        &XDP_CLASSIFIER_SPEC,
+        Hook::Xdp {
+            ifindex,
+            mode: mode.xdp_mode(),
+        },
+        MapSource::Fresh(&mut fill),
+    )?;
+    Ok((link, generation))
 }
 
 /// What [`detach`] removed.

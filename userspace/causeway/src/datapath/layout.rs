@@ -10,6 +10,7 @@
 //! ```text
 //! <state root>/<scope>/<ifname>/attach.json        mode, ids, time
 //! <state root>/<scope>/<ifname>/policy.json        the applied policy text
+//! <state root>/<scope>/<ifname>/shaping-overrides.json  `set-rate` changes
 //! <state root>/lock                                serialises changes
 //! ```
 //! `<scope>` is `root`, `netns-<NAME>` or `netns-ino-<inode>`
@@ -19,7 +20,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{netns::NetnsScope, DatapathError};
-use crate::ebpf_object::XDP_PROGRAM;
+use bpf_maps::programs::XDP_CLASSIFIER;
 
 /// Default pin root.
 pub use bpf_maps::DEFAULT_PIN_ROOT;
@@ -56,11 +57,11 @@ pub struct IfacePaths {
 
 impl IfacePaths {
     pub fn xdp_prog(&self) -> PathBuf {
-        self.prog_dir.join(XDP_PROGRAM)
+        self.prog_dir.join(XDP_CLASSIFIER)
     }
 
     pub fn xdp_link(&self) -> PathBuf {
-        self.link_dir.join(XDP_PROGRAM)
+        self.link_dir.join(XDP_CLASSIFIER)
     }
 
     pub fn attach_record(&self) -> PathBuf {
@@ -69,6 +70,11 @@ impl IfacePaths {
 
     pub fn policy_record(&self) -> PathBuf {
         self.state_dir.join("policy.json")
+    }
+
+    /// Rate changes made with `policy set-rate` since the policy was applied.
+    pub fn shaping_overrides_record(&self) -> PathBuf {
+        self.state_dir.join("shaping-overrides.json")
     }
 }
 

@@ -1,26 +1,41 @@
-//! The data path on one host: loading the embedded eBPF object, attaching
-//! the XDP classifier to interfaces, pinning programs, links and maps on a
-//! bpffs so that later commands (or a restarted agent) find and update them,
+//! The data path on one host, as a service ([`Datapath`]): loading the
+//! embedded eBPF object, attaching the XDP classifier and the TC egress
+//! program ([`load`], one sequence for both), pinning programs, links and
+//! maps on a bpffs so that later commands (or a restarted agent) find and
+//! update them, applying a policy as one transaction with undo ([`apply`]),
 //! and detaching without leaving anything behind.
 //!
-//! See [`layout`] for where things live. Every command that changes an
-//! attachment holds [`state::StateLock`].
+//! See [`layout`] for where things live. Every change goes through
+//! [`Locked`], which holds [`state::StateLock`].
 
+pub mod apply;
 pub mod attach;
 pub mod bpffs;
+pub mod fault;
 pub mod layout;
 pub mod link;
+pub mod load;
 pub mod netns;
+pub mod recorded;
 pub mod rules;
+pub mod service;
 pub mod state;
 pub mod status;
+pub mod tc;
+mod undo;
 
 use std::path::{Path, PathBuf};
 
+pub use apply::{Applied, ApplyError, PolicyInput, ShapingApplied, StepError};
 pub use attach::{attach, detach, AttachMode, Attached, Detached, PinState};
+pub use fault::{ApplyStep, FaultPlan};
 pub use layout::{IfacePaths, Layout};
+pub use load::{LoadCause, LoadError, LoadStep};
 pub use netns::NetnsScope;
+pub use recorded::RecordedPolicy;
+pub use service::{AttachedWithPolicy, Datapath, DetachedAll, Locked};
 pub use status::{status, InterfaceStatus};
+pub use tc::TcAttached;
 
 /// Why a data-path operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -56,22 +71,8 @@ pub enum DatapathError {
         attached: AttachMode,
         requested: AttachMode,
     },
-    #[error("loading the eBPF object failed: {0}")]
-    Load(#[source] Box<aya::EbpfError>),
-    #[error("the eBPF object has no program '{0}'")]
-    MissingProgram(&'static str),
-    #[error("{what}: {source}")]
-    Program {
-        what: String,
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
-    #[error("pinning {path} failed: {source}")]
-    Pin {
-        path: PathBuf,
-        #[source]
-        source: Box<aya::pin::PinError>,
-    },
+    #[error(transparent)]
+    Load(Box<load::LoadError>),
     #[error("{what}: {source}")]
     Link {
         what: String,
@@ -86,13 +87,23 @@ pub enum DatapathError {
     },
     #[error("cannot find the fdinfo of link {link_id}: {reason}")]
     LinkFdinfo { link_id: u32, reason: String },
-    #[error("the kernel attached XDP through netlink, not a bpf_link, so it cannot stay attached after this process exits (needs Linux 5.9 or later)")]
-    NoLinkSupport,
     #[error("classifier maps in {dir}: {source}")]
     Classifier {
         dir: PathBuf,
         #[source]
         source: Box<crate::classifier::ClassifierMapsError>,
+    },
+    #[error("the recorded policy {path} no longer parses: {source}")]
+    RecordedPolicy {
+        path: PathBuf,
+        #[source]
+        source: Box<crate::policy::PolicyError>,
+    },
+    #[error("the HTB qdisc of {iface}: {source}")]
+    Htb {
+        iface: String,
+        #[source]
+        source: Box<crate::shaper::htb::HtbError>,
     },
     #[error("state file {path} is unreadable: {source}")]
     State {
@@ -108,13 +119,6 @@ impl DatapathError {
             what,
             path: path.as_ref().to_path_buf(),
             source,
-        }
-    }
-
-    pub(crate) fn program(what: impl Into<String>, source: aya::programs::ProgramError) -> Self {
-        Self::Program {
-            what: what.into(),
-            source: Box::new(source),
         }
     }
 }

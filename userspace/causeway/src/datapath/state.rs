@@ -3,7 +3,7 @@
 
 use std::{
     fs::{File, OpenOptions},
-    path::Path,
+    path::{Path, PathBuf},
     time::{SystemTime, UNIX_EPOCH},
 };
 
@@ -87,6 +87,53 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, Datapath
         })
 }
 
+/// A record file as it was before a change (`None`: there was none), to
+/// put back byte for byte when the change is undone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordSnapshot {
+    pub path: PathBuf,
+    pub bytes: Option<Vec<u8>>,
+}
+
+impl RecordSnapshot {
+    pub fn capture(path: &Path) -> Result<Self, DatapathError> {
+        let bytes = match std::fs::read(path) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(DatapathError::io("read", path, source)),
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            bytes,
+        })
+    }
+
+    /// Writes the old bytes back (temporary file + rename), or removes the
+    /// file if there was none.
+    pub fn restore(&self) -> Result<(), DatapathError> {
+        match &self.bytes {
+            Some(bytes) => {
+                let tmp = self.path.with_extension("json.tmp");
+                std::fs::write(&tmp, bytes)
+                    .map_err(|source| DatapathError::io("write", &tmp, source))?;
+                std::fs::rename(&tmp, &self.path)
+                    .map_err(|source| DatapathError::io("rename into", &self.path, source))
+            }
+            None => remove_if_present(&self.path),
+        }
+    }
+}
+
+/// Removes a record; a missing one is fine.
+pub fn remove_if_present(path: &Path) -> Result<(), DatapathError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(DatapathError::io("remove", path, e))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// An exclusive lock on the state root, held until dropped.
 pub struct StateLock {
     _lock: Flock<File>,
@@ -122,6 +169,24 @@ mod tests {
         assert_eq!(d.len(), 16);
         assert_eq!(d, object_digest());
         assert!(d.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn record_snapshots_restore_bytes_and_absence() {
+        let dir = std::env::temp_dir().join(format!("causeway-snap-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (kept, absent) = (dir.join("policy.json"), dir.join("shaping-overrides.json"));
+        std::fs::write(&kept, b"{\"a\": 1}\n").unwrap();
+        let snaps = [&kept, &absent].map(|p| RecordSnapshot::capture(p).unwrap());
+        std::fs::write(&kept, b"changed").unwrap();
+        std::fs::write(&absent, b"new").unwrap();
+        for s in &snaps {
+            s.restore().unwrap();
+        }
+        assert_eq!(std::fs::read(&kept).unwrap(), b"{\"a\": 1}\n");
+        assert!(!absent.exists());
+        assert!(!dir.join("policy.json.tmp").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -108,6 +108,23 @@ impl Htb {
     /// Installs `plan`, replacing a previous Causeway hierarchy; refuses a
     /// foreign root qdisc. On failure nothing of the new hierarchy remains.
     pub fn install(&self, plan: &HtbPlan) -> Result<(), HtbError> {
+        self.install_batch(plan, plan.batch(&self.iface))
+    }
+
+    /// Fault injection: installs `plan` with a last `tc` batch line that
+    /// the kernel refuses (a second root qdisc), so that the real `tc`
+    /// fails after building the hierarchy.
+    #[cfg(any(test, feature = "fault-injection"))]
+    pub fn install_failing(&self, plan: &HtbPlan) -> Result<(), HtbError> {
+        let mut batch = plan.batch(&self.iface);
+        batch += &format!(
+            "qdisc add dev {} root handle {HTB_MAJOR:x}: htb\n",
+            self.iface
+        );
+        self.install_batch(plan, batch)
+    }
+
+    fn install_batch(&self, plan: &HtbPlan, batch: String) -> Result<(), HtbError> {
         plan.validate()?;
         match self.owner()? {
             RootOwner::Foreign { kind, handle } => {
@@ -120,7 +137,7 @@ impl Htb {
             RootOwner::Causeway => self.remove().map(|_| ())?,
             RootOwner::Default => {}
         }
-        if let Err(e) = self.tc(&["-batch", "-"], Some(&plan.batch(&self.iface))) {
+        if let Err(e) = self.tc(&["-batch", "-"], Some(&batch)) {
             let _ = self.remove();
             return Err(e);
         }

@@ -12,7 +12,7 @@ use bpf_maps::{
     counters::COUNTER_SLOTS,
     shaper::{
         EgressCounters, ShaperClassConfig, ShaperControl, MAP_EGRESS_BUCKETS, MAP_EGRESS_CLASSES,
-        MAP_EGRESS_CONTROL, MAP_EGRESS_COUNTERS,
+        MAP_EGRESS_CONTROL, MAP_EGRESS_COUNTERS, SHAPER_CLASS_SLOTS,
     },
 };
 
@@ -56,6 +56,15 @@ pub fn monotonic_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
         .unwrap_or(0)
+}
+
+/// The shaper configuration a failed change returns to
+/// ([`ShaperMaps::snapshot`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShaperSnapshot {
+    pub control: ShaperControl,
+    /// Every slot of `MAP_EGRESS_CLASSES` (both sets).
+    pub classes: Vec<ShaperClassConfig>,
 }
 
 /// Handles on the four shaper maps.
@@ -142,6 +151,38 @@ impl ShaperMaps {
             .set(0, live, 0)
             .map_err(err(MAP_EGRESS_CONTROL))?;
         Ok(generation)
+    }
+
+    /// Reads the control entry and both configuration sets back.
+    pub fn snapshot(&self) -> Result<ShaperSnapshot, ShaperMapError> {
+        let classes = (0..SHAPER_CLASS_SLOTS)
+            .map(|i| self.classes.get(&i, 0).map_err(err(MAP_EGRESS_CLASSES)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ShaperSnapshot {
+            control: self.control()?,
+            classes,
+        })
+    }
+
+    /// Puts the maps back to `snapshot`: the control entry first (a frame
+    /// sees the old table again at once), then, after the grace period,
+    /// every configuration slot that differs. Bucket state is not touched
+    /// (no change touches it).
+    pub fn restore(&mut self, snapshot: &ShaperSnapshot) -> Result<(), ShaperMapError> {
+        if self.control()? != snapshot.control {
+            self.control
+                .set(0, snapshot.control, 0)
+                .map_err(err(MAP_EGRESS_CONTROL))?;
+            std::thread::sleep(std::time::Duration::from_nanos(GRACE_NS));
+        }
+        for (i, entry) in (0..SHAPER_CLASS_SLOTS).zip(&snapshot.classes) {
+            if self.classes.get(&i, 0).map_err(err(MAP_EGRESS_CLASSES))? != *entry {
+                self.classes
+                    .set(i, entry, 0)
+                    .map_err(err(MAP_EGRESS_CLASSES))?;
+            }
+        }
+        Ok(())
     }
 
     /// The live entries by class, or `None` while no table was applied.

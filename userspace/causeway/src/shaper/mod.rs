@@ -10,4 +10,4 @@ pub mod htb;
 pub mod live;
 pub mod maps;
 
-pub use maps::{ShaperMapError, ShaperMaps};
+pub use maps::{ShaperMapError, ShaperMaps, ShaperSnapshot};

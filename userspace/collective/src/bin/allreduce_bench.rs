@@ -5,12 +5,10 @@
 //! fields as `bench/gloo_allreduce.py` prints for PyTorch's Gloo; every rank
 //! prints an `iters` line with its wall-clock call and return times.
 
-#[path = "common/mod.rs"]
-mod common;
-
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use causeway_collective::cli;
 use causeway_collective::{Communicator, ReduceOp};
 use serde_json::json;
 
@@ -29,12 +27,12 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    let args = common::Args::parse(&["sizes", "iters", "warmup"], USAGE)?;
+    let args = cli::Args::parse(&["sizes", "iters", "warmup"], USAGE)?;
     let sizes: Vec<usize> = args
         .get("sizes")
         .unwrap_or("64kb,1mb,16mb")
         .split(',')
-        .map(common::parse_size)
+        .map(cli::parse_size)
         .collect::<Result<_>>()
         .context("--sizes")?;
     let iters: usize = args.num("iters", 5)?;
@@ -45,10 +43,9 @@ fn run() -> Result<()> {
     if r == 0 {
         let m = comm.cost_model();
         let link = |c: causeway_collective::schedule::sim::LinkCost| json!({"alpha_us": c.alpha * 1e6, "gbit_s": 8.0 / c.beta / 1e9});
-        common::outln!(
-            "{}",
+        cli::outln(
             json!({"impl": "causeway", "event": "init", "world": n, "init_s": t0.elapsed().as_secs_f64(),
-            "cost": {"host": link(m.intra_host), "domain": link(m.intra_domain), "wan": link(m.inter_domain)}})
+            "cost": {"host": link(m.intra_host), "domain": link(m.intra_domain), "wan": link(m.inter_domain)}}),
         )?;
     }
     for &bytes in &sizes {
@@ -77,18 +74,16 @@ fn run() -> Result<()> {
         let busbw = algbw * 2.0 * (n as f64 - 1.0) / n as f64;
         // Every rank's call and return times on the wall clock: on one machine
         // (the testbed) the harness can line the ranks up.
-        common::outln!(
-            "{}",
+        cli::outln(
             json!({"impl": "causeway", "event": "iters", "rank": r, "bytes": elems * 4,
-            "start_unix_ns": starts, "end_unix_ns": ends, "times_s": in_order})
+            "start_unix_ns": starts, "end_unix_ns": ends, "times_s": in_order}),
         )?;
         if r == 0 {
-            common::outln!(
-                "{}",
+            cli::outln(
                 json!({"impl": "causeway", "world": n, "bytes": elems * 4, "dtype": "float32", "iters": iters,
                 "median_s": median, "min_s": times.first(), "max_s": times.last(),
                 "algbw_GBps": algbw, "busbw_GBps": busbw, "times_s": in_order,
-                "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))})
+                "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))}),
             )?;
         }
     }

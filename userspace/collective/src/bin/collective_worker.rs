@@ -5,12 +5,10 @@
 //! Prints one JSON line per completed iteration and a final line; exits 0 when all
 //! results were right, 3 on a collective error (the line names the blamed peer).
 
-#[path = "common/mod.rs"]
-mod common;
-
 use std::time::Instant;
 
 use anyhow::{bail, Result};
+use causeway_collective::cli;
 use causeway_collective::{Communicator, ReduceOp};
 use serde_json::json;
 
@@ -29,7 +27,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    let args = common::Args::parse(&["elems", "iters", "op"], USAGE)?;
+    let args = cli::Args::parse(&["elems", "iters", "op"], USAGE)?;
     let elems: usize = args.num("elems", 1 << 16)?;
     let iters: usize = args.num("iters", 3)?;
     let op = match args.get("op").unwrap_or("sum") {
@@ -41,27 +39,24 @@ fn run() -> Result<()> {
     let comm = match Communicator::from_env() {
         Ok(c) => c,
         Err(e) => {
-            common::outln!(
-                "{}",
-                json!({"event": "error", "stage": "init", "error": e.to_string(), "peer": e.peer()})
+            cli::outln(
+                json!({"event": "error", "stage": "init", "error": e.to_string(), "peer": e.peer()}),
             )?;
             std::process::exit(3);
         }
     };
     let (r, n) = (comm.rank(), comm.world_size());
-    common::outln!(
-        "{}",
+    cli::outln(
         json!({"event": "ready", "rank": r, "world": n, "domain": comm.domain_of(r),
-        "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems)), "init_s": t.elapsed().as_secs_f64()})
+        "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems)), "init_s": t.elapsed().as_secs_f64()}),
     )?;
     for it in 0..iters {
         // Small integers: every sum is exact, so the check is exact too.
         let mut v: Vec<f32> = (0..elems).map(|i| ((i + r * 7 + it) % 13) as f32).collect();
         let t = Instant::now();
         if let Err(e) = comm.allreduce(&mut v, op) {
-            common::outln!(
-                "{}",
-                json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64()})
+            cli::outln(
+                json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64()}),
             )?;
             std::process::exit(3);
         }
@@ -74,17 +69,15 @@ fn run() -> Result<()> {
             }
         };
         if let Some(i) = (0..elems).find(|&i| v[i] != want(i)) {
-            common::outln!(
-                "{}",
-                json!({"event": "wrong", "rank": r, "iter": it, "index": i, "got": v[i], "want": want(i)})
+            cli::outln(
+                json!({"event": "wrong", "rank": r, "iter": it, "index": i, "got": v[i], "want": want(i)}),
             )?;
             std::process::exit(4);
         }
-        common::outln!(
-            "{}",
-            json!({"event": "iter", "rank": r, "iter": it, "s": t.elapsed().as_secs_f64()})
+        cli::outln(
+            json!({"event": "iter", "rank": r, "iter": it, "s": t.elapsed().as_secs_f64()}),
         )?;
     }
-    common::outln!("{}", json!({"event": "done", "rank": r}))?;
+    cli::outln(json!({"event": "done", "rank": r}))?;
     Ok(())
 }

@@ -1,0 +1,4 @@
+//! The real `causeway` binary in namespaces.
+
+mod attach_lifecycle;
+mod classify_traffic;

@@ -1,0 +1,6 @@
+//! TC egress shaping with HTB on a veth.
+
+mod htb;
+mod isolation;
+mod live;
+mod rate;
