@@ -4,7 +4,8 @@
 //! Every type is `#[repr(C)]`, has no implicit padding (checked by the
 //! `assert_no_padding!` constants below) and implements `aya::Pod` when the
 //! `user` feature is on. This crate holds no logic beyond constructors that
-//! encode a documented key layout (both sides must build keys alike).
+//! encode a documented key layout (both sides must build keys alike) and
+//! the token-bucket arithmetic both sides run ([`gcra`]).
 #![no_std]
 
 /// Where userspace pins the programs and maps:
@@ -17,6 +18,7 @@ pub const MAPS_DIR: &str = "maps";
 pub mod classifier;
 pub mod clock;
 pub mod counters;
+pub mod gcra;
 pub mod shaper;
 
 /// Compile-time check that a type's size equals the sum of its fields' sizes,

@@ -1,10 +1,11 @@
 //! The TC egress shaper's maps: per-class shaping configuration, the shared
 //! token-bucket state and per-CPU egress counters.
 //!
-//! Each class has a GCRA token bucket (see `ebpf/src/shaper.rs` and its
-//! userspace twin `userspace/causeway/src/shaper/bucket.rs`, which implement
-//! the same integer arithmetic): one `u64` "theoretical arrival time" per
-//! class in [`MAP_EGRESS_BUCKETS`], updated with compare-and-swap.
+//! Each class has a GCRA token bucket (arithmetic in [`crate::gcra`], run
+//! by `ebpf/src/shaper.rs` and by the userspace model
+//! `userspace/causeway/src/shaper/bucket.rs`): one `u64` "theoretical
+//! arrival time" per class in [`MAP_EGRESS_BUCKETS`], updated with
+//! compare-and-swap.
 //!
 //! Atomic replacement: [`MAP_EGRESS_CLASSES`] holds [`SHAPER_SETS`] complete
 //! configurations side by side (`set * MAX_CLASSES + class`); userspace

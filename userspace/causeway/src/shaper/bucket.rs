@@ -1,8 +1,9 @@
 //! The egress token bucket: a pure, deterministic model of the kernel's
 //! per-class GCRA (generic cell rate algorithm), with time as a parameter.
 //!
-//! `ebpf/src/shaper.rs` runs exactly this integer arithmetic on every frame;
-//! the TestRun tests check the two agree on the bytes the kernel writes.
+//! The arithmetic (`frame_cost`, `decide`) is `bpf_maps::gcra`, the one copy
+//! that `ebpf/src/shaper.rs` also runs on every frame; the TestRun tests
+//! check that the kernel's decisions and the model's agree.
 //!
 //! # The algorithm
 //! A class with rate `r` bytes/s and burst `b` bytes keeps one `u64`, the
@@ -52,7 +53,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bpf_maps::shaper::{MAX_CAS_ATTEMPTS, MAX_CHARGED_LEN, NS_PER_BYTE_SHIFT};
+use bpf_maps::shaper::{MAX_CAS_ATTEMPTS, NS_PER_BYTE_SHIFT};
 
 /// Slowest accepted rate, bits per second.
 pub const MIN_RATE_BITS: u64 = 8_000;
@@ -133,38 +134,7 @@ impl BucketParams {
     }
 }
 
-/// The outcome for one frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
-    /// Within the rate; the bucket's `tat` becomes `new_tat`.
-    Conform { new_tat: u64 },
-    /// Over the limit; `tat` is unchanged.
-    OverLimit,
-}
-
-/// Transmission time of a `len`-byte frame, ns (the kernel's `frame_cost`).
-pub fn frame_cost(len: u32, ns_per_byte_q16: u64) -> u64 {
-    let len = if len > MAX_CHARGED_LEN {
-        MAX_CHARGED_LEN
-    } else {
-        len
-    };
-    (u64::from(len) * ns_per_byte_q16) >> NS_PER_BYTE_SHIFT
-}
-
-/// The GCRA decision for one frame (the kernel's `gcra_decide`).
-pub fn decide(tat: u64, now: u64, len: u32, ns_per_byte_q16: u64, burst_ns: u64) -> Decision {
-    let cost = frame_cost(len, ns_per_byte_q16);
-    let start = if tat > now { tat } else { now };
-    let wait = start - now;
-    if wait == 0 || (cost <= burst_ns && wait <= burst_ns - cost) {
-        Decision::Conform {
-            new_tat: start.saturating_add(cost),
-        }
-    } else {
-        Decision::OverLimit
-    }
-}
+pub use bpf_maps::gcra::{decide, frame_cost, Decision};
 
 /// A bucket shared by threads, updated by the kernel's CAS loop; the
 /// userspace stand-in for one `CW_EG_BUCKETS` slot.

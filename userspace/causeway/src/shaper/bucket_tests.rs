@@ -1,6 +1,7 @@
 //! Virtual-clock tests of the GCRA model.
 
 use super::*;
+use bpf_maps::shaper::MAX_CHARGED_LEN;
 use proptest::prelude::*;
 
 const MTU_FRAME: u64 = 1514;
