@@ -38,13 +38,19 @@ pub fn frame_cost(len: u32, ns_per_byte_q16: u64) -> u64 {
 }
 
 /// The GCRA decision for a `len`-byte frame at `now` on a bucket whose
-/// theoretical arrival time is `tat`, with burst tolerance `burst_ns`.
+/// theoretical arrival time is `tat`, with tolerance `burst_ns`.
+///
+/// A frame conforms while the bucket holds any credit (`tat - now` below
+/// the tolerance) and is then charged in full: the bucket may go up to one
+/// frame into debt, which the following frames repay. So a GSO super-frame
+/// is never refused whole when the bucket could take part of it, and the
+/// long-run rate stays exact.
 #[inline(always)]
 pub fn decide(tat: u64, now: u64, len: u32, ns_per_byte_q16: u64, burst_ns: u64) -> Decision {
     let cost = frame_cost(len, ns_per_byte_q16);
     let start = if tat > now { tat } else { now };
     let wait = start - now;
-    if wait == 0 || (cost <= burst_ns && wait <= burst_ns - cost) {
+    if wait == 0 || wait < burst_ns {
         Decision::Conform {
             new_tat: start.saturating_add(cost),
         }
