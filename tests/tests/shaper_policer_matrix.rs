@@ -8,21 +8,25 @@
 //!
 //! The class is set up as `causeway attach --policy` does it: the TC
 //! program's bucket at the ceiling with the policy's default burst, in
-//! front of Causeway's HTB. Each cell runs iperf3 for 3 s (1 s omitted)
-//! on a fresh veth pair; the whole matrix takes about 3 minutes.
+//! front of Causeway's HTB. Each cell runs iperf3 for 4 s on a fresh veth
+//! pair and measures the root qdisc's sent bytes (frame bytes, GSO frames
+//! with every segment's headers) over 2 s after the first; the whole
+//! matrix (48 cells with `tbf`) takes about 4 minutes.
 //! `CAUSEWAY_MATRIX_CELLS=<substring>` runs only the cells whose name
 //! contains it (e.g. `drop/tso-on/200`).
 
-use std::process::{Command, Stdio};
+use std::{
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
 
 use causeway::{policy::shaping::default_burst, shaper::OverAction};
 use causeway_tests::{netns::VethLink, shaper_net::*};
 
-/// Frame bytes per payload byte of full-sized segments (1448 payload bytes
-/// with TCP timestamps in 1514-byte frames): what HTB and the program charge.
-const WIRE_PER_PAYLOAD: f64 = 1514.0 / 1448.0;
-const SECS: u32 = 3;
-const OMIT: u32 = 1;
+/// Seconds of the flow before the measured window (slow start), and the
+/// window: bytes the root qdisc sent in it, at the length it charges.
+const OMIT_S: u64 = 1;
+const WINDOW_S: u64 = 2;
 /// Fraction of the configured rate every cell must deliver.
 const FLOOR: f64 = 0.95;
 /// Measurement noise allowed against `tbf` on a shared 2-core machine.
@@ -111,7 +115,7 @@ fn install_tbf(link: &VethLink, rate: u64) {
     assert!(status.success(), "tc {args:?}");
 }
 
-/// Runs one cell; returns the delivered rate in frame bytes, bit/s.
+/// Runs one cell; returns the rate the link sent in frame bytes, bit/s.
 fn cell(shaper: Shaper, offloads: bool, rate: u64, streams: u32) -> f64 {
     let link = VethLink::new(71);
     set_offloads(&link, offloads);
@@ -128,26 +132,58 @@ fn cell(shaper: Shaper, offloads: bool, rate: u64, streams: u32) -> f64 {
         Shaper::Tbf => install_tbf(&link, rate),
     }
     let _server = Iperf3Server::start(&link.b);
-    let out = Command::new("ip")
+    let client = Command::new("ip")
         .args(["netns", "exec", link.a.name(), "iperf3", "-c", &link.b_addr])
         .args(["-p", &BULK_PORT.to_string(), "-P", &streams.to_string()])
-        .args(["-t", &SECS.to_string(), "-O", &OMIT.to_string(), "-J"])
+        .args(["-t", &(OMIT_S + WINDOW_S + 1).to_string()])
         .args(["--connect-timeout", "3000"])
+        .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .output()
+        .spawn()
         .expect("run iperf3 -c");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("iperf3 JSON");
-    let goodput = report["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or(0.0);
+    std::thread::sleep(Duration::from_secs(OMIT_S));
+    let (b0, t0) = (root_qdisc_bytes(&link), Instant::now());
+    std::thread::sleep(Duration::from_secs(WINDOW_S));
+    let (b1, t1) = (root_qdisc_bytes(&link), Instant::now());
+    let status = client.wait_with_output().expect("iperf3 -c").status;
+    assert!(status.success(), "iperf3 -c failed: {status}");
     if let Some(s) = &shaped {
         let c = s.shaper.counters().expect("counters")[usize::from(BULK)];
         eprintln!(
-            "  bulk: sent {} shaped {} dropped {} marked {} demoted {}",
-            c.sent_packets, c.shaped, c.dropped, c.marked, c.demoted
+            "  {}: bulk sent {} shaped {} dropped {} marked {} demoted {}",
+            shaper.name(),
+            c.sent_packets,
+            c.shaped,
+            c.dropped,
+            c.marked,
+            c.demoted
         );
     }
-    goodput * WIRE_PER_PAYLOAD
+    (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64()
+}
+
+/// Bytes the A side's root qdisc (Causeway's HTB or `tbf`) has sent, at
+/// the length it charges: GSO frames with every segment's headers.
+fn root_qdisc_bytes(link: &VethLink) -> u64 {
+    let out = Command::new("tc")
+        .args([
+            "-n",
+            link.a.name(),
+            "-s",
+            "-j",
+            "qdisc",
+            "show",
+            "dev",
+            &link.a_if,
+        ])
+        .output()
+        .expect("tc -s qdisc show");
+    let qdiscs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("tc JSON");
+    qdiscs
+        .as_array()
+        .and_then(|q| q.iter().find(|q| q["root"].as_bool() == Some(true)))
+        .and_then(|q| q["bytes"].as_u64())
+        .unwrap_or_else(|| panic!("no root qdisc byte count in {qdiscs}"))
 }
 
 #[test]
