@@ -43,7 +43,8 @@
 //! ## Layout
 //!
 //! Pure parts: [`schedule`] (plans as data), [`exec`] (the plan executor, a
-//! sans-IO state machine with time as an input), [`schedule::sim`] (drives that
+//! sans-IO state machine with time as an input), [`blame`] (who is named when
+//! an operation stops: direct evidence over downstream stalls), [`schedule::sim`] (drives that
 //! executor on a virtual clock), [`cost`] (α-β model; the one algorithm choice),
 //! [`wire`] (frames), [`dtype`] (kernels).
 //! I/O: [`store`] and the rendezvous, the mesh of [`transport`]s, one reader and one
@@ -56,6 +57,7 @@
 //! estimates the Causeway agent pins: offset, drift, error bound, source.
 #![deny(unsafe_code)]
 
+pub mod blame;
 mod builder;
 #[cfg(feature = "cli")]
 #[doc(hidden)]
