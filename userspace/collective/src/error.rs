@@ -79,6 +79,19 @@ pub enum CollectiveError {
     PeerFailed { peer: Rank, detail: String },
     #[error("no progress from peer rank(s) {peers:?} within {after:?}")]
     PeerTimeout { peers: Vec<Rank>, after: Duration },
+    /// Rank `peer` stopped responding, as rank `observer` saw it waiting on it
+    /// directly (`how`): this rank, or the one named in `reported_by`.
+    #[error("peer rank {peer} stopped responding: {}", match reported_by {
+        None => how.to_string(),
+        Some(by) if by == observer => format!("reported by rank {by} ({how})"),
+        Some(by) => format!("reported by rank {observer} via rank {by} ({how})"),
+    })]
+    Unresponsive {
+        peer: Rank,
+        how: crate::blame::How,
+        observer: Rank,
+        reported_by: Option<Rank>,
+    },
     #[error("frame from peer rank {peer}: {source}")]
     Frame { peer: Rank, source: FrameError },
     #[error("peer rank {peer} sent data that does not match this operation: {detail}")]
@@ -118,7 +131,8 @@ impl CollectiveError {
             CollectiveError::PeerFailed { peer, .. }
             | CollectiveError::Frame { peer, .. }
             | CollectiveError::Mismatch { peer, .. }
-            | CollectiveError::CallMismatch { peer, .. } => Some(*peer),
+            | CollectiveError::CallMismatch { peer, .. }
+            | CollectiveError::Unresponsive { peer, .. } => Some(*peer),
             CollectiveError::PeerTimeout { peers, .. } => peers.first().copied(),
             _ => None,
         }
