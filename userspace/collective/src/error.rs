@@ -96,8 +96,9 @@ pub enum CollectiveError {
     Frame { peer: Rank, source: FrameError },
     #[error("peer rank {peer} sent data that does not match this operation: {detail}")]
     Mismatch { peer: Rank, detail: String },
-    /// Ranks made different calls as operation `op`: rank `me` (this one, or
-    /// the one that noticed, `reported_by`) called `mine`, rank `peer` `theirs`.
+    /// Ranks made different calls as operation `op`: rank `me` (this one, or,
+    /// when `reported_by` is set, one that made this rank's call) called
+    /// `mine`, rank `peer` (blamed) `theirs`.
     /// Nothing of the operation is returned.
     #[error("operation {op} differs between ranks: rank {peer} called {theirs}, rank {me} {mine}{}",
         reported_by.map_or(String::new(), |r| format!(" (reported by rank {r})")))]

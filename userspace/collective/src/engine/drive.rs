@@ -49,6 +49,8 @@ struct Driver<'a, 'p> {
     e: &'a mut Engine,
     ex: Executor<'p, PooledBuf>,
     seq: u64,
+    /// This rank's call (a reported mismatch blames the rank that differs from it).
+    call: Call,
     buf: &'a mut [u8],
     /// Bytes the plan uses past the working buffer (a confirmation lane).
     scratch: Vec<u8>,
@@ -93,6 +95,7 @@ pub(super) fn execute(
         e,
         ex,
         seq,
+        call,
         buf: buf.bytes(),
         scratch,
         dtype: *dtype,
@@ -290,7 +293,7 @@ impl Driver<'_, '_> {
         if h.kind == FrameKind::Abort {
             let a = decode_abort(&f.payload)
                 .map_err(|source| CollectiveError::Frame { peer, source })?;
-            if let Some(e) = call_mismatch(peer, &a, self.e.world) {
+            if let Some(e) = call_mismatch(peer, &a, self.e.world, self.call) {
                 return Err(e);
             }
             let world = self.e.world;
@@ -407,16 +410,27 @@ fn region<'b>(buf: &'b mut [u8], scratch: &'b mut [u8], r: Range<usize>) -> &'b 
     }
 }
 
-/// The typed error an Abort from `peer` carries when ranks made different calls.
-fn call_mismatch(peer: Rank, a: &Abort, world: usize) -> Option<CollectiveError> {
+/// The typed error an Abort from `peer` carries when ranks made different
+/// calls, blaming the rank whose call differs from `own` (this rank's): the
+/// rank that noticed may be the odd one.
+fn call_mismatch(peer: Rank, a: &Abort, world: usize, own: Call) -> Option<CollectiveError> {
     let r = a.report?;
-    let (me, other) = (r.rank as usize, r.other as usize);
-    (me < world && other < world).then_some(CollectiveError::CallMismatch {
+    let (noticer, other) = (r.rank as usize, r.other as usize);
+    if noticer >= world || other >= world {
+        return None;
+    }
+    let noticer_is_odd = own == r.other_call && own != r.call;
+    let ((me, mine), (odd, theirs)) = if noticer_is_odd {
+        ((other, r.other_call), (noticer, r.call))
+    } else {
+        ((noticer, r.call), (other, r.other_call))
+    };
+    Some(CollectiveError::CallMismatch {
         op: r.op,
         me,
-        mine: r.call,
-        peer: other,
-        theirs: r.other_call,
+        mine,
+        peer: odd,
+        theirs,
         reported_by: Some(peer),
     })
 }
