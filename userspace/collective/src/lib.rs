@@ -27,7 +27,7 @@
 //! | `CAUSEWAY_DOMAIN` / `CAUSEWAY_TOPOLOGY` | this rank's domain, or a file of `RANKS DOMAIN` lines (`0-3 east`) |
 //! | `CAUSEWAY_HOST_ID` | ranks with the same host id use shared memory (default: hostname + network namespace) |
 //! | `CAUSEWAY_ADDR` | IP to accept peers on (default: the one that reaches the master) |
-//! | `CAUSEWAY_TIMEOUT_MS` | an operation fails when a peer it waits for is silent this long (60 000) |
+//! | `CAUSEWAY_TIMEOUT_MS` | an operation fails when a peer it waits for is silent this long (60 000); the error names the rank that stopped ([`blame`]) |
 //! | `CAUSEWAY_RENDEZVOUS_TIMEOUT_MS` | bootstrap deadline (120 000) |
 //! | `CAUSEWAY_ALGO` | force `ring`, `tree` or `hier` where it applies (default: α-β model) |
 //! | `CAUSEWAY_COST` | link costs `wan=LAT_US:GBITPS,domain=…,host=…`, applied over the probe |
