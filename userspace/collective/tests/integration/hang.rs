@@ -22,10 +22,10 @@ fn signal(pid: u32, sig: &str) {
 /// `algo`), then checks what each survivor reports.
 fn stopped_rank_is_named(victim: usize, algo: &str) {
     let n = 4;
-    let ms = TIMEOUT.as_millis().to_string();
+    let ms = format!("{}ms", TIMEOUT.as_millis());
     let (ranks, rx) = spawn_world(
         n,
-        &[("CAUSEWAY_TIMEOUT_MS", &ms), ("CAUSEWAY_ALGO", algo)],
+        &[("CAUSEWAY_TIMEOUT", &ms), ("CAUSEWAY_ALGO", algo)],
         &["--elems", "2000000", "--iters", "100000"],
     );
     let mut iterated = vec![false; n];
