@@ -4,8 +4,10 @@
 mod agent_cmd;
 mod args;
 mod clock_cmd;
+mod exit;
 mod interfaces;
 mod policy_cmd;
+mod policy_show;
 mod shaper;
 mod stats_cmd;
 mod table;
