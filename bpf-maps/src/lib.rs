@@ -17,6 +17,7 @@ pub const MAPS_DIR: &str = "maps";
 pub mod classifier;
 pub mod clock;
 pub mod counters;
+pub mod log;
 pub mod programs;
 pub mod shaper;
 
