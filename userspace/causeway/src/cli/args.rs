@@ -95,6 +95,18 @@ pub enum Command {
     /// Clock synchronisation status, from the local agent.
     #[command(subcommand)]
     Clock(super::clock_cmd::ClockCommand),
+
+    /// The eBPF programs' log records (aya-log): unparseable frames per
+    /// reason and hook, shaper drops; at most 4 records per event, CPU and
+    /// second. Off after attach: `--on`/`--off` switch it per interface at
+    /// run time. The agent prints the same records in its tracing output
+    /// (target `causeway::ebpf`); while it runs, it and this command share
+    /// the records between them.
+    #[command(
+        after_help = "Examples:\n  causeway --netns dc1 log --on --iface veth0\n  causeway --netns dc1 log --iface veth0 --follow\n  causeway log --off",
+        after_long_help = exit::LOG
+    )]
+    Log(super::log_cmd::LogArgs),
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@ mod args;
 mod clock_cmd;
 mod exit;
 mod interfaces;
+mod log_cmd;
 mod policy_cmd;
 mod policy_show;
 mod shaper;
@@ -100,5 +101,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Stats(s) => stats_cmd::run(&ctx, &s),
         Command::Agent(a) => agent_cmd::run(&ctx, &a),
         Command::Clock(c) => clock_cmd::run(&ctx, &c),
+        Command::Log(l) => log_cmd::run(&ctx, &l),
     }
 }
