@@ -48,6 +48,8 @@ pub fn run(ctx: &Context, args: &LogArgs) -> Result<()> {
                 .with_context(|| format!("cannot switch the log of {iface}"))?;
             if args.off {
                 println!("{iface}: logging off");
+            } else if !args.json {
+                println!("{iface}: logging on");
             }
         }
         if args.off {
