@@ -232,3 +232,32 @@ impl Htb {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::BatchFile;
+
+    #[test]
+    fn batch_file_is_private_and_removed_after_use() {
+        let text = "qdisc add dev x root handle 1: htb\n";
+        let (dir, file) = {
+            let batch = BatchFile::write(text).expect("write the batch");
+            let mode = |p: &std::path::Path| {
+                std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777
+            };
+            assert_eq!(mode(&batch.dir), 0o700);
+            assert_eq!(mode(&batch.file), 0o600);
+            assert_eq!(std::fs::read_to_string(&batch.file).expect("read"), text);
+            let other = BatchFile::write("").expect("a second batch");
+            assert_ne!(other.dir, batch.dir, "each batch has its own directory");
+            (batch.dir.clone(), batch.file.clone())
+        };
+        assert!(
+            !file.exists() && !dir.exists(),
+            "{} left behind",
+            dir.display()
+        );
+    }
+}
