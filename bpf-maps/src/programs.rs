@@ -6,7 +6,7 @@
 //! its pins
 //! (`<pin dir>/prog/<name>`, `<pin dir>/link/<name>`).
 //!
-//! `userspace/causeway/tests/program_table.rs` checks this table against
+//! `userspace/causeway/tests/integration/program_table.rs` checks this table against
 //! the built object both ways.
 
 /// The XDP ingress classifier.

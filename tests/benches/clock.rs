@@ -219,8 +219,7 @@ fn main() {
     if virtual_only {
         return;
     }
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIP: the testbed part needs root");
+    if !causeway_test_support::root_or_skip("benches/clock (the testbed part)") {
         return;
     }
     run_testbed();

@@ -16,13 +16,9 @@
 //! overrides the TestRun repeat count (default 1,000,000);
 //! `CAUSEWAY_BENCH_ONLY=cost|accuracy|isolation` runs one part.
 
-#[path = "shaper_traffic/mod.rs"]
 mod shaper_traffic;
 
-use aya::{
-    programs::{SchedClassifier, TestRun, TestRunOptions},
-    Ebpf,
-};
+use aya::Ebpf;
 use causeway::{
     classifier::{ClassifierMaps, PortRange, Rule, RuleSet, Verdict},
     shaper::{
@@ -30,9 +26,13 @@ use causeway::{
         ShaperMaps, ShapingTable,
     },
 };
+use causeway_test_support::{
+    bpf::{self, SkbCtx, TC_EGRESS, TC_PASS},
+    frames::*,
+    root_or_skip,
+};
 
 const ROUNDS: usize = 7;
-const SKB_CTX_LEN: usize = 192;
 
 fn median(mut xs: Vec<u128>) -> u128 {
     xs.sort_unstable();
@@ -40,8 +40,7 @@ fn median(mut xs: Vec<u128>) -> u128 {
 }
 
 fn main() {
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("SKIP: the shaper benchmarks need root (BPF_PROG_TEST_RUN, network namespaces)");
+    if !root_or_skip("benches/shaper") {
         return;
     }
     let only = std::env::var("CAUSEWAY_BENCH_ONLY").ok();
@@ -59,25 +58,14 @@ fn main() {
 
 /// An IPv4 UDP frame to port 7007 (the control rule), ECT(0).
 fn frame() -> Vec<u8> {
-    let mut f = vec![0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00];
-    let payload = 1000usize;
-    let mut ip = vec![0x45, 0x02];
-    ip.extend_from_slice(&((28 + payload) as u16).to_be_bytes());
-    ip.extend_from_slice(&[0, 1, 0x40, 0, 64, 17, 0, 0, 10, 1, 0, 1, 10, 1, 0, 2]);
-    let mut sum: u32 = ip
-        .chunks(2)
-        .map(|p| u32::from(u16::from_be_bytes([p[0], p[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&[0x13, 0x88, 0x1b, 0x5f]);
-    f.extend_from_slice(&((8 + payload) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.resize(f.len() + payload, 0xab);
-    f
+    let ip = V4 {
+        frag: DONT_FRAG,
+        ..V4::new([10, 1, 0, 1], [10, 1, 0, 2], 17).with_tos(0x02)
+    };
+    cat(&[
+        &eth(&[], ETH_IPV4),
+        &ipv4(ip, &udp_with(5000, 7007, &[0xab; 1000], 0)),
+    ])
 }
 
 /// 16 rules; the frame matches the last one.
@@ -101,41 +89,19 @@ fn rules() -> RuleSet {
 }
 
 fn run(ebpf: &Ebpf, name: &str, frame: &[u8], repeat: u32) -> u128 {
-    let prog: &SchedClassifier = ebpf
-        .program(name)
-        .expect("program")
-        .try_into()
-        .expect("classifier");
-    let ctx = [0u8; SKB_CTX_LEN];
-    let mut out = vec![0u8; frame.len() + 64];
-    let mut ctx_out = [0u8; SKB_CTX_LEN];
-    prog.test_run(TestRunOptions {
-        data_in: Some(frame),
-        data_out: Some(&mut out),
-        ctx_in: Some(&ctx),
-        ctx_out: Some(&mut ctx_out),
-        repeat,
-        ..Default::default()
-    })
-    .expect("BPF_PROG_TEST_RUN")
-    .duration
-    .as_nanos()
+    bpf::run_tc(ebpf, name, frame, &SkbCtx::default(), repeat)
+        .0
+        .duration
+        .as_nanos()
 }
 
 fn cost() {
-    let repeat: u32 = std::env::var("CAUSEWAY_BENCH_REPEAT")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(1_000_000);
-    let mut ebpf = Ebpf::load(causeway::ebpf_object::EBPF_OBJECT).expect("load object");
-    for name in ["causeway_tc_egress", "causeway_tc_pass"] {
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut(name)
-            .expect("program")
-            .try_into()
-            .expect("classifier");
-        prog.load().expect("load");
-    }
+    let repeat = causeway_test_support::harness::bench_repeat(1_000_000);
+    let ebpf = bpf::load(
+        causeway::ebpf_object::EBPF_OBJECT,
+        &[],
+        &[TC_EGRESS, TC_PASS],
+    );
     ClassifierMaps::from_ebpf(&ebpf)
         .expect("classifier maps")
         .apply(&rules())
@@ -195,8 +161,8 @@ fn cost() {
         setup(&mut maps);
         let (mut base, mut shaper) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
-            base.push(run(&ebpf, "causeway_tc_pass", &frame, repeat));
-            shaper.push(run(&ebpf, "causeway_tc_egress", &frame, repeat));
+            base.push(run(&ebpf, TC_PASS, &frame, repeat));
+            shaper.push(run(&ebpf, TC_EGRESS, &frame, repeat));
         }
         let (b, s) = (median(base), median(shaper));
         println!(

@@ -1,4 +1,4 @@
-//! Helpers for the WAN-emulator testbed tests (`tests/tests/netsim_*.rs`).
+//! Helpers for the WAN-emulator testbed tests (`tests/tests/integration/netsim/`).
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
@@ -6,34 +6,21 @@ use std::time::Duration;
 use causeway_netsim::probe::{probe_rtt, EchoServer, RttSamples};
 use causeway_netsim::{Host, Profile, Testbed};
 
-/// True when the test can run; otherwise prints a visible SKIP line.
-pub fn root_or_skip(test: &str) -> bool {
-    // Reading /run/netns-style state needs no privilege, creating namespaces does:
-    // uid 0 is the simple, honest criterion.
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !root {
-        eprintln!("SKIP: {test} needs root (network namespaces, raw sockets)");
-    }
-    root
-}
-
-/// Two domains of one host each, joined by `profile`'s WAN paths (torn
-/// down when dropped).
-pub fn two_hosts(profile: Profile) -> Testbed {
+/// `domains` domains of `hosts` hosts each, joined by `profile`'s WAN
+/// paths (torn down when dropped).
+pub fn testbed(domains: usize, hosts: usize, profile: Profile) -> Testbed {
     let name = format!("{profile:?}");
     Testbed::builder()
-        .domains(2)
-        .hosts_per_domain(1)
+        .domains(domains)
+        .hosts_per_domain(hosts)
         .wan(profile)
         .build()
-        .unwrap_or_else(|e| panic!("building a 2 × 1 testbed on {name}: {e}"))
+        .unwrap_or_else(|e| panic!("building a {domains} × {hosts} testbed on {name}: {e}"))
+}
+
+/// Two domains of one host each, joined by `profile`'s WAN paths.
+pub fn two_hosts(profile: Profile) -> Testbed {
+    testbed(2, 1, profile)
 }
 
 pub const ECHO_PORT: u16 = 7007;

@@ -5,17 +5,12 @@
 //! drop.
 
 use std::{
-    fs::File,
     net::UdpSocket,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-use crate::netns::{Netns, VethLink};
-use aya::{
-    programs::{tc::TcAttachType, SchedClassifier},
-    Ebpf,
-};
+use aya::{programs::tc::TcAttachType, Ebpf};
 use causeway::{
     classifier::{ClassifierMaps, PortRange, Rule, RuleSet, Verdict},
     shaper::{
@@ -23,7 +18,10 @@ use causeway::{
         BucketParams, ClassShaping, OverAction, ShaperMaps, ShapingTable,
     },
 };
-use nix::sched::{setns, CloneFlags};
+use causeway_test_support::{
+    bpf::{self, TC_EGRESS},
+    netns::{Netns, VethLink},
+};
 
 pub const DEFAULT: u8 = 0;
 pub const CONTROL: u8 = 3;
@@ -48,18 +46,6 @@ impl Sched {
         if self == Sched::Realtime {
             make_realtime();
         }
-    }
-}
-
-/// Enters the network namespace `ns` on the calling thread.
-fn enter(ns: &Netns) -> impl FnOnce() {
-    let path = format!("/run/netns/{}", ns.name());
-    move || {
-        setns(
-            File::open(&path).expect("open netns"),
-            CloneFlags::CLONE_NEWNET,
-        )
-        .expect("setns");
     }
 }
 
@@ -99,22 +85,17 @@ impl Drop for Shaped {
     }
 }
 
-/// Loads the object and attaches `causeway_tc_egress` to `iface` in `ns`.
+/// Loads the object and attaches [`TC_EGRESS`] to `iface` in `ns`.
 pub fn attach(ns: &Netns, iface: &str) -> Shaped {
-    let enter_ns = enter(ns);
+    let enter_ns = ns.enterer();
     let iface_owned = iface.to_string();
     // Attach from a thread inside the namespace (interface names resolve
     // there); the link keeps working after the thread is gone.
     let ebpf = std::thread::spawn(move || {
         enter_ns();
-        let mut ebpf = Ebpf::load(causeway::ebpf_object::EBPF_OBJECT).expect("load object");
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut("causeway_tc_egress")
-            .expect("program")
-            .try_into()
-            .expect("classifier");
-        prog.load().expect("verifier accepts causeway_tc_egress");
-        prog.attach(&iface_owned, TcAttachType::Egress)
+        let mut ebpf = bpf::load(causeway::ebpf_object::EBPF_OBJECT, &[], &[TC_EGRESS]);
+        bpf::tc_mut(&mut ebpf, TC_EGRESS)
+            .attach(&iface_owned, TcAttachType::Egress)
             .expect("attach TC egress");
         ebpf
     })
@@ -283,7 +264,7 @@ pub struct EchoServer {
 
 impl EchoServer {
     pub fn start(ns: &Netns, addr: &str, sched: Sched) -> Self {
-        let enter_ns = enter(ns);
+        let enter_ns = ns.enterer();
         let bind = format!("{addr}:{CONTROL_PORT}");
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
@@ -323,7 +304,7 @@ impl Drop for EchoServer {
 /// from a thread scheduled as `sched`, and returns the RTTs of those
 /// answered, in µs.
 pub fn probe_rtts(ns: &Netns, server: &str, count: usize, gap: Duration, sched: Sched) -> Vec<f64> {
-    let enter_ns = enter(ns);
+    let enter_ns = ns.enterer();
     let target = format!("{server}:{CONTROL_PORT}");
     std::thread::spawn(move || {
         enter_ns();
@@ -370,12 +351,4 @@ pub fn quantile(samples: &mut [f64], q: f64) -> f64 {
     samples.sort_by(|a, b| a.total_cmp(b));
     let idx = ((samples.len() as f64 - 1.0) * q).round() as usize;
     samples[idx]
-}
-
-pub fn skip_unless_root() -> bool {
-    if crate::netns::is_root() {
-        return false;
-    }
-    eprintln!("SKIP: shaper netns tests need root");
-    true
 }

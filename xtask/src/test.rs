@@ -17,7 +17,7 @@ pub struct TestArgs {
 pub fn run(args: &TestArgs) -> Result<()> {
     setup::run(setup::Mode::Install)?;
     if !cmd::is_root() {
-        eprintln!("NOTE: not root: eBPF, namespace and testbed tests will print SKIP and not run");
+        eprintln!("NOTE: not root: eBPF, namespace and testbed tests will print SKIP and not run (with CI=true they fail instead)");
     }
     if !args.no_lint {
         lint()?;
@@ -32,8 +32,9 @@ pub fn run(args: &TestArgs) -> Result<()> {
         "--exclude",
         "causeway-tests",
     ]));
-    // Namespace and testbed tests measure rates and delays: one at a time, so
-    // that they do not steal each other's two cores.
+    // Namespace and testbed tests (one binary, `tests/tests/integration`)
+    // measure rates and delays: one at a time, so that they do not steal
+    // each other's two cores.
     let netns = cmd::run(cmd::cargo().args([
         "test",
         "--no-fail-fast",

@@ -9,12 +9,10 @@ use std::{
 };
 
 use causeway::{policy::shaping::default_burst, shaper::OverAction};
-use causeway_tests::{
-    netns::VethLink,
-    shaper_net::{
-        attach, configure, iperf3_client_omitting, probe_rtts, quantile, ClassSpec, EchoServer,
-        Iperf3Server, Sched, Shaped, BULK, CONTROL, DEFAULT,
-    },
+use causeway_test_support::netns::VethLink;
+use causeway_tests::shaper_net::{
+    attach, configure, iperf3_client_omitting, probe_rtts, quantile, ClassSpec, EchoServer,
+    Iperf3Server, Sched, Shaped, BULK, CONTROL, DEFAULT,
 };
 
 /// Wire bytes per payload byte of full-sized TCP segments with timestamps.
@@ -59,7 +57,7 @@ fn plain_htb(link: &VethLink, link_bits: u64) {
     let tc = |args: &[&str]| {
         let mut all = vec!["-n", link.a.name()];
         all.extend_from_slice(args);
-        causeway_tests::netns::run("tc", &all);
+        causeway_test_support::netns::run("tc", &all);
     };
     tc(&[
         "qdisc", "add", "dev", &link.a_if, "root", "handle", "1:", "htb", "default", "1",

@@ -7,13 +7,18 @@
 //! Run: `cargo bench -p causeway --bench classifier` (as root).
 //! `CAUSEWAY_BENCH_REPEAT` overrides the repeat count (default 2,000,000).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::net::Ipv4Addr;
 
-use causeway::classifier::{IpPrefix, PortRange, Rule, RuleSet, Verdict};
-use common::{frames::*, Harness, XDP_BASELINE, XDP_CLASSIFIER};
+use aya::Ebpf;
+use causeway::{
+    classifier::{ClassifierMaps, IpPrefix, PortRange, Rule, RuleSet, Verdict},
+    ebpf_object::EBPF_OBJECT,
+};
+use causeway_test_support::{
+    bpf::{self, XDP_CLASSIFIER, XDP_PASS as XDP_BASELINE},
+    frames::*,
+    root_or_skip,
+};
 
 /// Measurement rounds per (policy, frame); the median is reported.
 const ROUNDS: usize = 7;
@@ -97,16 +102,14 @@ fn median(mut xs: Vec<u128>) -> u128 {
 }
 
 fn main() {
-    if !common::root_or_skip("benches/classifier") {
+    if !root_or_skip("benches/classifier") {
         return;
     }
-    let repeat: u32 = std::env::var("CAUSEWAY_BENCH_REPEAT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2_000_000);
-    let mut h = Harness::load();
+    let repeat = causeway_test_support::harness::bench_repeat(2_000_000);
+    let ebpf = bpf::load(EBPF_OBJECT, &[XDP_CLASSIFIER, XDP_BASELINE], &[]);
+    let mut maps = ClassifierMaps::from_ebpf(&ebpf).expect("classifier maps");
     for name in [XDP_CLASSIFIER, XDP_BASELINE] {
-        let info = h.program(name).info().expect("program info");
+        let info = bpf::xdp(&ebpf, name).info().expect("program info");
         println!(
             "{name}: {} instructions after verification/rewrite, {} processed by the verifier, {} JIT bytes",
             info.size_translated().unwrap_or(0) / 8,
@@ -123,15 +126,13 @@ fn main() {
         "rules", "cache", "frame", "baseline ns", "classifier ns", "ratio"
     );
     for n in [1usize, 16, 256] {
-        h.maps
-            .apply(&policy(n))
+        maps.apply(&policy(n))
             .expect("applying the benchmark policy");
         for cache in [true, false] {
-            h.maps
-                .set_address_cache(cache)
+            maps.set_address_cache(cache)
                 .expect("setting the cache flag");
             for (name, frame) in frames() {
-                let (b, c) = measure(&h, &frame, repeat);
+                let (b, c) = measure(&ebpf, &frame, repeat);
                 let ratio = c as f64 / b.max(1) as f64;
                 let cache = if cache { "on" } else { "off" };
                 println!("{n:>6}  {cache:<5}  {name:<30} {b:>12} {c:>14} {ratio:>6.2}x");
@@ -141,17 +142,17 @@ fn main() {
 }
 
 /// Median per-frame ns of the baseline and of the classifier, interleaved.
-fn measure(h: &Harness, frame: &[u8], repeat: u32) -> (u128, u128) {
+fn measure(ebpf: &Ebpf, frame: &[u8], repeat: u32) -> (u128, u128) {
     let mut base = Vec::new();
     let mut cls = Vec::new();
     for _ in 0..ROUNDS {
         base.push(
-            h.run_program(XDP_BASELINE, frame, repeat)
+            bpf::run_xdp(ebpf, XDP_BASELINE, frame, repeat)
                 .duration
                 .as_nanos(),
         );
         cls.push(
-            h.run_program(XDP_CLASSIFIER, frame, repeat)
+            bpf::run_xdp(ebpf, XDP_CLASSIFIER, frame, repeat)
                 .duration
                 .as_nanos(),
         );

@@ -13,6 +13,7 @@ use crate::cost::CostModel;
 use crate::dtype::{Element, ReduceOp};
 use crate::engine::{Engine, Job, JobKind, Progress};
 use crate::error::{CollectiveError, Rank, Result};
+use crate::exec::trace::Message;
 use crate::handle::Handle;
 use crate::links;
 use crate::pool::BufferPool;
@@ -36,7 +37,7 @@ pub struct Communicator {
     domains: Vec<String>,
     jobs: Option<Sender<Job>>,
     worker: Option<JoinHandle<()>>,
-    pub(crate) store: Mutex<StoreClient>,
+    store: Mutex<StoreClient>,
     model: CostModel,
     opts: Options,
     pool: BufferPool,
@@ -142,20 +143,9 @@ impl Communicator {
     }
     /// The algorithm an allreduce of `count` elements of `T` runs with.
     pub fn allreduce_algorithm<T: Element>(&self, count: usize) -> Algorithm {
-        let kind = OpKind::Allreduce;
-        let chunk = (self.opts.chunk_bytes / T::DTYPE.size()).max(1);
-        match self.opts.algorithm {
-            Some(a) if Algorithm::candidates(kind, &self.topo).contains(&a) => a,
-            _ => {
-                let s = crate::cost::Setting {
-                    topo: &self.topo,
-                    model: &self.model,
-                    chunk,
-                    window: self.opts.window,
-                };
-                crate::cost::choose(kind, count, T::DTYPE.size(), &s)
-            }
-        }
+        let esize = T::DTYPE.size();
+        let s = crate::cost::Setting::new(&self.topo, &self.model, &self.opts, esize);
+        crate::cost::select(OpKind::Allreduce, count, esize, self.opts.algorithm, &s)
     }
     /// The elements of a `len`-element buffer that `rank` owns after a reduce-scatter.
     pub fn shard(&self, len: usize, rank: Rank) -> Range<usize> {
@@ -170,6 +160,18 @@ impl Communicator {
         buf: Vec<T>,
         map: impl FnOnce(Vec<T>) -> R + Send + 'static,
     ) -> Handle<R> {
+        self.submit_recorded(kind, op, buf, None, map)
+    }
+
+    /// [`submit`](Self::submit), recording every chunk sent and applied into `record`.
+    pub(crate) fn submit_recorded<T: Element, R: 'static>(
+        &self,
+        kind: JobKind,
+        op: ReduceOp,
+        buf: Vec<T>,
+        record: Option<Arc<Mutex<Vec<Message>>>>,
+        map: impl FnOnce(Vec<T>) -> R + Send + 'static,
+    ) -> Handle<R> {
         let (reply, rx) = channel();
         let progress = Arc::new(Progress::default());
         let waker = Arc::new(Mutex::new(None));
@@ -181,6 +183,7 @@ impl Communicator {
             progress: progress.clone(),
             reply: reply.clone(),
             waker: waker.clone(),
+            record,
         };
         if self
             .jobs
@@ -204,9 +207,10 @@ impl Communicator {
         }
     }
 
-    pub(crate) fn run_plan(&self, plan: Plan, len: usize) -> Result<()> {
-        self.submit::<u8, ()>(JobKind::Plan(plan), ReduceOp::Sum, vec![0u8; len], |_| ())
-            .wait()
+    fn store(&self) -> Result<std::sync::MutexGuard<'_, StoreClient>> {
+        self.store
+            .lock()
+            .map_err(|_| CollectiveError::Rendezvous("store lock poisoned".into()))
     }
 
     /// In-place allreduce: every rank ends with the same, bit-identical result.
@@ -332,6 +336,25 @@ impl Communicator {
             vec![0u8; 2],
             |_| (),
         )
+    }
+}
+
+impl crate::probe::ProbeLink for Communicator {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn topology(&self) -> &Topology {
+        &self.topo
+    }
+    fn run_plan(&self, plan: Plan, len: usize) -> Result<()> {
+        self.submit::<u8, ()>(JobKind::Plan(plan), ReduceOp::Sum, vec![0u8; len], |_| ())
+            .wait()
+    }
+    fn publish(&self, key: &str, value: &[u8]) -> Result<()> {
+        Ok(self.store()?.set(key, value)?)
+    }
+    fn lookup(&self, key: &str, timeout: std::time::Duration) -> Result<Vec<u8>> {
+        Ok(self.store()?.get(key, timeout)?)
     }
 }
 

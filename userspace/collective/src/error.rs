@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::wire::FrameError;
+use crate::wire::{Call, FrameError};
 
 /// A rank index inside one communicator.
 pub type Rank = usize;
@@ -79,10 +79,37 @@ pub enum CollectiveError {
     PeerFailed { peer: Rank, detail: String },
     #[error("no progress from peer rank(s) {peers:?} within {after:?}")]
     PeerTimeout { peers: Vec<Rank>, after: Duration },
+    /// Rank `peer` stopped responding, as rank `observer` saw it waiting on it
+    /// directly (`how`): this rank, or the one named in `reported_by`.
+    #[error("peer rank {peer} stopped responding: {}", match reported_by {
+        None => how.to_string(),
+        Some(by) if by == observer => format!("reported by rank {by} ({how})"),
+        Some(by) => format!("reported by rank {observer} via rank {by} ({how})"),
+    })]
+    Unresponsive {
+        peer: Rank,
+        how: crate::blame::How,
+        observer: Rank,
+        reported_by: Option<Rank>,
+    },
     #[error("frame from peer rank {peer}: {source}")]
     Frame { peer: Rank, source: FrameError },
     #[error("peer rank {peer} sent data that does not match this operation: {detail}")]
     Mismatch { peer: Rank, detail: String },
+    /// Ranks made different calls as operation `op`: rank `me` (this one, or,
+    /// when `reported_by` is set, one that made this rank's call) called
+    /// `mine`, rank `peer` (blamed) `theirs`.
+    /// Nothing of the operation is returned.
+    #[error("operation {op} differs between ranks: rank {peer} called {theirs}, rank {me} {mine}{}",
+        reported_by.map_or(String::new(), |r| format!(" (reported by rank {r})")))]
+    CallMismatch {
+        op: u64,
+        me: Rank,
+        mine: Call,
+        peer: Rank,
+        theirs: Call,
+        reported_by: Option<Rank>,
+    },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error("communicator is closed")]
@@ -104,7 +131,9 @@ impl CollectiveError {
         match self {
             CollectiveError::PeerFailed { peer, .. }
             | CollectiveError::Frame { peer, .. }
-            | CollectiveError::Mismatch { peer, .. } => Some(*peer),
+            | CollectiveError::Mismatch { peer, .. }
+            | CollectiveError::CallMismatch { peer, .. }
+            | CollectiveError::Unresponsive { peer, .. } => Some(*peer),
             CollectiveError::PeerTimeout { peers, .. } => peers.first().copied(),
             _ => None,
         }

@@ -1,432 +1,432 @@
-//! Executes one plan: posts each lane's sends when the lane reaches a step,
-//! applies received chunks (reduce or copy) as they arrive, and advances lanes,
-//! `window` lanes in flight. Every check on incoming frames returns a typed error.
+//! The plan executor as a pure state machine (sans-IO, in the manner of
+//! quinn-proto's `Connection`): it owns the lanes, the window of lanes in flight,
+//! the early-chunk stash and every check on incoming chunks, and nothing else.
+//!
+//! No sockets, no threads, no clock: time is an input (a [`Duration`] since an
+//! epoch the driver picks). The driver feeds inputs — [`Executor::start`],
+//! [`Executor::chunk_arrived`], [`Executor::peer_left`], [`Executor::note_activity`],
+//! [`Executor::handle_timeout`] — and after each one drains [`Executor::poll`] *in
+//! order*, performing each [`Output`] before the next: a [`SendChunk`] names the
+//! byte range of the working buffer to copy out now, an [`ApplyChunk`] the range to
+//! reduce the payload into (or overwrite), [`Output::Done`] the end of the
+//! operation. [`Executor::poll_timeout`] says when to call `handle_timeout`.
+//!
+//! Two drivers run it: the engine over real transports (`engine::drive`) and the
+//! virtual-clock simulator ([`crate::schedule::sim`]). It is deterministic: the
+//! same inputs in the same order give the same outputs.
+//!
+//! The payload type `P` is the driver's (a pooled buffer, simulated values); the
+//! executor only stores early chunks and hands them back in an [`ApplyChunk`].
 
-use std::collections::HashMap;
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::RecvTimeoutError;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Range;
+use std::time::Duration;
 
-use super::{progress_add, Engine, Job, Progress};
-use crate::dtype::reduce_into;
-use crate::dtype::{DType, ReduceOp};
-use crate::error::{CollectiveError, Rank, Result};
-use crate::links::Event;
+use crate::error::Rank;
 use crate::schedule::{Action, Plan};
-use crate::wire::{decode_abort, Frame, FrameHeader, FrameKind};
+use crate::wire::Call;
 
-/// What applying a chunk needs to know about the job.
-struct Ctx<'a> {
-    dtype: DType,
-    op: ReduceOp,
-    progress: &'a Progress,
-}
+mod departed;
+mod error;
+mod ranges;
+#[cfg(test)]
+mod tests;
+pub mod trace;
+mod types;
 
+pub use error::ExecError;
+use ranges::Received;
+pub use types::{ApplyChunk, ChunkId, ExecConfig, Output, SendChunk};
+
+/// A receive of the current step of a lane.
+#[derive(Debug)]
 struct Pending {
     peer: Rank,
     /// Byte range of the receive in the working buffer.
-    start: usize,
-    end: usize,
+    range: Range<usize>,
     reduce: bool,
-    left: usize,
+    got: Received,
 }
 
+impl Pending {
+    fn left(&self) -> usize {
+        self.range.len() - self.got.total()
+    }
+}
+
+#[derive(Debug, Default)]
 struct LaneState {
     step: usize,
     recvs: Vec<Pending>,
 }
 
-struct Run<'p> {
-    seq: u64,
+/// A chunk that arrived before its lane reached its step.
+#[derive(Debug)]
+struct Stashed<P> {
+    peer: Rank,
+    offset: u64,
+    len: usize,
+    payload: P,
+}
+
+/// One rank's execution of one plan.
+#[derive(Debug)]
+pub struct Executor<'p, P> {
+    cfg: ExecConfig,
     plan: &'p Plan,
-    esize: usize,
     lanes: Vec<LaneState>,
+    /// Lanes `0..next_lane` have started.
     next_lane: usize,
     done_lanes: usize,
+    started: bool,
     todo: Vec<(usize, usize)>,
-    early: HashMap<(usize, usize), Vec<(Rank, Frame)>>,
+    early: BTreeMap<(usize, usize), Vec<Stashed<P>>>,
+    departed: BTreeSet<Rank>,
+    out: VecDeque<Output<P>>,
+    deadline: Duration,
+    failed: Option<ExecError>,
+    finished: bool,
 }
 
-pub(super) fn execute(
-    e: &mut Engine,
-    seq: u64,
-    plan: &Plan,
-    job: &mut Job,
-    esize: usize,
-) -> Result<()> {
-    let total: usize = plan
-        .lanes
-        .iter()
-        .flat_map(|l| l.steps.iter().flatten())
-        .map(|a| {
-            if let Action::Recv { span, .. } = a {
-                span.len * esize
-            } else {
-                0
-            }
-        })
-        .sum();
-    job.progress.total.store(total as u64, Ordering::Relaxed);
-    job.progress.done.store(0, Ordering::Relaxed);
-    let n = plan.lanes.len();
-    let mut run = Run {
-        seq,
-        plan,
-        esize,
-        lanes: (0..n)
-            .map(|_| LaneState {
-                step: 0,
-                recvs: Vec::new(),
+impl<'p, P> Executor<'p, P> {
+    pub fn new(plan: &'p Plan, cfg: ExecConfig) -> Self {
+        Executor {
+            cfg: ExecConfig {
+                window: cfg.window.max(1),
+                frame_bytes: cfg.frame_bytes.max(1),
+                ..cfg
+            },
+            plan,
+            lanes: plan.lanes.iter().map(|_| LaneState::default()).collect(),
+            next_lane: 0,
+            done_lanes: 0,
+            started: false,
+            todo: Vec::new(),
+            early: BTreeMap::new(),
+            departed: BTreeSet::new(),
+            out: VecDeque::new(),
+            deadline: cfg.idle_timeout,
+            failed: None,
+            finished: false,
+        }
+    }
+
+    /// Bytes this rank receives in the whole operation.
+    pub fn total_recv_bytes(&self) -> usize {
+        self.plan
+            .lanes
+            .iter()
+            .flat_map(|l| l.steps.iter().flatten())
+            .map(|a| match a {
+                Action::Recv { span, .. } => span.len * self.cfg.elem_bytes,
+                Action::Send { .. } => 0,
             })
-            .collect(),
-        next_lane: 0,
-        done_lanes: 0,
-        todo: Vec::new(),
-        early: HashMap::new(),
-    };
-    let Job {
-        buf: work,
-        dtype,
-        op,
-        progress,
-        ..
-    } = job;
-    let ctx = Ctx {
-        dtype: *dtype,
-        op: *op,
-        progress,
-    };
-    let job = &ctx;
-    let buf = work.bytes();
-    match run_lanes(e, &mut run, buf, job) {
-        Ok(()) => Ok(()),
-        Err(err) => Err(refine(e, err)),
+            .sum()
     }
-}
 
-fn run_lanes(e: &mut Engine, run: &mut Run<'_>, buf: &mut [u8], job: &Ctx<'_>) -> Result<()> {
-    let (seq, n) = (run.seq, run.lanes.len());
-    // What happened while no operation ran (a peer died, early frames) comes
-    // first: a dead peer must be named before our sends find its socket gone.
-    while let Ok(ev) = e.events.try_recv() {
-        match ev {
-            Event::Frame { peer, frame } => on_frame(e, run, peer, frame, buf, job)?,
-            Event::Closed {
-                peer,
-                graceful,
-                detail,
-            } => on_closed(e, run, peer, graceful, detail)?,
+    /// Starts the first `window` lanes. Chunks that arrived before are applied now.
+    pub fn start(&mut self, now: Duration) -> Result<(), ExecError> {
+        self.input(now)?;
+        if self.started {
+            return Ok(());
         }
+        self.started = true;
+        self.next_lane = self.lanes.len().min(self.cfg.window);
+        self.todo = (0..self.next_lane).rev().map(|l| (l, 0)).collect();
+        let res = self.pump().and_then(|()| self.check_departed());
+        self.settle(res)
     }
-    // Frames for this operation that arrived while earlier ones ran.
-    let (mine, later): (Vec<_>, Vec<_>) = std::mem::take(&mut e.future)
-        .into_iter()
-        .partition(|(_, f)| f.header.op == seq);
-    e.future = later;
-    for (peer, f) in mine {
-        on_frame(e, run, peer, f, buf, job)?;
-    }
-    run.next_lane = n.min(e.opts.window);
-    run.todo = (0..run.next_lane).rev().map(|l| (l, 0)).collect();
-    pump(e, run, buf, job)?;
-    check_left(e, run)?;
-    while run.done_lanes < n {
-        match e.events.recv_timeout(e.opts.timeout) {
-            Ok(Event::Frame { peer, frame }) => on_frame(e, run, peer, frame, buf, job)?,
-            Ok(Event::Closed {
+
+    /// A chunk of `len` bytes from `peer`, of the call `call` (refused unless it
+    /// is this rank's: a chunk of another call never touches the buffer). Chunks for steps not reached yet are
+    /// kept and applied when the lane gets there (before or after [`start`](Self::start)).
+    pub fn chunk_arrived(
+        &mut self,
+        peer: Rank,
+        call: Option<Call>,
+        id: ChunkId,
+        len: usize,
+        payload: P,
+        now: Duration,
+    ) -> Result<(), ExecError> {
+        self.input(now)?;
+        let res = if call == Some(self.cfg.call) {
+            self.on_chunk(peer, id, len, payload)
+        } else {
+            Err(ExecError::CallMismatch {
+                op: self.cfg.op,
+                me: self.cfg.rank,
+                mine: self.cfg.call,
                 peer,
-                graceful,
-                detail,
-            }) => on_closed(e, run, peer, graceful, detail)?,
-            Err(RecvTimeoutError::Timeout) => {
-                let mut peers: Vec<Rank> = run
-                    .lanes
-                    .iter()
-                    .flat_map(|l| l.recvs.iter().filter(|p| p.left > 0).map(|p| p.peer))
-                    .collect();
-                peers.sort_unstable();
-                peers.dedup();
-                return Err(CollectiveError::PeerTimeout {
-                    peers,
-                    after: e.opts.timeout,
-                });
+                theirs: call,
+            })
+        };
+        self.settle(res)
+    }
+
+    /// `peer` closed every connection in order: fine only if everything still
+    /// needed from it has already arrived (and waits in the stash).
+    pub fn peer_left(&mut self, peer: Rank, now: Duration) -> Result<(), ExecError> {
+        self.input(now)?;
+        self.departed.insert(peer);
+        let res = self.check_departed();
+        self.settle(res)
+    }
+
+    /// Something arrived that is not for this operation: the peers are alive.
+    pub fn note_activity(&mut self, now: Duration) -> Result<(), ExecError> {
+        self.input(now)
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) should be called, while running.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        (self.failed.is_none() && !self.finished).then_some(self.deadline)
+    }
+
+    /// Fails with [`ExecError::Timeout`] if nothing arrived for the idle timeout.
+    pub fn handle_timeout(&mut self, now: Duration) -> Result<(), ExecError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        if self.finished || now < self.deadline {
+            return Ok(());
+        }
+        let e = ExecError::Timeout {
+            peers: self.waiting_for(),
+            after: self.cfg.idle_timeout,
+        };
+        self.settle(Err(e))
+    }
+
+    /// The next thing the driver must do.
+    pub fn poll(&mut self) -> Option<Output<P>> {
+        self.out.pop_front()
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.finished
+    }
+
+    /// Every peer a started lane waits for bytes from, ascending (none once done).
+    pub fn waiting_for(&self) -> Vec<Rank> {
+        if self.finished {
+            return Vec::new();
+        }
+        let mut peers: Vec<Rank> = self
+            .lanes
+            .iter()
+            .flat_map(|l| l.recvs.iter().filter(|p| p.left() > 0).map(|p| p.peer))
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        peers
+    }
+
+    /// The first lane still waiting, its step and a peer it waits for (deadlock reports).
+    pub fn waiting_on(&self) -> Option<(usize, usize, Rank)> {
+        if self.finished {
+            return None;
+        }
+        self.lanes.iter().enumerate().find_map(|(l, st)| {
+            let p = st.recvs.iter().find(|p| p.left() > 0)?;
+            Some((l, st.step, p.peer))
+        })
+    }
+
+    /// A kept chunk that no step has taken yet: (from, lane, step).
+    pub fn first_stashed(&self) -> Option<(Rank, usize, usize)> {
+        let (&(l, s), v) = self.early.iter().find(|(_, v)| !v.is_empty())?;
+        v.first().map(|c| (c.peer, l, s))
+    }
+
+    fn input(&mut self, now: Duration) -> Result<(), ExecError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        self.deadline = now.saturating_add(self.cfg.idle_timeout);
+        Ok(())
+    }
+
+    /// Records the first error: the executor refuses every later input with it.
+    fn settle(&mut self, res: Result<(), ExecError>) -> Result<(), ExecError> {
+        if let Err(e) = &res {
+            self.failed = Some(e.clone());
+        }
+        res
+    }
+
+    fn on_chunk(
+        &mut self,
+        peer: Rank,
+        id: ChunkId,
+        len: usize,
+        payload: P,
+    ) -> Result<(), ExecError> {
+        let (l, s) = (id.lane, id.step);
+        if l >= self.lanes.len() || s >= self.plan.lanes[l].steps.len() {
+            return Err(ExecError::UnknownChunk {
+                peer,
+                op: self.cfg.op,
+                lane: l,
+                step: s,
+            });
+        }
+        let lane = &self.lanes[l];
+        if !self.started || l >= self.next_lane || s > lane.step {
+            let c = Stashed {
+                peer,
+                offset: id.offset,
+                len,
+                payload,
+            };
+            self.early.entry((l, s)).or_default().push(c);
+            return Ok(());
+        }
+        if s < lane.step || lane.recvs.iter().all(|p| p.left() == 0) {
+            return Err(ExecError::StepComplete {
+                peer,
+                lane: l,
+                step: s,
+            });
+        }
+        self.apply(l, peer, id.offset, len, payload)?;
+        self.pump()
+    }
+
+    /// Advances lanes whose step is complete: emits sends, arms receives, applies kept chunks.
+    fn pump(&mut self) -> Result<(), ExecError> {
+        let esize = self.cfg.elem_bytes;
+        while let Some((l, s)) = self.todo.pop() {
+            let steps = &self.plan.lanes[l].steps;
+            if s == steps.len() {
+                self.done_lanes += 1;
+                if self.next_lane < self.lanes.len() {
+                    self.todo.push((self.next_lane, 0));
+                    self.next_lane += 1;
+                }
+                continue;
             }
-            Err(RecvTimeoutError::Disconnected) => return Err(CollectiveError::Closed),
-        }
-    }
-    Ok(())
-}
-
-/// A lost connection or a silent peer is often a symptom: the rank that saw the
-/// root cause has sent an Abort naming it. Wait briefly for one before reporting.
-fn refine(e: &mut Engine, err: CollectiveError) -> CollectiveError {
-    if !matches!(
-        err,
-        CollectiveError::PeerFailed { .. } | CollectiveError::PeerTimeout { .. }
-    ) {
-        return err;
-    }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match e.events.recv_timeout(left) {
-            Ok(Event::Frame { peer, frame }) if frame.header.kind == FrameKind::Abort => {
-                if let Ok((failed, reason)) = decode_abort(&frame.payload) {
-                    let failed = failed as usize;
-                    if failed < e.world && failed != e.me {
-                        let detail = format!("reported by rank {peer}: {reason}");
-                        return CollectiveError::PeerFailed {
-                            peer: failed,
-                            detail,
-                        };
+            let mut recvs = Vec::new();
+            for a in &steps[s] {
+                match *a {
+                    Action::Send { peer, span } => {
+                        let range = span.start * esize..span.end() * esize;
+                        self.emit_sends(peer, l, s, range);
                     }
-                }
-            }
-            Ok(Event::Frame { .. }) => {}
-            Ok(Event::Closed { .. }) => e.closed_seen += 1,
-            Err(_) => return err,
-        }
-    }
-}
-
-/// Advances lanes whose step is complete: posts sends, arms receives, applies early frames.
-fn pump(e: &mut Engine, run: &mut Run<'_>, buf: &mut [u8], job: &Ctx<'_>) -> Result<()> {
-    while let Some((l, s)) = run.todo.pop() {
-        let steps = &run.plan.lanes[l].steps;
-        if s == steps.len() {
-            run.done_lanes += 1;
-            if run.next_lane < run.lanes.len() {
-                run.todo.push((run.next_lane, 0));
-                run.next_lane += 1;
-            }
-            continue;
-        }
-        let mut recvs = Vec::new();
-        for a in &steps[s] {
-            match *a {
-                Action::Send { peer, span } => {
-                    let (start, end) = (span.start * run.esize, span.end() * run.esize);
-                    send(e, run.seq, l, s, peer, &buf[start..end])?;
-                }
-                Action::Recv { peer, span, reduce } => {
-                    let (start, end) = (span.start * run.esize, span.end() * run.esize);
-                    recvs.push(Pending {
+                    Action::Recv { peer, span, reduce } => recvs.push(Pending {
                         peer,
-                        start,
-                        end,
+                        range: span.start * esize..span.end() * esize,
                         reduce,
-                        left: end - start,
+                        got: Received::default(),
+                    }),
+                }
+            }
+            let empty = recvs.is_empty();
+            self.lanes[l] = LaneState { step: s, recvs };
+            let kept = self.early.remove(&(l, s)).unwrap_or_default();
+            if empty {
+                if let Some(c) = kept.first() {
+                    return Err(ExecError::NotExpected {
+                        peer: c.peer,
+                        lane: l,
+                        step: s,
                     });
                 }
+                self.todo.push((l, s + 1));
+                continue;
+            }
+            for c in kept {
+                self.apply(l, c.peer, c.offset, c.len, c.payload)?;
             }
         }
-        run.lanes[l] = LaneState { step: s, recvs };
-        if run.lanes[l].recvs.is_empty() {
-            run.todo.push((l, s + 1));
-            continue;
+        if self.started && self.done_lanes == self.lanes.len() && !self.finished {
+            self.finished = true;
+            self.out.push_back(Output::Done);
         }
-        for (peer, f) in run.early.remove(&(l, s)).unwrap_or_default() {
-            apply(run, l, peer, &f, buf, job)?;
+        Ok(())
+    }
+
+    /// One transfer, cut into chunks of at most `frame_bytes`.
+    fn emit_sends(&mut self, peer: Rank, lane: usize, step: usize, range: Range<usize>) {
+        let transfer_len = range.len();
+        let frame = self.cfg.frame_bytes;
+        let mut at = range.start;
+        while at < range.end {
+            let end = range.end.min(at.saturating_add(frame));
+            self.out.push_back(Output::Send(SendChunk {
+                peer,
+                call: self.cfg.call,
+                lane,
+                step,
+                offset: (at - range.start) as u64,
+                range: at..end,
+                transfer_len,
+            }));
+            at = end;
         }
     }
-    Ok(())
-}
 
-fn send(
-    e: &mut Engine,
-    seq: u64,
-    lane: usize,
-    step: usize,
-    peer: Rank,
-    bytes: &[u8],
-) -> Result<()> {
-    let link =
-        e.peers
-            .get_mut(peer)
-            .and_then(Option::as_mut)
-            .ok_or(CollectiveError::PeerFailed {
+    /// Checks one chunk against the pending receive of lane `l` from `peer` and emits its apply.
+    fn apply(
+        &mut self,
+        l: usize,
+        peer: Rank,
+        offset: u64,
+        len: usize,
+        payload: P,
+    ) -> Result<(), ExecError> {
+        let esize = self.cfg.elem_bytes;
+        let step = self.lanes[l].step;
+        let Some(p) = self.lanes[l].recvs.iter_mut().find(|p| p.peer == peer) else {
+            return Err(ExecError::NotExpected {
                 peer,
-                detail: "no connection".into(),
-            })?;
-    let frame = (e.opts.chunk_bytes / 8).max(1) * 8;
-    let small = bytes.len() <= e.opts.latency_bytes;
-    for (i, piece) in bytes.chunks(frame).enumerate() {
-        let mut p = e.pool.take(piece.len());
-        p.copy_from_slice(piece);
-        let h = FrameHeader {
-            kind: FrameKind::Data,
-            op: seq,
-            lane: lane as u32,
-            step: step as u32,
-            offset: (i * frame) as u64,
-            len: piece.len() as u32,
+                lane: l,
+                step,
+            });
         };
-        if !link.send_data(h, p, small) {
-            return Err(CollectiveError::PeerFailed {
+        let expected = p.range.len();
+        let rel = usize::try_from(offset).ok();
+        let fits = rel
+            .and_then(|r| r.checked_add(len))
+            .is_some_and(|end| end <= expected);
+        let rel = match rel {
+            Some(r) if fits && r.is_multiple_of(esize) && len.is_multiple_of(esize) => r,
+            _ => {
+                return Err(ExecError::OutOfRange {
+                    peer,
+                    lane: l,
+                    step,
+                    offset,
+                    len,
+                    expected,
+                })
+            }
+        };
+        if !p.got.insert(rel..rel + len) {
+            return Err(ExecError::Duplicate {
                 peer,
-                detail: "connection closed".into(),
+                lane: l,
+                step,
+                offset,
+                len,
             });
         }
-    }
-    Ok(())
-}
-
-fn on_frame(
-    e: &mut Engine,
-    run: &mut Run<'_>,
-    peer: Rank,
-    f: Frame,
-    buf: &mut [u8],
-    job: &Ctx<'_>,
-) -> Result<()> {
-    let h = f.header;
-    if h.kind == FrameKind::Abort {
-        let (failed, reason) =
-            decode_abort(&f.payload).map_err(|source| CollectiveError::Frame { peer, source })?;
-        let failed = failed as usize;
-        let detail = if failed == peer {
-            reason
-        } else {
-            format!("reported by rank {peer}: {reason}")
-        };
-        return Err(CollectiveError::PeerFailed {
-            peer: failed.min(e.world.saturating_sub(1)),
-            detail,
-        });
-    }
-    let mismatch = |detail: String| CollectiveError::Mismatch { peer, detail };
-    if h.kind != FrameKind::Data {
-        return Err(mismatch(format!("unexpected {:?} frame", h.kind)));
-    }
-    if h.op > run.seq {
-        e.future.push((peer, f));
-        return Ok(());
-    }
-    let (l, s) = (h.lane as usize, h.step as usize);
-    if h.op < run.seq || l >= run.lanes.len() || s >= run.plan.lanes[l].steps.len() {
-        return Err(mismatch(format!(
-            "frame for op {} lane {l} step {s} does not exist (running op {})",
-            h.op, run.seq
-        )));
-    }
-    let started = l < run.next_lane;
-    let lane = &run.lanes[l];
-    if !started || s > lane.step {
-        run.early.entry((l, s)).or_default().push((peer, f));
-        return Ok(());
-    }
-    if s < lane.step || lane.recvs.iter().all(|p| p.left == 0) {
-        return Err(mismatch(format!("lane {l} step {s} is already complete")));
-    }
-    apply(run, l, peer, &f, buf, job)?;
-    pump(e, run, buf, job)
-}
-
-/// Applies one chunk to the pending receive of lane `l` from `peer`.
-fn apply(
-    run: &mut Run<'_>,
-    l: usize,
-    peer: Rank,
-    f: &Frame,
-    buf: &mut [u8],
-    job: &Ctx<'_>,
-) -> Result<()> {
-    let mismatch = |detail: String| CollectiveError::Mismatch { peer, detail };
-    let h = f.header;
-    let esize = run.esize;
-    let Some(p) = run.lanes[l].recvs.iter_mut().find(|p| p.peer == peer) else {
-        return Err(mismatch(format!(
-            "lane {l} step {} expects nothing from this peer",
-            h.step
-        )));
-    };
-    // Offsets are relative to the transfer, so the two sides' spans may sit at different places.
-    let (rel, len) = (h.offset, f.payload.len());
-    let off = usize::try_from(rel)
-        .ok()
-        .and_then(|r| r.checked_add(p.start));
-    let fits = off
-        .and_then(|o| o.checked_add(len))
-        .is_some_and(|end| end <= p.end)
-        && len <= p.left;
-    let off = match off {
-        Some(o) if fits && (rel as usize).is_multiple_of(esize) && len.is_multiple_of(esize) => o,
-        _ => {
-            return Err(mismatch(format!(
-                "chunk at +{rel} ({len} bytes) outside the expected {} bytes",
-                p.end - p.start
-            )))
+        let range = p.range.start + rel..p.range.start + rel + len;
+        let reduce = p.reduce;
+        self.out.push_back(Output::Apply(ApplyChunk {
+            peer,
+            id: ChunkId {
+                lane: l,
+                step,
+                offset,
+            },
+            range,
+            reduce,
+            payload,
+        }));
+        if self.lanes[l].recvs.iter().all(|p| p.left() == 0) {
+            self.todo.push((l, step + 1));
         }
-    };
-    let dst = &mut buf[off..off + len];
-    if p.reduce {
-        reduce_into(job.dtype, job.op, dst, &f.payload);
-    } else {
-        dst.copy_from_slice(&f.payload);
+        Ok(())
     }
-    p.left -= len;
-    progress_add(job.progress, len as u64);
-    if run.lanes[l].recvs.iter().all(|p| p.left == 0) {
-        let s = run.lanes[l].step;
-        run.todo.push((l, s + 1));
-    }
-    Ok(())
-}
-
-fn on_closed(
-    e: &mut Engine,
-    run: &Run<'_>,
-    peer: Rank,
-    graceful: bool,
-    detail: String,
-) -> Result<()> {
-    e.closed_seen += 1;
-    if !graceful {
-        return Err(CollectiveError::PeerFailed { peer, detail });
-    }
-    if let Some(link) = e.peers.get_mut(peer).and_then(Option::as_mut) {
-        link.open = link.open.saturating_sub(1);
-    }
-    check_left(e, run)
-}
-
-/// A peer that closed all its connections in order is only fine if everything we
-/// still need from it has already arrived (and waits in a stash).
-fn check_left(e: &Engine, run: &Run<'_>) -> Result<()> {
-    for (peer, link) in e.peers.iter().enumerate() {
-        if link.as_ref().is_none_or(|l| l.open != 0) {
-            continue;
-        }
-        let mut needed = 0usize;
-        for (l, st) in run.lanes.iter().enumerate() {
-            let started = l < run.next_lane;
-            if started {
-                needed += st
-                    .recvs
-                    .iter()
-                    .filter(|p| p.peer == peer)
-                    .map(|p| p.left)
-                    .sum::<usize>();
-            }
-            let from = if started { st.step + 1 } else { 0 };
-            for a in run.plan.lanes[l].steps.iter().skip(from).flatten() {
-                if let Action::Recv { peer: q, span, .. } = a {
-                    needed += if *q == peer { span.len * run.esize } else { 0 };
-                }
-            }
-        }
-        let stashed: usize = run
-            .early
-            .values()
-            .flatten()
-            .filter(|(q, _)| *q == peer)
-            .map(|(_, f)| f.payload.len())
-            .sum();
-        if needed > stashed {
-            return Err(CollectiveError::PeerFailed {
-                peer,
-                detail: "left the communicator".into(),
-            });
-        }
-    }
-    Ok(())
 }

@@ -411,5 +411,4 @@ fn obj_get_read_only(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
 }
 
 #[cfg(test)]
-#[path = "peer_clock_tests.rs"]
 mod tests;

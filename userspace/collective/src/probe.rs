@@ -2,18 +2,31 @@
 //! first pair of ranks of that class runs a ping-pong (α) and a one-way bulk
 //! transfer (β) through the engine itself; the measuring rank publishes the result
 //! in the store and every rank reads the same numbers, so all choose alike.
+//!
+//! It sees the communicator only through [`ProbeLink`]: run a plan, share a value.
 
 use std::time::{Duration, Instant};
 
-use crate::comm::Communicator;
 use crate::config::Options;
 use crate::cost::CostModel;
-use crate::error::{CollectiveError, Rank, Result, StoreError};
+use crate::error::{Rank, Result, StoreError};
 use crate::schedule::sim::LinkCost;
 use crate::schedule::{Action, Lane, Plan, Span};
 use crate::topology::{LinkClass, Topology};
 
 const PINGS: usize = 5;
+
+/// What the probe needs from a communicator, and nothing more.
+pub(crate) trait ProbeLink {
+    fn rank(&self) -> Rank;
+    fn topology(&self) -> &Topology;
+    /// Runs `plan` through the engine on a zeroed working buffer of `len` bytes.
+    fn run_plan(&self, plan: Plan, len: usize) -> Result<()>;
+    /// Publishes `value` under `key` in the bootstrap store.
+    fn publish(&self, key: &str, value: &[u8]) -> Result<()>;
+    /// Waits (up to `timeout`) for `key` in the bootstrap store.
+    fn lookup(&self, key: &str, timeout: Duration) -> Result<Vec<u8>>;
+}
 
 /// The first pair (a < b) whose link is of `class`.
 pub fn pair_of(topo: &Topology, class: LinkClass) -> Option<(Rank, Rank)> {
@@ -57,14 +70,14 @@ pub fn exchange_plan(me: Rank, a: Rank, b: Rank, rounds: usize, len: usize) -> P
     }
 }
 
-fn timed(comm: &Communicator, plan: Plan, len: usize) -> Result<Duration> {
+fn timed(comm: &impl ProbeLink, plan: Plan, len: usize) -> Result<Duration> {
     let t = Instant::now();
     comm.run_plan(plan, len)?;
     Ok(t.elapsed())
 }
 
 /// Probes every link class present and returns the model all ranks agree on.
-pub(crate) fn measure(comm: &Communicator, opts: &Options) -> Result<CostModel> {
+pub(crate) fn measure(comm: &impl ProbeLink, opts: &Options) -> Result<CostModel> {
     let me = comm.rank();
     let mut model = opts.cost;
     let mut classes = Vec::new();
@@ -88,11 +101,11 @@ pub(crate) fn measure(comm: &Communicator, opts: &Options) -> Result<CostModel> 
                 gbit_s = 8.0 / beta / 1e9,
                 "probed"
             );
-            store(comm)?.set(&key(class), format!("{alpha} {beta}").as_bytes())?;
+            comm.publish(&key(class), format!("{alpha} {beta}").as_bytes())?;
         }
     }
     for class in classes {
-        let v = store(comm)?.get(&key(class), opts.rendezvous_timeout)?;
+        let v = comm.lookup(&key(class), opts.rendezvous_timeout)?;
         let s = String::from_utf8_lossy(&v).into_owned();
         let mut it = s.split(' ').map(str::parse::<f64>);
         match (it.next(), it.next()) {
@@ -105,10 +118,4 @@ pub(crate) fn measure(comm: &Communicator, opts: &Options) -> Result<CostModel> 
 
 fn key(class: LinkClass) -> String {
     format!("probe/{class:?}")
-}
-
-fn store(comm: &Communicator) -> Result<std::sync::MutexGuard<'_, crate::store::StoreClient>> {
-    comm.store
-        .lock()
-        .map_err(|_| CollectiveError::Rendezvous("store lock poisoned".into()))
 }

@@ -1,6 +1,6 @@
 //! The framed, versioned wire protocol between ranks.
 //!
-//! Every frame is a fixed 40-byte little-endian header followed by `len` payload bytes:
+//! Every frame is a fixed 56-byte little-endian header followed by `len` payload bytes:
 //!
 //! | bytes | field | meaning |
 //! |---|---|---|
@@ -13,7 +13,8 @@
 //! | 20..24 | step | schedule step inside the lane |
 //! | 24..32 | offset | byte offset of the payload inside the transfer (one schedule action) |
 //! | 32..36 | len | payload length |
-//! | 36..40 | check | FNV-1a of bytes 0..36 |
+//! | 36..52 | call | the operation's signature ([`Call`]; zero in control frames) |
+//! | 52..56 | check | FNV-1a of bytes 0..52 |
 //!
 //! The decoder checks everything before the payload is read, and refuses payloads
 //! above the configured maximum, so a peer can never make us allocate without bound.
@@ -22,9 +23,18 @@ use std::io::{self, Read, Write};
 
 use crate::pool::{BufferPool, PooledBuf};
 
+mod abort;
+mod call;
+
+pub use abort::{decode_abort, encode_abort, Abort, CallReport};
+use call::CALL_LEN;
+pub use call::{Call, CallKind, Codec};
+
 pub const MAGIC: [u8; 4] = *b"CWCL";
-pub const VERSION: u8 = 1;
-pub const HEADER_LEN: usize = 40;
+/// 2: the header carries the operation's [`Call`].
+pub const VERSION: u8 = 2;
+pub const HEADER_LEN: usize = 56;
+const CHECK_AT: usize = HEADER_LEN - 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -33,10 +43,12 @@ pub enum FrameKind {
     Hello = 1,
     /// A chunk of an operation's buffer.
     Data = 2,
-    /// The sender gives up on the communicator; payload: failed rank (u32) + reason (UTF-8).
+    /// The sender gives up on the communicator; payload: [`Abort`] (who failed, how that was decided, why).
     Abort = 3,
     /// Orderly close: no more frames will follow.
     Goodbye = 4,
+    /// The sender is alive (sent on a connection idle for a while; no payload).
+    Heartbeat = 5,
 }
 
 /// Malformed input. Any of these closes the connection it came from.
@@ -56,6 +68,8 @@ pub enum FrameError {
     BadChecksum,
     #[error("payload of {len} bytes exceeds the limit of {max}")]
     Oversized { len: u32, max: u32 },
+    #[error("bad operation signature: {0}")]
+    BadCall(&'static str),
     #[error("bad {kind:?} payload: {reason}")]
     BadPayload {
         kind: FrameKind,
@@ -71,6 +85,8 @@ pub struct FrameHeader {
     pub step: u32,
     pub offset: u64,
     pub len: u32,
+    /// The call a data frame belongs to; `None` in control frames.
+    pub call: Option<Call>,
 }
 
 fn fnv1a(bytes: &[u8]) -> u32 {
@@ -85,6 +101,18 @@ fn le<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
     a
 }
 
+/// The magic and version at the start of `b` (at least 5 bytes).
+fn check_preamble(b: &[u8]) -> Result<(), FrameError> {
+    let magic: [u8; 4] = le(b, 0);
+    if magic != MAGIC {
+        return Err(FrameError::BadMagic(magic));
+    }
+    if b[4] != VERSION {
+        return Err(FrameError::UnsupportedVersion(b[4]));
+    }
+    Ok(())
+}
+
 impl FrameHeader {
     pub fn control(kind: FrameKind, len: u32) -> Self {
         FrameHeader {
@@ -94,6 +122,7 @@ impl FrameHeader {
             step: 0,
             offset: 0,
             len,
+            call: None,
         }
     }
 
@@ -107,8 +136,9 @@ impl FrameHeader {
         b[20..24].copy_from_slice(&self.step.to_le_bytes());
         b[24..32].copy_from_slice(&self.offset.to_le_bytes());
         b[32..36].copy_from_slice(&self.len.to_le_bytes());
-        let check = fnv1a(&b[..36]);
-        b[36..40].copy_from_slice(&check.to_le_bytes());
+        b[36..36 + CALL_LEN].copy_from_slice(&Call::encode(self.call.as_ref()));
+        let check = fnv1a(&b[..CHECK_AT]);
+        b[CHECK_AT..].copy_from_slice(&check.to_le_bytes());
         b
     }
 
@@ -120,14 +150,8 @@ impl FrameHeader {
                 need: HEADER_LEN,
             });
         }
-        let magic: [u8; 4] = le(b, 0);
-        if magic != MAGIC {
-            return Err(FrameError::BadMagic(magic));
-        }
-        if b[4] != VERSION {
-            return Err(FrameError::UnsupportedVersion(b[4]));
-        }
-        if u32::from_le_bytes(le(b, 36)) != fnv1a(&b[..36]) {
+        check_preamble(b)?;
+        if u32::from_le_bytes(le(b, CHECK_AT)) != fnv1a(&b[..CHECK_AT]) {
             return Err(FrameError::BadChecksum);
         }
         let kind = match b[5] {
@@ -135,6 +159,7 @@ impl FrameHeader {
             2 => FrameKind::Data,
             3 => FrameKind::Abort,
             4 => FrameKind::Goodbye,
+            5 => FrameKind::Heartbeat,
             k => return Err(FrameError::UnknownKind(k)),
         };
         let reserved = u16::from_le_bytes(le(b, 6));
@@ -155,6 +180,7 @@ impl FrameHeader {
             step: u32::from_le_bytes(le(b, 20)),
             offset: u64::from_le_bytes(le(b, 24)),
             len,
+            call: Call::decode(&le(b, 36))?,
         })
     }
 }
@@ -185,10 +211,16 @@ pub fn read_frame(
     pool: &BufferPool,
 ) -> Result<Frame, ReadError> {
     let mut hb = [0u8; HEADER_LEN];
-    let got = read_full(r, &mut hb)?;
+    // Magic and version first: a peer speaking something else is refused at
+    // once, not after it has sent a whole header's worth of bytes.
+    let got = read_full(r, &mut hb[..5])?;
     if got == 0 {
         return Err(ReadError::Closed);
     }
+    if got == 5 {
+        check_preamble(&hb)?;
+    }
+    let got = got + read_full(r, &mut hb[got..])?;
     if got < HEADER_LEN {
         return Err(FrameError::Truncated {
             got,
@@ -311,26 +343,5 @@ impl Hello {
     }
 }
 
-/// Payload of an Abort frame.
-pub fn encode_abort(failed: u32, reason: &str) -> Vec<u8> {
-    let mut v = failed.to_le_bytes().to_vec();
-    v.extend_from_slice(&reason.as_bytes()[..reason.len().min(1024)]);
-    v
-}
-
-pub fn decode_abort(p: &[u8]) -> Result<(u32, String), FrameError> {
-    if p.len() < 4 {
-        return Err(FrameError::BadPayload {
-            kind: FrameKind::Abort,
-            reason: "shorter than 4 bytes",
-        });
-    }
-    Ok((
-        u32::from_le_bytes(le(p, 0)),
-        String::from_utf8_lossy(&p[4..]).into_owned(),
-    ))
-}
-
 #[cfg(test)]
-#[path = "wire_tests.rs"]
 mod tests;

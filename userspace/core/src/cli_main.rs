@@ -59,7 +59,15 @@ pub fn report(result: &anyhow::Result<()>, out: &mut impl Write) -> u8 {
 
 /// `error: <outer>: <cause>: <cause>`: the whole chain on one line.
 pub fn error_line(err: &anyhow::Error) -> String {
-    let chain: Vec<String> = err.chain().map(ToString::to_string).collect();
+    // A cause that its wrapper already spells out (`#[error("...: {source}")]`
+    // beside `#[source]`) is not printed a second time.
+    let mut chain: Vec<String> = Vec::new();
+    for text in err.chain().map(|e| e.to_string()) {
+        if chain.last().is_some_and(|outer| outer.ends_with(&text)) {
+            continue;
+        }
+        chain.push(text);
+    }
     format!("error: {}", chain.join(": "))
 }
 

@@ -42,6 +42,19 @@ fn typed_sources_are_followed() {
     );
 }
 
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read /run/x: {0}")]
+struct Spelled(#[source] io::Error);
+
+#[test]
+fn a_cause_the_wrapper_already_spells_out_is_not_repeated() {
+    let err = anyhow::Error::new(Spelled(io::Error::other("permission denied"))).context("stats");
+    assert_eq!(
+        error_line(&err),
+        "error: stats: cannot read /run/x: permission denied"
+    );
+}
+
 #[test]
 fn a_single_error_has_no_separator() {
     assert_eq!(

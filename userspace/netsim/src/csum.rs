@@ -6,6 +6,8 @@
 //! where the field is; summing that region (field included) and complementing
 //! gives the real checksum, exactly what a NIC would have done.
 
+use causeway_wire::checksum;
+
 /// Virtio-net header that PACKET_VNET_HDR puts before every received frame.
 pub const VNET_HDR_LEN: usize = 10;
 const VIRTIO_NET_HDR_F_NEEDS_CSUM: u8 = 1;
@@ -25,22 +27,6 @@ pub enum FrameState {
     Malformed,
 }
 
-/// Ones'-complement sum of `data` (RFC 1071), not yet complemented.
-pub fn ones_complement_sum(data: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [last] = chunks.remainder() {
-        sum += u32::from(*last) << 8;
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
-}
-
 /// Apply the virtio-net header `hdr` to `frame` (the bytes after the header).
 pub fn finish_frame(hdr: &[u8; VNET_HDR_LEN], frame: &mut [u8]) -> FrameState {
     let (flags, gso_type) = (hdr[0], hdr[1]);
@@ -58,7 +44,7 @@ pub fn finish_frame(hdr: &[u8; VNET_HDR_LEN], frame: &mut [u8]) -> FrameState {
     if start >= frame.len() || field + 2 > frame.len() {
         return FrameState::Malformed;
     }
-    let sum = !ones_complement_sum(&frame[start..]);
+    let sum = checksum::checksum(&frame[start..]);
     // UDP transmits a computed zero as all ones (RFC 768); harmless for TCP/ICMP,
     // which never produce 0x0000 from a non-zero region either way.
     let sum = if sum == 0 { 0xffff } else { sum };
@@ -69,60 +55,41 @@ pub fn finish_frame(hdr: &[u8; VNET_HDR_LEN], frame: &mut [u8]) -> FrameState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use causeway_wire::{checksum::IpPair, ethernet, ethertype, ip_proto, ipv4, udp};
+    use std::net::Ipv4Addr;
 
-    /// An IPv4/UDP frame with a correct checksum, built by hand.
+    const SRC: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+    const DST: Ipv4Addr = Ipv4Addr::new(10, 1, 0, 2);
+    /// Ethernet + IPv4 header: where the UDP header starts.
+    const L4: usize = 34;
+
+    /// An IPv4/UDP frame with correct checksums.
     fn udp_frame(payload: &[u8]) -> Vec<u8> {
-        let mut f = vec![0u8; 14];
-        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-        let total = 20 + 8 + payload.len();
-        let mut ip = vec![
-            0x45,
-            0,
-            (total >> 8) as u8,
-            total as u8,
-            0,
-            0,
-            0x40,
-            0,
-            64,
-            17,
-            0,
-            0,
-            10,
-            0,
-            0,
-            1,
-            10,
-            1,
-            0,
-            2,
-        ];
-        let c = !ones_complement_sum(&ip);
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        f.extend(ip);
-        let len = (8 + payload.len()) as u16;
-        let mut udp = vec![0x30, 0x39, 0x1b, 0x5f];
-        udp.extend(len.to_be_bytes());
-        udp.extend([0, 0]);
-        udp.extend(payload);
-        // Pseudo header: src, dst, zero, proto, length.
-        let mut pseudo = vec![10, 0, 0, 1, 10, 1, 0, 2, 0, 17];
-        pseudo.extend(len.to_be_bytes());
-        pseudo.extend(&udp);
-        let c = !ones_complement_sum(&pseudo);
-        udp[6..8].copy_from_slice(&c.to_be_bytes());
-        f.extend(udp);
+        let l4_len = udp::HEADER_LEN + payload.len();
+        let mut f = vec![0u8; L4 + l4_len];
+        ethernet::Repr {
+            dst: [0; 6],
+            src: [0; 6],
+            ethertype: ethertype::IPV4,
+        }
+        .emit(&mut f)
+        .expect("room");
+        ipv4::Repr {
+            frag: ipv4::DONT_FRAG,
+            ..ipv4::Repr::new(SRC, DST, ip_proto::UDP)
+        }
+        .emit(&mut f[14..], l4_len)
+        .expect("room");
+        udp::Repr {
+            src_port: 12345,
+            dst_port: 7007,
+        }
+        .emit(&mut f[L4..], payload.len())
+        .expect("room");
+        let mut seg = udp::Packet::new_checked(&mut f[L4..]).expect("udp");
+        seg.payload_mut().copy_from_slice(payload);
+        seg.fill_checksum(&IpPair::V4(SRC, DST));
         f
-    }
-
-    #[test]
-    fn rfc1071_example() {
-        // RFC 1071 section 3 example: 0x0001 f203 f4f5 f6f7 → sum 0xddf2.
-        assert_eq!(
-            ones_complement_sum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]),
-            0xddf2
-        );
-        assert_eq!(ones_complement_sum(&[0xff]), 0xff00);
     }
 
     #[test]
@@ -130,18 +97,19 @@ mod tests {
         let good = udp_frame(b"hello, causeway!!");
         // What a sender with TX offload hands over: the pseudo-header sum, not complemented.
         let mut partial = good.clone();
-        let len = (good.len() - 34) as u16;
-        let mut pseudo = vec![10, 0, 0, 1, 10, 1, 0, 2, 0, 17];
-        pseudo.extend(len.to_be_bytes());
-        let ph = ones_complement_sum(&pseudo);
-        partial[40..42].copy_from_slice(&ph.to_be_bytes());
+        let len = (good.len() - L4) as u32;
+        let ph = IpPair::V4(SRC, DST).pseudo_header_sum(ip_proto::UDP, len);
+        partial[L4 + 6..L4 + 8].copy_from_slice(&ph.to_be_bytes());
         assert_ne!(partial, good);
         let mut hdr = [0u8; VNET_HDR_LEN];
         hdr[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM;
-        hdr[6..8].copy_from_slice(&34u16.to_ne_bytes());
+        hdr[6..8].copy_from_slice(&(L4 as u16).to_ne_bytes());
         hdr[8..10].copy_from_slice(&6u16.to_ne_bytes());
         assert_eq!(finish_frame(&hdr, &mut partial), FrameState::ChecksumFixed);
         assert_eq!(partial, good);
+        let ip = ipv4::Packet::new_checked(&partial[14..]).expect("ip");
+        let seg = udp::Packet::new_checked(ip.payload()).expect("udp");
+        assert!(seg.verify_checksum(&IpPair::V4(SRC, DST)));
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! Records are rate-limited in the kernel (`bpf_maps::log`): at most
 //! `LOG_RECORDS_PER_WINDOW` per event, CPU and second.
 
+// Registers the ring buffer's fd with tokio (`AsyncFd::register_with_interest`).
+#[allow(unsafe_code)]
 mod reader;
 
 use std::path::{Path, PathBuf};

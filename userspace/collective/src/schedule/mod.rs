@@ -10,9 +10,11 @@
 //! every rank on a virtual clock with the α-β cost model.
 
 mod algos;
+pub mod confirm;
 pub mod sim;
 
 pub use algos::build;
+pub use confirm::build_all;
 
 use crate::error::Rank;
 

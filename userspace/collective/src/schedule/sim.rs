@@ -1,16 +1,24 @@
-//! Executes the plans of every rank on a virtual clock.
+//! Executes the plans of every rank on a virtual clock, each rank by the same
+//! [`Executor`] the engine drives over real connections: the simulator is a
+//! second driver, with a modelled network instead of sockets.
 //!
-//! Each send occupies a *resource* (a directed link, or a WAN pipe shared by every
-//! host of a domain) for `bytes × β` and arrives `α` later; a step completes when all
-//! its receives have arrived; lanes run `window` at a time, like the real engine.
-//! Optionally carries real values (as f64) to check that a schedule computes the
-//! right thing, without sockets.
+//! Each chunk the executor sends occupies a *resource* (a directed link, or a WAN
+//! pipe shared by every host of a domain) for `bytes × β` and arrives `α` later,
+//! when it is handed to the receiving rank's executor; the executor decides what
+//! that completes and what to send next (lanes, `window` lanes in flight, early
+//! chunks). Optionally carries real values (as f64) to check that a schedule
+//! computes the right thing, without sockets.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::time::Duration;
 
-use super::{Action, Plan};
+use super::Plan;
+use crate::dtype::{DType, ReduceOp};
 use crate::error::Rank;
+use crate::exec::trace::Message;
+use crate::exec::{ChunkId, ExecConfig, ExecError, Executor, Output};
+use crate::wire::{Call, CallKind, Codec};
 
 /// Cost of one link: latency `alpha` (seconds) and `beta` (seconds per byte).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -65,219 +73,320 @@ pub enum SimError {
         step: usize,
         detail: String,
     },
+    #[error("rank {rank}: {source}")]
+    Executor { rank: Rank, source: ExecError },
 }
 
-struct Event {
+impl SimError {
+    /// What an executor's refusal of a chunk means for the plans.
+    fn at(rank: Rank, e: ExecError) -> Self {
+        match e {
+            ExecError::UnknownChunk {
+                peer, lane, step, ..
+            }
+            | ExecError::StepComplete { peer, lane, step }
+            | ExecError::NotExpected { peer, lane, step } => SimError::Unmatched {
+                from: peer,
+                to: rank,
+                lane,
+                step,
+            },
+            ExecError::OutOfRange { lane, step, .. } | ExecError::Duplicate { lane, step, .. } => {
+                SimError::Mismatch {
+                    rank,
+                    lane,
+                    step,
+                    detail: e.to_string(),
+                }
+            }
+            ExecError::CallMismatch { .. }
+            | ExecError::PeerLeft { .. }
+            | ExecError::Timeout { .. } => SimError::Executor { rank, source: e },
+        }
+    }
+}
+
+/// How every simulated rank runs its plan (the executor's settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimConfig {
+    /// Bytes per element (spans to bytes).
+    pub elem_bytes: usize,
+    /// Lanes in flight.
+    pub window: usize,
+    /// Largest chunk of a transfer (`usize::MAX`: whole transfers).
+    pub frame_bytes: usize,
+}
+
+/// A chunk on its way.
+struct Delivery {
     t: f64,
     seq: u64,
-    rank: Rank,
-    lane: usize,
-    step: usize,
+    to: Rank,
+    from: Rank,
+    call: Call,
+    id: ChunkId,
+    len: usize,
+    values: Vec<f64>,
 }
-impl PartialEq for Event {
+impl PartialEq for Delivery {
     fn eq(&self, o: &Self) -> bool {
         self.cmp(o) == Ordering::Equal
     }
 }
-impl Eq for Event {}
-impl PartialOrd for Event {
+impl Eq for Delivery {}
+impl PartialOrd for Delivery {
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
         Some(self.cmp(o))
     }
 }
-impl Ord for Event {
-    // Reversed: BinaryHeap pops the earliest event first.
+impl Ord for Delivery {
+    // Reversed: BinaryHeap pops the earliest delivery first.
     fn cmp(&self, o: &Self) -> Ordering {
         o.t.total_cmp(&self.t).then(o.seq.cmp(&self.seq))
     }
 }
 
-struct Msg {
-    arrival: f64,
-    len: usize,
-    data: Vec<f64>,
-}
-
-/// Runs `plans` (index = rank). `elem_bytes` converts spans to bytes.
+/// Runs `plans` (index = rank) with whole transfers. `elem_bytes` converts spans to bytes.
 pub fn simulate(
     plans: &[Plan],
     elem_bytes: usize,
     net: &dyn Network,
     window: usize,
-    mut data: Option<SimData<'_>>,
+    data: Option<SimData<'_>>,
 ) -> Result<SimOutcome, SimError> {
-    let window = window.max(1);
-    let mut heap = BinaryHeap::new();
-    let mut seq = 0u64;
-    let mut next_lane = vec![0usize; plans.len()];
-    let mut lanes_done = vec![0usize; plans.len()];
-    let mut end = 0f64;
-    for (r, p) in plans.iter().enumerate() {
-        next_lane[r] = p.lanes.len().min(window);
-        for l in 0..next_lane[r] {
-            heap.push(Event {
-                t: 0.0,
-                seq,
-                rank: r,
-                lane: l,
-                step: 0,
-            });
-            seq += 1;
-        }
-    }
-    let mut msgs: HashMap<(Rank, Rank, usize, usize), Msg> = HashMap::new();
-    let mut waiting: HashMap<(Rank, usize, usize), f64> = HashMap::new();
-    let mut free: HashMap<(usize, usize), f64> = HashMap::new();
-    let mut link_bytes = BTreeMap::new();
+    let cfg = SimConfig {
+        elem_bytes,
+        window,
+        frame_bytes: usize::MAX,
+    };
+    run(plans, &cfg, net, data, None)
+}
 
-    while let Some(Event {
-        t,
-        rank: r,
-        lane: l,
-        step: s,
-        ..
-    }) = heap.pop()
-    {
-        let lane = &plans[r].lanes[l];
-        if s == lane.steps.len() {
-            lanes_done[r] += 1;
-            end = end.max(t);
-            if next_lane[r] < plans[r].lanes.len() {
-                heap.push(Event {
-                    t,
-                    seq,
-                    rank: r,
-                    lane: next_lane[r],
-                    step: 0,
-                });
-                seq += 1;
-                next_lane[r] += 1;
-            }
-            continue;
-        }
-        let mut ready = vec![(r, l, s)];
-        for a in &lane.steps[s] {
-            if let Action::Send { peer, span } = *a {
-                let c = net.cost(r, peer);
-                let bytes = (span.len * elem_bytes) as u64;
-                let slot = free.entry(net.resource(r, peer)).or_insert(0.0);
-                let start = slot.max(t);
-                *slot = start + bytes as f64 * c.beta;
-                *link_bytes.entry((r, peer)).or_insert(0u64) += bytes;
-                let values = match &data {
-                    Some(d) => d.buffers[r][span.start..span.end()].to_vec(),
-                    None => Vec::new(),
-                };
-                let m = Msg {
-                    arrival: *slot + c.alpha,
-                    len: span.len,
-                    data: values,
-                };
-                if msgs.insert((peer, r, l, s), m).is_some() {
-                    return Err(SimError::Mismatch {
-                        rank: r,
-                        lane: l,
-                        step: s,
-                        detail: format!("two sends to {peer}"),
-                    });
-                }
-                ready.push((peer, l, s));
-            }
-        }
-        waiting.insert((r, l, s), t);
-        for (q, ql, qs) in ready {
-            if let Some(&t0) = waiting.get(&(q, ql, qs)) {
-                if let Some(done) = try_complete(plans, q, ql, qs, t0, &mut msgs, data.as_mut())? {
-                    waiting.remove(&(q, ql, qs));
-                    heap.push(Event {
-                        t: done,
-                        seq,
-                        rank: q,
-                        lane: ql,
-                        step: qs + 1,
-                    });
-                    seq += 1;
-                }
-            }
+/// The call every rank makes in [`run`] (the plans alone are compared there).
+const SAME_CALL: Call = Call {
+    kind: CallKind::Plan,
+    dtype: DType::U8,
+    count: 0,
+    reduce: ReduceOp::Sum,
+    root: 0,
+    codec: Codec::Raw,
+};
+
+/// Runs `plans` (index = rank); with `trace`, records per rank every chunk sent
+/// and applied, in the order the rank's executor asked for it.
+pub fn run(
+    plans: &[Plan],
+    cfg: &SimConfig,
+    net: &dyn Network,
+    data: Option<SimData<'_>>,
+    trace: Option<&mut Vec<Vec<Message>>>,
+) -> Result<SimOutcome, SimError> {
+    let calls = vec![SAME_CALL; plans.len()];
+    let mut w = World::new(plans, &calls, cfg, net, data, trace);
+    for r in 0..plans.len() {
+        w.execs[r]
+            .start(Duration::ZERO)
+            .map_err(|e| SimError::at(r, e))?;
+        w.drain(r, 0.0);
+    }
+    while let Some(d) = w.heap.pop() {
+        let now = Duration::from_secs_f64(d.t);
+        w.execs[d.to]
+            .chunk_arrived(d.from, Some(d.call), d.id, d.len, d.values, now)
+            .map_err(|e| SimError::at(d.to, e))?;
+        w.drain(d.to, d.t);
+    }
+    for (r, ex) in w.execs.iter().enumerate() {
+        if let Some((from, lane, step)) = ex.first_stashed() {
+            return Err(SimError::Unmatched {
+                from,
+                to: r,
+                lane,
+                step,
+            });
         }
     }
-    if let Some(((to, from, lane, step), _)) = msgs.iter().next() {
-        return Err(SimError::Unmatched {
-            from: *from,
-            to: *to,
-            lane: *lane,
-            step: *step,
-        });
+    for (rank, ex) in w.execs.iter().enumerate() {
+        if !ex.is_done() {
+            let (lane, step, peer) = ex.waiting_on().unwrap_or((0, 0, rank));
+            return Err(SimError::Deadlock {
+                rank,
+                lane,
+                step,
+                peer,
+            });
+        }
     }
-    if let Some((&(rank, lane, step), _)) = waiting.iter().next() {
-        let peer = plans[rank].lanes[lane].steps[step]
-            .iter()
-            .find(|a| matches!(a, Action::Recv { .. }))
-            .map(Action::peer)
-            .unwrap_or(rank);
-        return Err(SimError::Deadlock {
-            rank,
-            lane,
-            step,
-            peer,
-        });
-    }
-    debug_assert!(lanes_done
-        .iter()
-        .zip(plans)
-        .all(|(d, p)| *d == p.lanes.len()));
     Ok(SimOutcome {
-        time: end,
-        link_bytes,
+        time: w.end,
+        link_bytes: w.link_bytes,
     })
 }
 
-/// Completes step `s` of lane `l` at rank `r` if all its receives have arrived.
-fn try_complete(
+/// How one rank's operation ended in [`run_calls`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum RankEnd {
+    /// Completed at this time (the caller would see Ok).
+    Done(f64),
+    /// Refused a chunk (the caller would see this error).
+    Failed(ExecError),
+    /// Still waiting when nothing more was in flight (a timeout, in a real run).
+    Stuck,
+}
+
+/// Runs rank r's plan for rank r's call `calls[r]`, to the end: a rank whose
+/// executor refuses a chunk stops (sends nothing more), the others go on.
+pub fn run_calls(
     plans: &[Plan],
-    r: Rank,
-    l: usize,
-    s: usize,
-    t0: f64,
-    msgs: &mut HashMap<(Rank, Rank, usize, usize), Msg>,
-    data: Option<&mut SimData<'_>>,
-) -> Result<Option<f64>, SimError> {
-    let step = &plans[r].lanes[l].steps[s];
-    let recvs = || {
-        step.iter().filter_map(|a| match *a {
-            Action::Recv { peer, span, reduce } => Some((peer, span, reduce)),
-            Action::Send { .. } => None,
-        })
-    };
-    if !recvs().all(|(p, ..)| msgs.contains_key(&(r, p, l, s))) {
-        return Ok(None);
-    }
-    let mut done = t0;
-    let mut data = data;
-    for (p, span, reduce) in recvs() {
-        let Some(m) = msgs.remove(&(r, p, l, s)) else {
-            continue;
-        };
-        if m.len != span.len {
-            let detail = format!("{p} sent {} elements, expected {}", m.len, span.len);
-            return Err(SimError::Mismatch {
-                rank: r,
-                lane: l,
-                step: s,
-                detail,
-            });
+    calls: &[Call],
+    cfg: &SimConfig,
+    net: &dyn Network,
+) -> Vec<RankEnd> {
+    let mut w = World::new(plans, calls, cfg, net, None, None);
+    let mut ends = vec![RankEnd::Stuck; plans.len()];
+    for (r, end) in ends.iter_mut().enumerate() {
+        match w.execs[r].start(Duration::ZERO) {
+            Ok(()) => w.drain(r, 0.0),
+            Err(e) => *end = RankEnd::Failed(e),
         }
-        done = done.max(m.arrival);
-        if let Some(d) = data.as_deref_mut() {
-            let dst = &mut d.buffers[r][span.start..span.end()];
-            for (x, y) in dst.iter_mut().zip(m.data) {
-                *x = if reduce { (d.reduce)(*x, y) } else { y };
+    }
+    while let Some(d) = w.heap.pop() {
+        if matches!(ends[d.to], RankEnd::Failed(_)) {
+            continue;
+        }
+        let now = Duration::from_secs_f64(d.t);
+        match w.execs[d.to].chunk_arrived(d.from, Some(d.call), d.id, d.len, d.values, now) {
+            Ok(()) => w.drain(d.to, d.t),
+            Err(e) => ends[d.to] = RankEnd::Failed(e),
+        }
+    }
+    for (r, end) in ends.iter_mut().enumerate() {
+        if *end == RankEnd::Stuck && w.execs[r].is_done() {
+            *end = RankEnd::Done(w.done_at[r]);
+        }
+    }
+    ends
+}
+
+/// The simulated ranks and the network between them.
+struct World<'a, 'p, 'd, 't> {
+    net: &'a dyn Network,
+    elem_bytes: usize,
+    execs: Vec<Executor<'p, Vec<f64>>>,
+    heap: BinaryHeap<Delivery>,
+    seq: u64,
+    /// When each resource is next free.
+    free: HashMap<(usize, usize), f64>,
+    link_bytes: BTreeMap<(Rank, Rank), u64>,
+    end: f64,
+    data: Option<SimData<'d>>,
+    trace: Option<&'t mut Vec<Vec<Message>>>,
+    /// When each rank's executor finished.
+    done_at: Vec<f64>,
+}
+
+impl<'a, 'p, 'd, 't> World<'a, 'p, 'd, 't> {
+    fn new(
+        plans: &'p [Plan],
+        calls: &[Call],
+        cfg: &SimConfig,
+        net: &'a dyn Network,
+        data: Option<SimData<'d>>,
+        trace: Option<&'t mut Vec<Vec<Message>>>,
+    ) -> Self {
+        let execs = plans
+            .iter()
+            .zip(calls)
+            .enumerate()
+            .map(|(rank, (p, &call))| {
+                let c = ExecConfig {
+                    op: 0,
+                    rank,
+                    call,
+                    elem_bytes: cfg.elem_bytes.max(1),
+                    window: cfg.window,
+                    frame_bytes: cfg.frame_bytes,
+                    idle_timeout: Duration::MAX,
+                };
+                Executor::new(p, c)
+            })
+            .collect();
+        let trace = trace.map(|t| {
+            *t = vec![Vec::new(); plans.len()];
+            t
+        });
+        World {
+            net,
+            elem_bytes: cfg.elem_bytes.max(1),
+            execs,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            free: HashMap::new(),
+            link_bytes: BTreeMap::new(),
+            end: 0.0,
+            data,
+            trace,
+            done_at: vec![0.0; plans.len()],
+        }
+    }
+
+    /// Performs rank `r`'s outputs at time `t`: schedules sends, applies chunks.
+    fn drain(&mut self, r: Rank, t: f64) {
+        let eb = self.elem_bytes;
+        while let Some(out) = self.execs[r].poll() {
+            match out {
+                Output::Send(s) => {
+                    if let Some(tr) = self.trace.as_deref_mut() {
+                        tr[r].push(Message::of_send(&s));
+                    }
+                    let c = self.net.cost(r, s.peer);
+                    let bytes = s.range.len();
+                    let slot = self.free.entry(self.net.resource(r, s.peer)).or_insert(0.0);
+                    let start = slot.max(t);
+                    *slot = start + bytes as f64 * c.beta;
+                    *self.link_bytes.entry((r, s.peer)).or_insert(0u64) += bytes as u64;
+                    let values = match &self.data {
+                        Some(d) => d.buffers[r][s.range.start / eb..s.range.end / eb].to_vec(),
+                        None => Vec::new(),
+                    };
+                    self.heap.push(Delivery {
+                        t: *slot + c.alpha,
+                        seq: self.seq,
+                        to: s.peer,
+                        from: r,
+                        call: s.call,
+                        id: ChunkId {
+                            lane: s.lane,
+                            step: s.step,
+                            offset: s.offset,
+                        },
+                        len: bytes,
+                        values,
+                    });
+                    self.seq += 1;
+                }
+                Output::Apply(a) => {
+                    if let Some(tr) = self.trace.as_deref_mut() {
+                        tr[r].push(Message::applied(&a));
+                    }
+                    if let Some(d) = self.data.as_mut() {
+                        let dst = &mut d.buffers[r][a.range.start / eb..a.range.end / eb];
+                        for (x, y) in dst.iter_mut().zip(&a.payload) {
+                            *x = if a.reduce { (d.reduce)(*x, *y) } else { *y };
+                        }
+                    }
+                }
+                Output::Done => {
+                    self.end = self.end.max(t);
+                    self.done_at[r] = t;
+                }
             }
         }
     }
-    Ok(Some(done))
 }
 
+mod stall;
+pub use stall::{run_stopped, StopEnd};
+
 #[cfg(test)]
-#[path = "sim_tests.rs"]
 mod tests;

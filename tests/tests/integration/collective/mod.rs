@@ -1,0 +1,4 @@
+//! The collective library on the agent's clock maps and the emulated WAN.
+
+mod peer_clock;
+mod testbed;

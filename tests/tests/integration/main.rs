@@ -1,0 +1,19 @@
+//! Causeway's integration tests across network namespaces, one binary
+//! (aya's `test/integration-test` is the model), one module per area:
+//!
+//! - `cli`: the real `causeway` binary attaching, classifying, detaching;
+//! - `clock`: the agent's clock sync against kernel stamps and chrony;
+//! - `collective`: the collective library over the agent's maps and the
+//!   emulated WAN;
+//! - `netsim`: the WAN emulator and testbed;
+//! - `shaper`: TC egress shaping with HTB (rates, isolation, live changes).
+//!
+//! These tests measure rates and delays, so `cargo xtask test` runs them
+//! with `--test-threads=1`. One area: `cargo test -p causeway-tests --test
+//! integration -- --test-threads=1 shaper::`.
+
+mod cli;
+mod clock;
+mod collective;
+mod netsim;
+mod shaper;
