@@ -68,6 +68,10 @@ pub const ADDR_CACHE_SLOTS: u32 = 256;
 /// walks both LPM tries). Results are the same either way; the flag exists to
 /// measure and test the uncached path.
 pub const CLS_FLAG_NO_ADDR_CACHE: u32 = 1 << 0;
+/// [`ClassifierConfig::flags`]: the programs of this interface write log
+/// records (see [`crate::log`]). Off by default; set and cleared by
+/// `causeway log --on/--off`, kept across policy changes.
+pub const CLS_FLAG_LOG: u32 = 1 << 1;
 
 /// Maximum entries in each LPM trie (both rule sets together).
 pub const LPM_MAX_ENTRIES: u32 = 2 * (MAX_RULES as u32 + 1) * 2;

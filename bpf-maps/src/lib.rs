@@ -20,6 +20,7 @@ pub mod classifier;
 pub mod clock;
 pub mod counters;
 pub mod gcra;
+pub mod log;
 pub mod programs;
 pub mod shaper;
 

@@ -10,6 +10,7 @@ mod addresses;
 mod classify;
 mod clock_probe;
 mod counters;
+mod log;
 mod maps;
 mod parse;
 mod shaper;

@@ -60,14 +60,18 @@ fn wire_len(ctx: &TcContext) -> u32 {
 #[inline(always)]
 pub fn tc_egress(ctx: &TcContext) -> i32 {
     let len = wire_len(ctx);
-    let Ok(frame) = parse_frame(ctx.data(), ctx.data_end(), ctx.len() as usize) else {
-        count(
-            UNCLASSIFIED_SLOT,
-            UNCLASSIFIED_SLOT,
-            u64::from(len),
-            Outcome::Sent,
-        );
-        return PASS;
+    let frame = match parse_frame(ctx.data(), ctx.data_end(), ctx.len() as usize) {
+        Ok(frame) => frame,
+        Err(why) => {
+            count(
+                UNCLASSIFIED_SLOT,
+                UNCLASSIFIED_SLOT,
+                u64::from(len),
+                Outcome::Sent,
+            );
+            crate::log::unparsed(ctx, crate::log::Hook::Egress, why, u64::from(len));
+            return PASS;
+        }
     };
     crate::clock_probe::stamp_tc_egress(ctx, &frame);
     let class = classify(&frame).class;
@@ -102,6 +106,7 @@ pub fn tc_egress(ctx: &TcContext) -> i32 {
     }
     if outcome == Outcome::Dropped {
         count(class, class, u64::from(len), outcome);
+        crate::log::shaper_drop(ctx, class, len);
         return DROP;
     }
 

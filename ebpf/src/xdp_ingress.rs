@@ -50,9 +50,13 @@ fn parse(ctx: &XdpContext) -> (Result<ParsedFrame, ParseError>, u64) {
 #[inline(always)]
 pub fn xdp_ingress(ctx: &XdpContext) -> u32 {
     let (parsed, len) = parse(ctx);
-    let Ok(frame) = parsed else {
-        count_unclassified(len);
-        return xdp_action::XDP_PASS;
+    let frame = match parsed {
+        Ok(frame) => frame,
+        Err(why) => {
+            count_unclassified(len);
+            crate::log::unparsed(ctx, crate::log::Hook::Ingress, why, len);
+            return xdp_action::XDP_PASS;
+        }
     };
     crate::clock_probe::stamp_xdp_ingress(ctx, &frame);
     let class = classify(&frame);

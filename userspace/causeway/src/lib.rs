@@ -10,6 +10,7 @@ pub mod classifier;
 pub mod clock;
 pub mod datapath;
 pub mod ebpf_object;
+pub mod kernel_log;
 mod map_handles;
 pub mod shaper;
 pub mod stats;

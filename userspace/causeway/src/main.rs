@@ -8,12 +8,9 @@ use std::process::ExitCode;
 use causeway_core::cli_main;
 
 fn main() -> ExitCode {
-    // Prints the error chain once; a closed stdout pipe exits 141 quietly.
-    cli_main::run(|| {
-        // `policy apply` writes its HTB batch to `tc`'s stdin and must report
-        // (and undo after) a `tc` that went away, not die of SIGPIPE; keep
-        // the Rust runtime's disposition until that write cannot raise it.
-        cli_main::ignore_sigpipe();
-        cli::main()
-    })
+    // Prints the error chain once; a closed stdout pipe exits 141 quietly
+    // (SIGPIPE keeps its default action: no command writes to a pipe of its
+    // own, `tc` gets its batch as a file). `causeway agent`, a daemon that
+    // serves sockets, ignores SIGPIPE itself.
+    cli_main::run(cli::main)
 }

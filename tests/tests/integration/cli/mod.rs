@@ -2,3 +2,4 @@
 
 mod attach_lifecycle;
 mod classify_traffic;
+mod kernel_log;

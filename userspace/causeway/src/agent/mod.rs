@@ -14,12 +14,13 @@ use std::path::PathBuf;
 use tokio::{
     signal::unix::{signal, SignalKind},
     sync::watch,
-    task::JoinHandle,
+    task::{JoinHandle, JoinSet},
 };
 
 use crate::{
     clock::{maps::ClockMaps, Session, SessionConfig, SessionError, SessionStatus},
     datapath::{Datapath, DatapathError, FaultPlan, Layout, NetnsScope},
+    kernel_log,
 };
 pub use config::AgentConfig;
 use report::{peer_clock, AgentReport, IfaceReport};
@@ -65,6 +66,8 @@ pub fn default_socket(layout: &Layout, scope: &NetnsScope) -> PathBuf {
 struct Owned {
     report: IfaceReport,
     maps: ClockMaps,
+    /// The XDP program, whose log buffer the agent reads.
+    prog_id: u32,
 }
 
 /// Attaches or adopts every configured interface and configures its
@@ -114,6 +117,7 @@ fn own_interfaces(
         owned.push(Owned {
             report: IfaceReport::new(&i.name, xdp.ifindex, xdp.link_id, xdp.adopted, tc),
             maps,
+            prog_id: xdp.prog_id,
         });
     }
     Ok(owned)
@@ -122,6 +126,7 @@ fn own_interfaces(
 /// Runs the agent until SIGTERM/SIGINT.
 pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<(), AgentError> {
     let mut owned = own_interfaces(&cfg, &layout, &scope)?;
+    let log_tasks = follow_kernel_logs(&owned);
     let kernel_stamps = cfg.kernel_stamps && !owned.is_empty();
     let session = Session::new(SessionConfig {
         host_id: cfg.host_id,
@@ -182,9 +187,33 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         let _ = session_task.await;
     }
     let _ = control_task.await;
+    drop(log_tasks); // a dropped JoinSet aborts its tasks
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agent stopped; programs stay attached and pinned");
     outcome
+}
+
+/// Prints the log records of every owned interface's programs as tracing
+/// events (target `causeway::ebpf`); `causeway log --on` switches them on.
+fn follow_kernel_logs(owned: &[Owned]) -> JoinSet<()> {
+    let mut tasks = JoinSet::new();
+    for o in owned {
+        let iface = o.report.name.clone();
+        let reader = kernel_log::Reader::open(o.prog_id, &iface, |line| {
+            tracing::info!(target: "causeway::ebpf", iface = %line.iface, level = line.level, "{}", line.message);
+        });
+        match reader {
+            Ok(reader) => {
+                tasks.spawn(async move {
+                    if let Err(e) = reader.follow().await {
+                        tracing::warn!(iface = %iface, error = %e, "stopped reading the eBPF log");
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(iface = %iface, error = %e, "cannot read the eBPF log"),
+        }
+    }
+    tasks
 }
 
 /// Writes every peer's selected estimate into each interface's peer map

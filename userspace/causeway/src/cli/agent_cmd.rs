@@ -18,6 +18,9 @@ pub struct AgentArgs {
 }
 
 pub fn run(ctx: &Context, args: &AgentArgs) -> Result<()> {
+    // A daemon: a client that hangs up must cost it one connection, never
+    // the process (SIGPIPE on a socket write).
+    causeway_core::cli_main::ignore_sigpipe();
     let cfg = AgentConfig::load(&args.config)?;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(

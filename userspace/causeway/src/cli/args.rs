@@ -8,6 +8,8 @@ use clap::{Args, Parser, Subcommand};
 
 use causeway::datapath::{layout, AttachMode};
 
+use super::exit;
+
 /// Causeway: classify, count and police AI-training traffic with XDP.
 #[derive(Debug, Parser)]
 #[command(name = "causeway", version, propagate_version = true)]
@@ -16,6 +18,7 @@ use causeway::datapath::{layout, AttachMode};
   causeway policy check policy.toml
   causeway --netns dc1 stats --watch
   causeway status")]
+#[command(after_long_help = exit::TOP)]
 pub struct Cli {
     /// Work inside network namespace NAME (/run/netns/NAME, as made by
     /// `ip netns add`). Only the network namespace is entered, so the pins
@@ -46,18 +49,25 @@ pub enum Command {
     /// attachment (and applies --policy to it): it never attaches twice.
     /// Pins of an attachment whose interface is gone are replaced.
     #[command(
-        after_help = "Example:\n  causeway --netns dc1 attach --iface veth0 --mode driver --policy policy.toml"
+        after_help = "Example:\n  causeway --netns dc1 attach --iface veth0 --mode driver --policy policy.toml",
+        after_long_help = exit::ATTACH
     )]
     Attach(AttachArgs),
 
     /// Detach the classifier from an interface and remove every pin and
     /// record of it. Works when the interface no longer exists.
-    #[command(after_help = "Example:\n  causeway --netns dc1 detach --iface veth0")]
+    #[command(
+        after_help = "Example:\n  causeway --netns dc1 detach --iface veth0",
+        after_long_help = exit::DETACH
+    )]
     Detach(IfaceArg),
 
     /// Show the attached interfaces (all namespaces, or only --netns):
     /// health, XDP mode, program and link ids, policy generation, rules.
-    #[command(after_help = "Examples:\n  causeway status\n  causeway --netns dc1 status --json")]
+    #[command(
+        after_help = "Examples:\n  causeway status\n  causeway --netns dc1 status --json",
+        after_long_help = exit::STATUS
+    )]
     Status(JsonArg),
 
     /// Check, apply and show policy files.
@@ -67,7 +77,8 @@ pub enum Command {
     /// Per-class ingress counters (packets, bytes, drops; summed over CPUs)
     /// and frames left unclassified, named after the applied policy.
     #[command(
-        after_help = "Examples:\n  causeway --netns dc1 stats --iface veth0\n  causeway stats --json\n  causeway stats --watch --interval 2"
+        after_help = "Examples:\n  causeway --netns dc1 stats --iface veth0\n  causeway stats --json\n  causeway stats --watch --interval 2",
+        after_long_help = exit::STATS
     )]
     Stats(StatsArgs),
 
@@ -76,13 +87,26 @@ pub enum Command {
     /// peers, publish the estimates, serve the control socket. Stops on
     /// SIGTERM/SIGINT, leaving the programs attached.
     #[command(
-        after_help = "Example:\n  causeway --netns dc1 agent --config /etc/causeway/agent.toml"
+        after_help = "Example:\n  causeway --netns dc1 agent --config /etc/causeway/agent.toml",
+        after_long_help = exit::AGENT
     )]
     Agent(super::agent_cmd::AgentArgs),
 
     /// Clock synchronisation status, from the local agent.
     #[command(subcommand)]
     Clock(super::clock_cmd::ClockCommand),
+
+    /// The eBPF programs' log records (aya-log): unparseable frames per
+    /// reason and hook, shaper drops; at most 4 records per event, CPU and
+    /// second. Off after attach: `--on`/`--off` switch it per interface at
+    /// run time. The agent prints the same records in its tracing output
+    /// (target `causeway::ebpf`); while it runs, it and this command share
+    /// the records between them.
+    #[command(
+        after_help = "Examples:\n  causeway --netns dc1 log --on --iface veth0\n  causeway --netns dc1 log --iface veth0 --follow\n  causeway log --off",
+        after_long_help = exit::LOG
+    )]
+    Log(super::log_cmd::LogArgs),
 }
 
 #[derive(Debug, Args)]
@@ -118,7 +142,10 @@ pub struct JsonArg {
 pub enum PolicyCommand {
     /// Validate a policy file without touching the kernel; prints the
     /// classes and the rules in priority order.
-    #[command(after_help = "Example:\n  causeway policy check policy.toml")]
+    #[command(
+        after_help = "Example:\n  causeway policy check policy.toml",
+        after_long_help = exit::POLICY_CHECK
+    )]
     Check {
         /// Policy file (required).
         file: PathBuf,
@@ -127,7 +154,8 @@ pub enum PolicyCommand {
     /// interface, or of every attached interface in the namespace when
     /// --iface is omitted. An invalid file changes nothing.
     #[command(
-        after_help = "Examples:\n  causeway --netns dc1 policy apply --iface veth0 policy.toml\n  causeway policy apply policy.toml"
+        after_help = "Examples:\n  causeway --netns dc1 policy apply --iface veth0 policy.toml\n  causeway policy apply policy.toml",
+        after_long_help = exit::POLICY_APPLY
     )]
     Apply {
         /// Interface. Optional; default: every attached interface.
@@ -137,12 +165,20 @@ pub enum PolicyCommand {
         file: PathBuf,
     },
     /// Show the policy applied to one interface, or to every attached
-    /// interface in the namespace.
-    #[command(after_help = "Example:\n  causeway --netns dc1 policy show --iface veth0")]
+    /// interface in the namespace, with its live shaping (rates measured
+    /// over one second).
+    #[command(
+        after_help = "Examples:\n  causeway --netns dc1 policy show --iface veth0\n  causeway policy show --json",
+        after_long_help = exit::POLICY_SHOW
+    )]
     Show {
         /// Interface. Optional; default: every attached interface.
         #[arg(long, value_name = "IF")]
         iface: Option<String>,
+        /// Print one JSON document (schema: `PolicyShow` in
+        /// src/cli/policy_show.rs, README "JSON output"). Optional.
+        #[arg(long)]
+        json: bool,
     },
     /// Change one class's egress rate live on one attached interface (or
     /// every one): HTB class change and one map write, no reload, no flow
@@ -150,11 +186,15 @@ pub enum PolicyCommand {
     /// a class without shaping, a zero or absurd rate, a rate above the
     /// link rate, or a burst smaller than one frame.
     #[command(
-        after_help = "Examples:\n  causeway --netns dc1 policy set-rate bulk 50mbit --iface veth0\n  causeway policy set-rate gradient 2gbit --burst 256kb"
+        after_help = "Examples:\n  causeway --netns dc1 policy set-rate bulk 50mbit --iface veth0\n  causeway policy set-rate gradient 2gbit --burst 256kb",
+        after_long_help = exit::POLICY_SET_RATE
     )]
     SetRate(super::shaper::SetRateArgs),
     /// Print a complete, commented example policy.
-    #[command(after_help = "Example:\n  causeway policy example > policy.toml")]
+    #[command(
+        after_help = "Example:\n  causeway policy example > policy.toml",
+        after_long_help = exit::POLICY_EXAMPLE
+    )]
     Example,
 }
 

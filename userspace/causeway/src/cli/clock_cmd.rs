@@ -18,7 +18,8 @@ pub enum ClockCommand {
     /// Per peer: the estimated clock offset and drift, its error bound, the
     /// timestamp source in use, and every source's estimate side by side.
     #[command(
-        after_help = "Examples:\n  causeway clock status\n  causeway --netns dc1 clock status --json"
+        after_help = "Examples:\n  causeway clock status\n  causeway --netns dc1 clock status --json",
+        after_long_help = super::exit::CLOCK_STATUS
     )]
     Status(StatusArgs),
 }

@@ -4,8 +4,11 @@
 mod agent_cmd;
 mod args;
 mod clock_cmd;
+mod exit;
 mod interfaces;
+mod log_cmd;
 mod policy_cmd;
+mod policy_show;
 mod shaper;
 mod stats_cmd;
 mod table;
@@ -98,5 +101,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Stats(s) => stats_cmd::run(&ctx, &s),
         Command::Agent(a) => agent_cmd::run(&ctx, &a),
         Command::Clock(c) => clock_cmd::run(&ctx, &c),
+        Command::Log(l) => log_cmd::run(&ctx, &l),
     }
 }

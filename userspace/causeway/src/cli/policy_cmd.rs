@@ -2,10 +2,10 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 
 use causeway::{
-    datapath::{rules, state, state::PolicyRecord, FaultPlan, PolicyInput},
+    datapath::{FaultPlan, PolicyInput},
     policy::{self, Policy},
 };
 
@@ -41,7 +41,7 @@ pub fn run(ctx: &Context, command: PolicyCommand) -> Result<()> {
             Ok(())
         }
         PolicyCommand::Apply { iface, file } => apply(ctx, iface.as_deref(), &file),
-        PolicyCommand::Show { iface } => show(ctx, iface.as_deref()),
+        PolicyCommand::Show { iface, json } => super::policy_show::run(ctx, iface.as_deref(), json),
         PolicyCommand::SetRate(args) => super::shaper::set_rate(ctx, &args),
         PolicyCommand::Example => {
             print!("{}", policy::EXAMPLE);
@@ -64,44 +64,6 @@ fn apply(ctx: &Context, iface: Option<&str>, file: &Path) -> Result<()> {
             "applied {} to {} in the {}: {} rules, generation {}",
             loaded.input.source, a.iface, ctx.scope, a.rules, a.generation
         );
-    }
-    Ok(())
-}
-
-fn show(ctx: &Context, iface: Option<&str>) -> Result<()> {
-    for iface in ctx.targets(iface)? {
-        let paths = ctx.layout.iface(&ctx.scope, &iface)?;
-        if !paths.pin_dir.exists() {
-            bail!("{iface} is not attached in the {}", ctx.scope);
-        }
-        let live = rules::config(&paths.maps_dir)
-            .with_context(|| format!("cannot read the classifier config of {iface}"))?;
-        let record: Option<PolicyRecord> = state::read_json(&paths.policy_record())?;
-        println!(
-            "{iface} ({}): generation {}, {} rules live in set {}",
-            ctx.scope, live.generation, live.rule_count, live.active_set
-        );
-        match record {
-            None => println!("  no policy applied: every frame is class 'default'"),
-            Some(record) => {
-                let policy = Policy::parse(&record.text, &record.source)
-                    .with_context(|| format!("the recorded policy of {iface} no longer parses"))?;
-                println!(
-                    "  from {} (applied at generation {})",
-                    record.source, record.generation
-                );
-                if record.generation != live.generation {
-                    println!(
-                        "  warning: the maps are at generation {}, changed by something else since",
-                        live.generation
-                    );
-                }
-                for line in policy.describe().lines() {
-                    println!("  {line}");
-                }
-                super::shaper::show(ctx, &iface)?;
-            }
-        }
     }
     Ok(())
 }

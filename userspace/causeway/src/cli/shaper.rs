@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
+use serde::Serialize;
 
 use causeway::{
     datapath::{state, Applied, IfacePaths, RecordedPolicy},
@@ -145,15 +146,44 @@ pub fn set_rate(ctx: &Context, args: &SetRateArgs) -> Result<()> {
     Ok(())
 }
 
+/// The live shaping of one interface, as `policy show` reports it.
+#[derive(Debug, Serialize)]
+pub struct ShapingView {
+    pub link_bits: u64,
+    /// The window the `measured_bits` rates were taken over, in seconds.
+    pub measured_secs: f64,
+    pub classes: Vec<ShapedClassView>,
+}
+
+/// One shaped class: its configuration (with live `set-rate` changes) and
+/// its egress counters.
+#[derive(Debug, Serialize)]
+pub struct ShapedClassView {
+    pub class: String,
+    pub rate_bits: u64,
+    pub ceil_bits: u64,
+    pub burst_bytes: u64,
+    pub prio: u8,
+    /// `drop`, `ecn` or `demote:<class>`.
+    pub over_limit: String,
+    pub dscp: Option<u8>,
+    pub measured_bits: u64,
+    pub sent_packets: u64,
+    pub shaped: u64,
+    pub dropped: u64,
+    pub marked: u64,
+    pub demoted: u64,
+}
+
 /// The shaping part of `policy show`: configured vs measured rate per
-/// class, measured from the egress counters over one second.
-pub fn show(ctx: &Context, iface: &str) -> Result<()> {
+/// class, measured from the egress counters over one second. `None` when
+/// the applied policy has no shaping.
+pub fn measure(ctx: &Context, iface: &str) -> Result<Option<ShapingView>> {
     let Ok(live) = load_live(ctx, iface) else {
-        return Ok(());
+        return Ok(None);
     };
     let Some(shaping) = shaping_of(&live) else {
-        println!("  no shaping");
-        return Ok(());
+        return Ok(None);
     };
     let maps = ShaperMaps::from_pins(&live.paths.maps_dir)?;
     let first = maps.counters()?;
@@ -161,34 +191,65 @@ pub fn show(ctx: &Context, iface: &str) -> Result<()> {
     std::thread::sleep(Duration::from_secs(1));
     let second = maps.counters()?;
     let secs = start.elapsed().as_secs_f64();
-    println!(
-        "  shaping: link {}, measured over {secs:.1} s",
-        rate(shaping.link_bits)
-    );
-    let mut rows = Vec::new();
+    let mut classes = Vec::new();
     for c in &shaping.classes {
         let (a, b) = (first[usize::from(c.class)], second[usize::from(c.class)]);
         let measured = (b.sent_bytes - a.sent_bytes) as f64 * 8.0 / secs;
-        rows.push(vec![
-            live.policy.classes.name_of(c.class),
-            rate(c.rate_bits),
-            rate(c.ceil_bits),
-            c.burst_bytes.to_string(),
-            c.prio.to_string(),
-            match c.over {
+        classes.push(ShapedClassView {
+            class: live.policy.classes.name_of(c.class),
+            rate_bits: c.rate_bits,
+            ceil_bits: c.ceil_bits,
+            burst_bytes: c.burst_bytes,
+            prio: c.prio,
+            over_limit: match c.over {
                 OverAction::Drop => "drop".to_string(),
                 OverAction::EcnMark => "ecn".to_string(),
                 OverAction::Demote(to) => format!("demote:{}", live.policy.classes.name_of(to)),
             },
-            table::opt(c.dscp),
-            rate(measured.round() as u64),
-            b.sent_packets.to_string(),
-            b.shaped.to_string(),
-            b.dropped.to_string(),
-            b.marked.to_string(),
-            b.demoted.to_string(),
-        ]);
+            dscp: c.dscp,
+            measured_bits: measured.round() as u64,
+            sent_packets: b.sent_packets,
+            shaped: b.shaped,
+            dropped: b.dropped,
+            marked: b.marked,
+            demoted: b.demoted,
+        });
     }
+    Ok(Some(ShapingView {
+        link_bits: shaping.link_bits,
+        measured_secs: secs,
+        classes,
+    }))
+}
+
+/// The text form of [`measure`]'s result.
+pub fn print_shaping(s: &ShapingView) {
+    println!(
+        "  shaping: link {}, measured over {:.1} s",
+        rate(s.link_bits),
+        s.measured_secs
+    );
+    let rows: Vec<Vec<String>> = s
+        .classes
+        .iter()
+        .map(|c| {
+            vec![
+                c.class.clone(),
+                rate(c.rate_bits),
+                rate(c.ceil_bits),
+                c.burst_bytes.to_string(),
+                c.prio.to_string(),
+                c.over_limit.clone(),
+                table::opt(c.dscp),
+                rate(c.measured_bits),
+                c.sent_packets.to_string(),
+                c.shaped.to_string(),
+                c.dropped.to_string(),
+                c.marked.to_string(),
+                c.demoted.to_string(),
+            ]
+        })
+        .collect();
     let header = [
         "CLASS", "RATE", "CEIL", "BURST", "PRIO", "OVER", "DSCP", "MEASURED", "SENT", "SHAPED",
         "DROPPED", "MARKED", "DEMOTED",
@@ -196,7 +257,6 @@ pub fn show(ctx: &Context, iface: &str) -> Result<()> {
     for line in table::render(&header, &rows).lines() {
         println!("  {line}");
     }
-    Ok(())
 }
 
 /// `123.4 Mbit/s`.

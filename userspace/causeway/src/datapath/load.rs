@@ -247,8 +247,14 @@ fn read_link(link: &FdLink, path: &Path, hook: Hook) -> Result<LinkState, Datapa
     }
 }
 
+/// Pins every map but the object's global data (`.data`, `.rodata`,
+/// `.bss`: aya-log's level lives there), which bpffs cannot name (it
+/// refuses dots) and which each loaded object keeps a copy of.
 fn pin_maps(ebpf: &mut Ebpf, dir: &Path) -> Result<(), LoadCause> {
     for (name, map) in ebpf.maps() {
+        if name.starts_with('.') {
+            continue;
+        }
         map.pin(dir.join(name))
             .map_err(|e| LoadCause::Pin(Box::new(e)))?;
     }

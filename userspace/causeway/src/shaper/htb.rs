@@ -6,8 +6,20 @@
 //! has no HTB option types (`tc_htb_opt`, rate tables, 64-bit rates), so
 //! using it would mean hand-encoding them; `tc` is the reference encoder and
 //! its JSON qdisc listing lets us check ownership before any change.
+//!
+//! A hierarchy is installed with one `tc -batch FILE`, the batch written to
+//! a file in a private directory (mode 0700, removed afterwards), not fed
+//! through a pipe to `tc`'s stdin: nothing here writes to a pipe whose
+//! reader may go away, so the CLI can keep SIGPIPE's default action (and
+//! exit quietly when its own stdout closes) without a dying `tc` ending it
+//! in the middle of a transaction.
 
-use std::process::Command;
+use std::{
+    os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+};
 
 pub use causeway_core::shaper::htb::*;
 
@@ -34,6 +46,62 @@ pub enum HtbError {
     Tc { args: String, stderr: String },
     #[error("could not read the output of `tc {args}`: {reason}")]
     Output { args: String, reason: String },
+    #[error("could not write the tc batch file {path}: {source}")]
+    BatchFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A `tc` batch in a file of its own private directory (0700, under the
+/// system temp directory); the directory and the file are removed on drop.
+struct BatchFile {
+    dir: PathBuf,
+    file: PathBuf,
+}
+
+impl BatchFile {
+    fn write(text: &str) -> Result<Self, HtbError> {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "causeway-tc-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| HtbError::BatchFile { path, source }
+        };
+        // `create` fails on an existing path: the directory is ours alone.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(err(&dir))?;
+        let batch = Self {
+            file: dir.join("batch"),
+            dir,
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&batch.file)
+            .map_err(err(&batch.file))?;
+        use std::io::Write as _;
+        f.write_all(text.as_bytes())
+            .and_then(|()| f.sync_data())
+            .map_err(err(&batch.file))?;
+        Ok(batch)
+    }
+}
+
+impl Drop for BatchFile {
+    fn drop(&mut self) {
+        // Best effort: a leftover lies in a private temp directory.
+        let _ = std::fs::remove_file(&self.file);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
 
 /// Runs `tc` for one interface, optionally inside a named namespace.
@@ -51,38 +119,21 @@ impl Htb {
         }
     }
 
-    fn tc(&self, args: &[&str], stdin: Option<&str>) -> Result<String, HtbError> {
+    fn tc(&self, args: &[&str]) -> Result<String, HtbError> {
         let mut full: Vec<&str> = Vec::new();
         if let Some(ns) = &self.netns {
             full.extend(["-n", ns]);
         }
         full.extend_from_slice(args);
         let shown = full.join(" ");
-        let mut cmd = Command::new("tc");
-        cmd.args(&full)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        cmd.stdin(if stdin.is_some() {
-            std::process::Stdio::piped()
-        } else {
-            std::process::Stdio::null()
-        });
-        let mut child = cmd.spawn().map_err(|source| HtbError::Spawn {
-            args: shown.clone(),
-            source,
-        })?;
-        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            use std::io::Write as _;
-            pipe.write_all(text.as_bytes())
-                .map_err(|source| HtbError::Spawn {
-                    args: shown.clone(),
-                    source,
-                })?;
-        }
-        let out = child.wait_with_output().map_err(|source| HtbError::Spawn {
-            args: shown.clone(),
-            source,
-        })?;
+        let out = Command::new("tc")
+            .args(&full)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| HtbError::Spawn {
+                args: shown.clone(),
+                source,
+            })?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
             return Err(HtbError::Tc {
@@ -96,9 +147,16 @@ impl Htb {
         })
     }
 
+    /// Runs one `tc -batch FILE` over `batch`.
+    fn tc_batch(&self, batch: &str) -> Result<(), HtbError> {
+        let file = BatchFile::write(batch)?;
+        let path = file.file.to_string_lossy().into_owned();
+        self.tc(&["-batch", &path]).map(|_| ())
+    }
+
     /// Who owns the interface's root qdisc now.
     pub fn owner(&self) -> Result<RootOwner, HtbError> {
-        let json = self.tc(&["-j", "qdisc", "show", "dev", &self.iface], None)?;
+        let json = self.tc(&["-j", "qdisc", "show", "dev", &self.iface])?;
         root_owner(&json).map_err(|reason| HtbError::Output {
             args: "-j qdisc show".into(),
             reason,
@@ -137,7 +195,7 @@ impl Htb {
             RootOwner::Causeway => self.remove().map(|_| ())?,
             RootOwner::Default => {}
         }
-        if let Err(e) = self.tc(&["-batch", "-"], Some(&batch)) {
+        if let Err(e) = self.tc_batch(&batch) {
             let _ = self.remove();
             return Err(e);
         }
@@ -152,7 +210,7 @@ impl Htb {
         let args = leaf_args(leaf);
         let mut full = vec!["class", "change", "dev", &self.iface];
         full.extend(args.iter().map(String::as_str));
-        self.tc(&full, None).map(|_| ())
+        self.tc(&full).map(|_| ())
     }
 
     /// Deletes the root qdisc if it is Causeway's; returns whether it was.
@@ -161,19 +219,45 @@ impl Htb {
             return Ok(false);
         }
         let handle = format!("{HTB_MAJOR:x}:");
-        self.tc(
-            &[
-                "qdisc",
-                "del",
-                "dev",
-                &self.iface,
-                "root",
-                "handle",
-                &handle,
-                "htb",
-            ],
-            None,
-        )?;
+        self.tc(&[
+            "qdisc",
+            "del",
+            "dev",
+            &self.iface,
+            "root",
+            "handle",
+            &handle,
+            "htb",
+        ])?;
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::BatchFile;
+
+    #[test]
+    fn batch_file_is_private_and_removed_after_use() {
+        let text = "qdisc add dev x root handle 1: htb\n";
+        let (dir, file) = {
+            let batch = BatchFile::write(text).expect("write the batch");
+            let mode = |p: &std::path::Path| {
+                std::fs::metadata(p).expect("metadata").permissions().mode() & 0o777
+            };
+            assert_eq!(mode(&batch.dir), 0o700);
+            assert_eq!(mode(&batch.file), 0o600);
+            assert_eq!(std::fs::read_to_string(&batch.file).expect("read"), text);
+            let other = BatchFile::write("").expect("a second batch");
+            assert_ne!(other.dir, batch.dir, "each batch has its own directory");
+            (batch.dir.clone(), batch.file.clone())
+        };
+        assert!(
+            !file.exists() && !dir.exists(),
+            "{} left behind",
+            dir.display()
+        );
     }
 }

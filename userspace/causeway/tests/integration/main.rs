@@ -8,6 +8,7 @@
 
 mod bad_policy;
 mod classifier_harness;
+mod cli_pipes;
 mod clock_stamp_testrun;
 mod gcra_testrun;
 mod policy_apply_undo;

@@ -173,13 +173,16 @@ fn run(program: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
-/// Maps the kernel writes by itself (counters, caches, bucket state).
-const RUNTIME_MAPS: [&str; 5] = [
+/// Maps the kernel writes by itself (counters, caches, bucket state, log
+/// records and their rate limits; a ring buffer cannot be dumped anyway).
+const RUNTIME_MAPS: [&str; 7] = [
     "CW_ADDR_CACHE",
     "CW_IN_COUNT",
     "CW_EG_BUCKETS",
     "CW_EG_COUNT",
     "CW_CLK_COUNT",
+    "CW_LOG_RATE",
+    "AYA_LOGS",
 ];
 
 /// The large rule-bitmap arrays, read with aya: bpftool needs seconds for

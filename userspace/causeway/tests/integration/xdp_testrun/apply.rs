@@ -155,6 +155,11 @@ fn pinned_maps_and_a_second_writer() {
     let mut h = Harness::load();
     let mount = BpffsMount::new();
     for (name, map) in h.ebpf.maps() {
+        // Global data (`.rodata…`, aya-log's constants): bpffs refuses dotted
+        // names, and the data path does not pin it either.
+        if name.starts_with('.') {
+            continue;
+        }
         map.pin(mount.0.join(name))
             .unwrap_or_else(|e| panic!("pinning {name}: {e}"));
     }
