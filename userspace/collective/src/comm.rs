@@ -67,8 +67,16 @@ impl Communicator {
             }
             .into());
         }
-        let joined = crate::rendezvous::join(&id, &opts, host_store)?;
-        let conns = crate::mesh::connect_all(&joined, &opts, id.rank)?;
+        let (joined, mut boot) = crate::rendezvous::join(&id, &opts, host_store)?;
+        let conns = crate::mesh::connect_all(&joined, &mut boot.store, &opts, id.rank)
+            .and_then(|c| crate::setup::done(&mut boot.store).map(|()| c));
+        let conns = match conns {
+            Ok(c) => c,
+            Err(e) => {
+                boot.give_up(id.rank, &e);
+                return Err(e);
+            }
+        };
         let pool = BufferPool::new(64 + 4 * id.world * opts.window);
         let (ev_tx, ev_rx) = channel();
         // Data frames carry at most one chunk; control frames (aborts) up to a few KiB.
@@ -102,11 +110,11 @@ impl Communicator {
             domains: joined.domains,
             jobs: Some(jobs),
             worker: Some(worker),
-            store: Mutex::new(joined.store),
+            store: Mutex::new(boot.store),
             model: opts.cost,
             opts: opts.clone(),
             pool,
-            _server: joined.server,
+            _server: boot.server,
         };
         if opts.probe && id.world > 1 {
             comm.model = crate::probe::measure(&comm, &opts)?;

@@ -9,8 +9,11 @@
 //! communicators explicitly, and children get their variables through
 //! `Command::env`).
 
+mod agreement;
 mod fault;
 mod hostile;
 mod ops;
+mod procs;
 mod rendezvous;
+mod setup_failure;
 mod world;
