@@ -54,7 +54,7 @@
 //! [`wire`] (frames), [`dtype`] (kernels).
 //! I/O: [`store`] and the rendezvous, the mesh of [`transport`]s, one reader and one
 //! writer thread per connection, and one engine thread per communicator that runs
-//! operations in submission order, driving the same executor over the connections. `unsafe` lives only in [`transport::shm`],
+//! operations in submission order, driving the same executor over the connections. `unsafe` lives only in [`transport::shm`], in `engine::lent` (the blocking calls lend the caller's slice to the engine thread),
 //! in one setsockopt of [`transport::tcp`] (the pacing cap) and in one read-only
 //! `BPF_OBJ_GET` of `peer_clock`.
 //!
