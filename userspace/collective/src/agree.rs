@@ -85,6 +85,37 @@ impl Entry {
     }
 }
 
+impl Options {
+    /// The options that change what goes on the wire (connections per peer,
+    /// framing, plans, the algorithm choice), as (environment variable, value).
+    /// Every rank publishes them at rendezvous; a difference is
+    /// [`CollectiveError::ConfigMismatch`](crate::CollectiveError::ConfigMismatch).
+    pub fn wire_settings(&self) -> Vec<(&'static str, String)> {
+        let algo = self.algorithm.map_or("auto".into(), |a| format!("{a:?}"));
+        vec![
+            ("CAUSEWAY_STREAMS_WAN", self.streams_wan.to_string()),
+            ("CAUSEWAY_STREAMS_LAN", self.streams_lan.to_string()),
+            ("CAUSEWAY_SHM", u8::from(self.shm).to_string()),
+            ("CAUSEWAY_CHUNK_BYTES", self.chunk_bytes.to_string()),
+            ("CAUSEWAY_WINDOW", self.window.to_string()),
+            (
+                "CAUSEWAY_LATENCY_STREAM",
+                u8::from(self.wan_latency_stream).to_string(),
+            ),
+            ("CAUSEWAY_LATENCY_BYTES", self.latency_bytes.to_string()),
+            ("CAUSEWAY_ALGO", algo),
+            ("CAUSEWAY_PROBE", u8::from(self.probe).to_string()),
+            ("CAUSEWAY_PROBE_BYTES", self.probe_bytes.to_string()),
+            (
+                "CAUSEWAY_COST",
+                self.cost_overrides.clone().unwrap_or_else(|| "-".into()),
+            ),
+            // The model itself (a builder may set it without CAUSEWAY_COST).
+            ("cost model", format!("{:?}", self.cost)),
+        ]
+    }
+}
+
 /// The domain of every rank, when all claims agree: either no rank names a
 /// domain (one domain, `default`) or every rank does, through its own
 /// `CAUSEWAY_DOMAIN` or a topology file, and every claim about a rank (its
@@ -169,6 +200,8 @@ pub(crate) fn wire_options(wire: &[&[(String, String)]]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schedule::Algorithm;
+    use std::time::Duration;
 
     fn named(d: &str) -> DomainClaim {
         DomainClaim {
@@ -256,6 +289,43 @@ mod tests {
             "ranks disagree on CAUSEWAY_CHUNK_BYTES: 1048576 on ranks [0, 1, 3], 65536 on ranks [2]"
         );
         assert!(wire_options(&refs[..2]).is_ok());
+    }
+
+    #[test]
+    fn wire_settings_see_every_wire_option() {
+        let base = Options::default().wire_settings();
+        let changed = [
+            Options {
+                chunk_bytes: 4096,
+                ..Options::default()
+            },
+            Options {
+                streams_wan: 3,
+                ..Options::default()
+            },
+            Options {
+                window: 2,
+                ..Options::default()
+            },
+            Options {
+                algorithm: Some(Algorithm::Ring),
+                ..Options::default()
+            },
+            Options {
+                wan_latency_stream: false,
+                ..Options::default()
+            },
+        ];
+        for o in changed {
+            assert_ne!(o.wire_settings(), base, "{o:?}");
+        }
+        // Local tuning is not on the wire.
+        let local = Options {
+            timeout: Duration::from_secs(1),
+            wan_rate_mbit: Some(100.0),
+            ..Options::default()
+        };
+        assert_eq!(local.wire_settings(), base);
     }
 
     #[test]
