@@ -4,8 +4,10 @@
 //! Every type is `#[repr(C)]`, has no implicit padding (checked by the
 //! `assert_no_padding!` constants below) and implements `aya::Pod` when the
 //! `user` feature is on. This crate holds no logic beyond constructors that
-//! encode a documented key layout (both sides must build keys alike).
+//! encode a documented key layout (both sides must build keys alike) and
+//! the token-bucket arithmetic both sides run ([`gcra`]).
 #![no_std]
+#![deny(unsafe_code)]
 
 /// Where userspace pins the programs and maps:
 /// `<pin root>/<scope>/<iface>/`[`MAPS_DIR`]`/<map name>` (the CLI and the
@@ -17,6 +19,7 @@ pub const MAPS_DIR: &str = "maps";
 pub mod classifier;
 pub mod clock;
 pub mod counters;
+pub mod gcra;
 pub mod programs;
 pub mod shaper;
 
@@ -39,6 +42,7 @@ macro_rules! impl_pod {
     ($($ty:ty),+ $(,)?) => {
         $(
             #[cfg(feature = "user")]
+            #[allow(unsafe_code)]
             // SAFETY: the type is #[repr(C)], Copy, has no padding (checked by
             // assert_no_padding!) and every bit pattern is a valid value.
             unsafe impl aya::Pod for $ty {}

@@ -322,7 +322,7 @@ mod tests {
         // Local tuning is not on the wire.
         let local = Options {
             timeout: Duration::from_secs(1),
-            wan_rate_mbit: Some(100.0),
+            wan_rate_bps: Some(100_000_000),
             ..Options::default()
         };
         assert_eq!(local.wire_settings(), base);

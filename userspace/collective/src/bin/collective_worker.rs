@@ -17,7 +17,17 @@ const USAGE: &str = "causeway-collective-worker [--elems N] [--iters K] [--op su
   Runs K allreduces of N f32 per rank on known data, checks each result.\n\
   Example: RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 causeway-collective-worker --elems 1000";
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    causeway_core::cli_main::run(|| {
+        // The engine writes to its TCP connections with writev, which raises
+        // SIGPIPE when a peer has gone: keep it ignored, so that a dead peer
+        // is an error naming it rather than a silent end of this process.
+        causeway_core::cli_main::ignore_sigpipe();
+        run()
+    })
+}
+
+fn run() -> Result<()> {
     let args = cli::Args::parse(&["elems", "iters", "op"], USAGE)?;
     let elems: usize = args.num("elems", 1 << 16)?;
     let iters: usize = args.num("iters", 3)?;
@@ -30,28 +40,25 @@ fn main() -> Result<()> {
     let comm = match Communicator::from_env() {
         Ok(c) => c,
         Err(e) => {
-            println!(
-                "{}",
-                json!({"event": "error", "stage": "init", "error": e.to_string(), "peer": e.peer()})
-            );
+            cli::outln(
+                json!({"event": "error", "stage": "init", "error": e.to_string(), "peer": e.peer()}),
+            )?;
             std::process::exit(3);
         }
     };
     let (r, n) = (comm.rank(), comm.world_size());
-    println!(
-        "{}",
+    cli::outln(
         json!({"event": "ready", "rank": r, "world": n, "domain": comm.domain_of(r),
-        "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems)), "init_s": t.elapsed().as_secs_f64()})
-    );
+        "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems)), "init_s": t.elapsed().as_secs_f64()}),
+    )?;
     for it in 0..iters {
         // Small integers: every sum is exact, so the check is exact too.
         let mut v: Vec<f32> = (0..elems).map(|i| ((i + r * 7 + it) % 13) as f32).collect();
         let t = Instant::now();
         if let Err(e) = comm.allreduce(&mut v, op) {
-            println!(
-                "{}",
-                json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64()})
-            );
+            cli::outln(
+                json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64()}),
+            )?;
             std::process::exit(3);
         }
         let want = |i: usize| -> f32 {
@@ -63,21 +70,16 @@ fn main() -> Result<()> {
             }
         };
         if let Some(i) = (0..elems).find(|&i| v[i] != want(i)) {
-            println!(
-                "{}",
-                json!({"event": "wrong", "rank": r, "iter": it, "index": i, "got": v[i], "want": want(i)})
-            );
+            cli::outln(
+                json!({"event": "wrong", "rank": r, "iter": it, "index": i, "got": v[i], "want": want(i)}),
+            )?;
             std::process::exit(4);
         }
-        println!(
-            "{}",
-            json!({"event": "iter", "rank": r, "iter": it, "s": t.elapsed().as_secs_f64()})
-        );
+        cli::outln(
+            json!({"event": "iter", "rank": r, "iter": it, "s": t.elapsed().as_secs_f64()}),
+        )?;
     }
-    println!(
-        "{}",
-        json!({"event": "done", "rank": r, "peak_rss_bytes": peak_rss_bytes()})
-    );
+    cli::outln(json!({"event": "done", "rank": r, "peak_rss_bytes": peak_rss_bytes()}))?;
     Ok(())
 }
 

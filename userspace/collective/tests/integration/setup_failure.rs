@@ -10,17 +10,14 @@ use crate::procs::*;
 use causeway_collective::store::StoreClient;
 use causeway_collective::Options;
 
-const RENDEZVOUS_MS: &str = "60000";
+const RENDEZVOUS: &str = "60s";
 /// Set-up failures must reach everyone well before any deadline.
 const BOUND: Duration = Duration::from_secs(5);
 
 fn env(_: usize) -> Vec<(String, String)> {
     vec![
         ("CAUSEWAY_DOMAIN".into(), "d0".into()),
-        (
-            "CAUSEWAY_RENDEZVOUS_TIMEOUT_MS".into(),
-            RENDEZVOUS_MS.into(),
-        ),
+        ("CAUSEWAY_RENDEZVOUS_TIMEOUT".into(), RENDEZVOUS.into()),
     ]
 }
 
