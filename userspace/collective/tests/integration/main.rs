@@ -2,9 +2,10 @@
 //! against a reference (`ops`), rendezvous and its typed errors
 //! (`rendezvous`), ranks that must agree on domains and wire options
 //! (`agreement`), set-up failures every rank hears of (`setup_failure`), a
-//! rank that dies (`fault`), a peer that speaks garbage (`hostile`) and the
-//! blocking calls' memory (`memory`). Ranks run as threads of this process
-//! (`world`) or as worker processes (`procs`, `fault`).
+//! rank that dies (`fault`), a rank that stops (`hang`), a peer that speaks
+//! garbage (`hostile`) and the blocking calls' memory (`memory`). Ranks run
+//! as threads of this process (`world`) or as worker processes (`procs`,
+//! `fault`, `hang`).
 //!
 //! The environment is process-wide: only `rendezvous::torchrun_environment`
 //! sets variables, and nothing else here reads them (the other tests build
@@ -13,6 +14,7 @@
 
 mod agreement;
 mod fault;
+mod hang;
 mod hostile;
 mod memory;
 mod ops;
