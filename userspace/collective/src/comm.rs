@@ -50,7 +50,15 @@ impl Communicator {
     /// From torchrun's environment (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`,
     /// `LOCAL_RANK`) plus `CAUSEWAY_DOMAIN`/`CAUSEWAY_TOPOLOGY` and the `CAUSEWAY_*` options.
     pub fn from_env() -> Result<Self> {
-        Self::start(Identity::from_env()?, Options::from_env()?, true)
+        let config = Identity::from_env().and_then(|id| Ok((id, Options::from_env()?)));
+        match config {
+            Ok((id, opts)) => Self::start(id, opts, true),
+            Err(e) => {
+                let e = CollectiveError::from(e);
+                crate::setup::report_unstarted(&e);
+                Err(e)
+            }
+        }
     }
 
     pub fn builder(rank: Rank, world: usize) -> CommunicatorBuilder {
@@ -75,7 +83,7 @@ impl Communicator {
         let conns = match conns {
             Ok(c) => c,
             Err(e) => {
-                boot.give_up(id.rank, &e);
+                boot.give_up(id.rank, id.world, &e);
                 return Err(e);
             }
         };

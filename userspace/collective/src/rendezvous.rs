@@ -30,8 +30,8 @@ pub(crate) struct Bootstrap {
 
 impl Bootstrap {
     /// Set-up failed on this rank with `e`: see [`setup::give_up`].
-    pub fn give_up(&mut self, me: Rank, e: &CollectiveError) {
-        setup::give_up(&mut self.store, me, self.server.as_ref(), e);
+    pub fn give_up(&mut self, me: Rank, world: usize, e: &CollectiveError) {
+        setup::give_up(&mut self.store, me, world, self.server.as_ref(), e);
     }
 }
 
@@ -140,7 +140,7 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
     let (entries, domains) = match learn(id, opts, &mut boot.store, deadline) {
         Ok(v) => v,
         Err(e) => {
-            boot.give_up(id.rank, &e);
+            boot.give_up(id.rank, id.world, &e);
             return Err(e);
         }
     };

@@ -77,6 +77,37 @@ pub(crate) fn check(store: &mut StoreClient) -> Result<()> {
     }
 }
 
+/// A rank whose own configuration is refused before it could join (a bad
+/// `CAUSEWAY_*` value) still tells the others, when it knows its rank and
+/// the store: otherwise they would wait for their deadline and only learn
+/// that it never came. Rank 0 serves the store and cannot. Best effort.
+pub(crate) fn report_unstarted(e: &CollectiveError) {
+    let num = |n: &str| {
+        std::env::var(n)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let (Some(rank), Some(port), Ok(host)) = (
+        num("RANK"),
+        num("MASTER_PORT"),
+        std::env::var("MASTER_ADDR"),
+    ) else {
+        return;
+    };
+    let (Ok(rank), Ok(port)) = (Rank::try_from(rank), u16::try_from(port)) else {
+        return;
+    };
+    if rank == 0 {
+        return;
+    }
+    let Ok(addr) = crate::rendezvous::resolve(&host, port) else {
+        return;
+    };
+    if let Ok(mut store) = StoreClient::connect(addr, Duration::from_secs(5)) {
+        give_up(&mut store, rank, 0, None, e);
+    }
+}
+
 /// Errors every rank finds by itself from the same registrations: nothing to report.
 fn found_by_all(e: &CollectiveError) -> bool {
     matches!(
@@ -91,11 +122,12 @@ fn found_by_all(e: &CollectiveError) -> bool {
 
 /// This rank gives up on set-up with `e`: reports it (unless every rank finds
 /// it alone, or it is another rank's report), revokes the will, and when this
-/// rank serves the store, keeps it up until the other ranks have disconnected
-/// or [`LINGER`] passed. Best effort: the store may be gone.
+/// rank serves the store, keeps it up until `world` clients have come and all
+/// others have gone, or [`LINGER`] passed. Best effort: the store may be gone.
 pub(crate) fn give_up(
     store: &mut StoreClient,
     me: Rank,
+    world: usize,
     server: Option<&StoreServer>,
     e: &CollectiveError,
 ) {
@@ -121,7 +153,7 @@ pub(crate) fn give_up(
     if let Some(server) = server {
         let until = Instant::now() + LINGER;
         // This rank's own connection stays open.
-        while Instant::now() < until && server.clients() > 1 {
+        while Instant::now() < until && (server.clients() > 1 || server.accepted() < world) {
             std::thread::sleep(Duration::from_millis(10));
         }
     }

@@ -35,8 +35,9 @@ const FAIL: u8 = 2;
 struct State {
     map: Mutex<HashMap<String, Vec<u8>>>,
     changed: Condvar,
-    /// Connections being served.
+    /// Connections being served, and accepted in all.
     clients: std::sync::atomic::AtomicUsize,
+    accepted: std::sync::atomic::AtomicUsize,
 }
 
 /// The store server; stops when dropped.
@@ -77,6 +78,11 @@ impl StoreServer {
     pub fn clients(&self) -> usize {
         self.state.clients.load(Ordering::Acquire)
     }
+
+    /// Client connections accepted since the server started.
+    pub fn accepted(&self) -> usize {
+        self.state.accepted.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for StoreServer {
@@ -103,6 +109,7 @@ fn serve(mut s: TcpStream, state: Arc<State>, stop: Arc<AtomicBool>) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_nodelay(true);
     state.clients.fetch_add(1, Ordering::AcqRel);
+    state.accepted.fetch_add(1, Ordering::AcqRel);
     let mut will: Option<(String, Vec<u8>)> = None;
     while !stop.load(Ordering::Relaxed) {
         let Ok((op, key, val, timeout)) = read_request(&mut s) else {
@@ -422,6 +429,7 @@ mod tests {
         assert!(watcher.get("revoked", Duration::from_millis(100)).is_err());
         assert_eq!(watcher.get("gone", Duration::ZERO).expect("get"), b"c");
         assert_eq!(s.clients(), 1, "only the watcher is still connected");
+        assert_eq!(s.accepted(), 4);
     }
 
     #[test]

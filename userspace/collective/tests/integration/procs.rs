@@ -19,11 +19,24 @@ impl Drop for Procs {
     }
 }
 
+/// A free port below Linux's ephemeral range (32768-60999), so that no
+/// listener another test's rank binds to port 0 can take it before rank 0 does.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+    for _ in 0..1000 {
+        let n = seed.wrapping_add(NEXT.fetch_add(7919, Ordering::Relaxed));
+        let port = 20_000 + (n % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000-31999");
 }
 
 /// Spawns workers for `ranks` of a world of `n` on loopback (master on `port`,

@@ -1,6 +1,6 @@
 //! A failure during set-up reaches every rank within a bound, naming who
 //! failed: a pair whose connection is refused, a rank killed after it
-//! registered. Without the report the others would wait for their own
+//! registered, a rank whose own configuration is refused. Without the report the others would wait for their own
 //! rendezvous deadline (60 s here).
 
 use std::net::{SocketAddr, TcpListener};
@@ -89,6 +89,39 @@ fn a_rank_killed_after_registering_is_reported_by_every_rank() {
             "rank {r}: {e}"
         );
         assert_eq!(v["peer"], 1, "rank {r}: {v}");
+        assert!(after < BOUND, "rank {r} took {after:?}");
+    }
+}
+
+#[test]
+fn a_rank_whose_configuration_is_refused_tells_every_rank() {
+    let port = free_port();
+    let (_procs, rx) = spawn_ranks(
+        3,
+        &[0, 1, 2],
+        port,
+        |r| {
+            let mut v = env(r);
+            if r == 1 {
+                v.push(("CAUSEWAY_WINDOW".into(), "0".into()));
+            }
+            v
+        },
+        &["--elems", "1000", "--iters", "1"],
+    );
+    let out = outcomes(&rx, &[0, 1, 2], Instant::now(), Duration::from_secs(30));
+    for (r, v, after) in out {
+        eprintln!("rank {r} reported after {after:?}: {}", v["error"]);
+        assert_eq!(v["event"], "error", "rank {r}: {v}");
+        let e = v["error"].as_str().expect("text");
+        assert!(e.contains("window must be 1..=1024"), "rank {r}: {e}");
+        if r != 1 {
+            assert!(
+                e.contains("connection setup failed at rank 1"),
+                "rank {r}: {e}"
+            );
+            assert_eq!(v["peer"], 1, "rank {r}: {v}");
+        }
         assert!(after < BOUND, "rank {r} took {after:?}");
     }
 }
