@@ -3,7 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::comm::Communicator;
-use crate::config::{default_host_id, Identity, Options};
+use crate::config::{default_host_id, DomainClaim, Identity, Options};
 use crate::error::{Rank, Result};
 
 /// Builds a communicator from explicit values (tests, embedding); see also
@@ -25,6 +25,7 @@ impl CommunicatorBuilder {
                 master_addr: "127.0.0.1".into(),
                 master_port: 29500,
                 domain: "default".into(),
+                domain_claim: DomainClaim::default(),
                 host_id: default_host_id(),
                 listen_ip: None,
             },
@@ -39,8 +40,11 @@ impl CommunicatorBuilder {
         self.id.master_port = addr.port();
         self
     }
+    /// This rank's domain (as `CAUSEWAY_DOMAIN`). Either every rank names one
+    /// or none does (then the job is one domain).
     pub fn domain(mut self, d: impl Into<String>) -> Self {
         self.id.domain = d.into();
+        self.id.domain_claim.named = Some(self.id.domain.clone());
         self
     }
     pub fn host_id(mut self, h: impl Into<String>) -> Self {

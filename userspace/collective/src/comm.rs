@@ -10,11 +10,12 @@ use std::thread::JoinHandle;
 use crate::builder::CommunicatorBuilder;
 use crate::config::{Identity, Options};
 use crate::cost::CostModel;
-use crate::dtype::{Element, ReduceOp};
-use crate::engine::{Engine, Job, JobKind, Progress};
+use crate::dtype::{DType, Element, ReduceOp};
+use crate::engine::lent::Loan;
+use crate::engine::{Engine, Job, JobKind, Progress, WorkBuf};
 use crate::error::{CollectiveError, Rank, Result};
 use crate::exec::trace::Message;
-use crate::handle::Handle;
+use crate::handle::{Finish, Handle};
 use crate::links;
 use crate::pool::BufferPool;
 use crate::schedule::{Algorithm, OpKind, Plan, Span};
@@ -26,9 +27,10 @@ use crate::topology::Topology;
 /// [`Handle`], the others block until done.
 ///
 /// As with every collective library, all ranks must issue the same operations,
-/// with the same sizes and element types, in the same order. Blocking methods copy
-/// the caller's slice into the worker and back; the `*_async` ones take and return
-/// the `Vec` without copying. Dropping the communicator finishes queued operations,
+/// with the same sizes and element types, in the same order. Blocking methods
+/// work in the caller's slice itself (the worker borrows it until the operation
+/// is done; `reduce_scatter` and `allreduce_into` copy what they must); the
+/// `*_async` ones take and return the `Vec` without copying. Dropping the communicator finishes queued operations,
 /// flushes what is still being sent and says goodbye to every peer.
 pub struct Communicator {
     rank: Rank,
@@ -48,7 +50,15 @@ impl Communicator {
     /// From torchrun's environment (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`,
     /// `LOCAL_RANK`) plus `CAUSEWAY_DOMAIN`/`CAUSEWAY_TOPOLOGY` and the `CAUSEWAY_*` options.
     pub fn from_env() -> Result<Self> {
-        Self::start(Identity::from_env()?, Options::from_env()?, true)
+        let config = Identity::from_env().and_then(|id| Ok((id, Options::from_env()?)));
+        match config {
+            Ok((id, opts)) => Self::start(id, opts, true),
+            Err(e) => {
+                let e = CollectiveError::from(e);
+                crate::setup::report_unstarted(&e);
+                Err(e)
+            }
+        }
     }
 
     pub fn builder(rank: Rank, world: usize) -> CommunicatorBuilder {
@@ -67,8 +77,16 @@ impl Communicator {
             }
             .into());
         }
-        let joined = crate::rendezvous::join(&id, &opts, host_store)?;
-        let conns = crate::mesh::connect_all(&joined, &opts, id.rank)?;
+        let (joined, mut boot) = crate::rendezvous::join(&id, &opts, host_store)?;
+        let conns = crate::mesh::connect_all(&joined, &mut boot.store, &opts, id.rank)
+            .and_then(|c| crate::setup::done(&mut boot.store).map(|()| c));
+        let conns = match conns {
+            Ok(c) => c,
+            Err(e) => {
+                boot.give_up(id.rank, id.world, &e);
+                return Err(e);
+            }
+        };
         let pool = BufferPool::new(64 + 4 * id.world * opts.window);
         let (ev_tx, ev_rx) = channel();
         // Data frames carry at most one chunk; control frames (aborts) up to a few KiB.
@@ -102,11 +120,11 @@ impl Communicator {
             domains: joined.domains,
             jobs: Some(jobs),
             worker: Some(worker),
-            store: Mutex::new(joined.store),
+            store: Mutex::new(boot.store),
             model: opts.cost,
             opts: opts.clone(),
             pool,
-            _server: joined.server,
+            _server: boot.server,
         };
         if opts.probe && id.world > 1 {
             comm.model = crate::probe::measure(&comm, &opts)?;
@@ -172,14 +190,32 @@ impl Communicator {
         record: Option<Arc<Mutex<Vec<Message>>>>,
         map: impl FnOnce(Vec<T>) -> R + Send + 'static,
     ) -> Handle<R> {
+        let map = Box::new(move |b: Box<dyn Any + Send>| -> Result<R> {
+            b.downcast::<Vec<T>>()
+                .map(|v| map(*v))
+                .map_err(|_| CollectiveError::Closed)
+        });
+        self.submit_work(kind, T::DTYPE, op, Box::new(buf), record, map)
+    }
+
+    /// Queues a job on any working buffer; `map` turns it back into the result.
+    fn submit_work<R: 'static>(
+        &self,
+        kind: JobKind,
+        dtype: DType,
+        op: ReduceOp,
+        buf: Box<dyn WorkBuf>,
+        record: Option<Arc<Mutex<Vec<Message>>>>,
+        map: Finish<R>,
+    ) -> Handle<R> {
         let (reply, rx) = channel();
         let progress = Arc::new(Progress::default());
         let waker = Arc::new(Mutex::new(None));
         let job = Job {
             kind,
-            dtype: T::DTYPE,
+            dtype,
             op,
-            buf: Box::new(buf),
+            buf,
             progress: progress.clone(),
             reply: reply.clone(),
             waker: waker.clone(),
@@ -194,11 +230,6 @@ impl Communicator {
             let _ = reply.send(Err(CollectiveError::Closed));
             progress.finished.store(true, Ordering::Release);
         }
-        let map = Box::new(move |b: Box<dyn Any + Send>| -> Result<R> {
-            b.downcast::<Vec<T>>()
-                .map(|v| map(*v))
-                .map_err(|_| CollectiveError::Closed)
-        });
         Handle {
             rx,
             map: Some(map),
@@ -213,11 +244,27 @@ impl Communicator {
             .map_err(|_| CollectiveError::Rendezvous("store lock poisoned".into()))
     }
 
+    /// Runs `kind` in `buf` itself: the engine works in the caller's memory
+    /// (lent for the duration, see [`Loan`]), no copy in or out.
+    fn in_place<T: Element>(&self, kind: JobKind, op: ReduceOp, buf: &mut [T]) -> Result<()> {
+        let (loan, lent) = Loan::new(buf);
+        let res = self
+            .submit_work(
+                kind,
+                T::DTYPE,
+                op,
+                Box::new(lent),
+                None,
+                Box::new(|_| Ok(())),
+            )
+            .wait();
+        drop(loan); // waits until the engine has let go of `buf`
+        res
+    }
+
     /// In-place allreduce: every rank ends with the same, bit-identical result.
     pub fn allreduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
-        let v = self.allreduce_async(buf.to_vec(), op).wait()?;
-        buf.copy_from_slice(&v);
-        Ok(())
+        self.in_place(JobKind::Op(OpKind::Allreduce), op, buf)
     }
     /// Out-of-place allreduce; `recv.len()` must equal `send.len()`.
     pub fn allreduce_into<T: Element>(
@@ -236,17 +283,20 @@ impl Communicator {
 
     /// Copies `root`'s buffer to every rank.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: Rank) -> Result<()> {
-        let v = self.broadcast_async(buf.to_vec(), root)?.wait()?;
-        buf.copy_from_slice(&v);
-        Ok(())
+        self.check_root(root)?;
+        self.in_place(JobKind::Op(OpKind::Broadcast { root }), ReduceOp::Sum, buf)
     }
-    pub fn broadcast_async<T: Element>(&self, buf: Vec<T>, root: Rank) -> Result<Handle<Vec<T>>> {
+    fn check_root(&self, root: Rank) -> Result<()> {
         if root >= self.world {
             return Err(CollectiveError::InvalidArgument(format!(
                 "root {root} ≥ world size {}",
                 self.world
             )));
         }
+        Ok(())
+    }
+    pub fn broadcast_async<T: Element>(&self, buf: Vec<T>, root: Rank) -> Result<Handle<Vec<T>>> {
+        self.check_root(root)?;
         Ok(self.submit(
             JobKind::Op(OpKind::Broadcast { root }),
             ReduceOp::Sum,
@@ -262,9 +312,9 @@ impl Communicator {
             send.len() * self.world,
             "allgather: recv (world × send)",
         )?;
-        let v = self.allgather_async(send.to_vec()).wait()?;
-        recv.copy_from_slice(&v);
-        Ok(())
+        let n = send.len();
+        recv[self.rank * n..(self.rank + 1) * n].copy_from_slice(send);
+        self.in_place(JobKind::Op(OpKind::Allgather), ReduceOp::Sum, recv)
     }
     /// In-place allgather: `buf` holds `world` blocks, this rank's block is filled in.
     pub fn allgather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
@@ -274,16 +324,7 @@ impl Communicator {
                 buf.len()
             )));
         }
-        let v = self
-            .submit(
-                JobKind::Op(OpKind::Allgather),
-                ReduceOp::Sum,
-                buf.to_vec(),
-                |v| v,
-            )
-            .wait()?;
-        buf.copy_from_slice(&v);
-        Ok(())
+        self.in_place(JobKind::Op(OpKind::Allgather), ReduceOp::Sum, buf)
     }
     pub fn allgather_async<T: Element>(&self, send: Vec<T>) -> Handle<Vec<T>> {
         let n = send.len();
@@ -312,11 +353,7 @@ impl Communicator {
     }
     /// In-place reduce-scatter: afterwards only `buf[shard(len, rank)]` is meaningful.
     pub fn reduce_scatter_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
-        let v = self
-            .submit(JobKind::Op(OpKind::ReduceScatter), op, buf.to_vec(), |v| v)
-            .wait()?;
-        buf.copy_from_slice(&v);
-        Ok(())
+        self.in_place(JobKind::Op(OpKind::ReduceScatter), op, buf)
     }
     pub fn reduce_scatter_async<T: Element>(&self, send: Vec<T>, op: ReduceOp) -> Handle<Vec<T>> {
         let mine = self.shard(send.len(), self.rank);

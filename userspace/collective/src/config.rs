@@ -19,12 +19,26 @@ pub struct Identity {
     /// Host name or IP of rank 0's key-value store.
     pub master_addr: String,
     pub master_port: u16,
-    /// Network domain (data centre, cluster) of this rank.
+    /// Network domain (data centre, cluster) of this rank (`default` when nothing named one).
     pub domain: String,
+    /// Where `domain` came from; every rank's claim is compared at rendezvous.
+    pub domain_claim: DomainClaim,
     /// Ranks with equal host ids talk through shared memory.
     pub host_id: String,
     /// Address to accept peer connections on (default: the one that reaches the master).
     pub listen_ip: Option<IpAddr>,
+}
+
+/// How a rank learned its domain. At rendezvous every rank publishes its claim
+/// and all must agree (see [`CollectiveError::DomainUnset`](crate::CollectiveError::DomainUnset)
+/// and [`DomainConflict`](crate::CollectiveError::DomainConflict)); when no rank
+/// names a domain the job is one domain, `default`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DomainClaim {
+    /// `CAUSEWAY_DOMAIN` (or the builder's `domain`).
+    pub named: Option<String>,
+    /// `CAUSEWAY_TOPOLOGY`: the file and the domain it gives every rank of the world.
+    pub file: Option<(String, Vec<String>)>,
 }
 
 /// Tunables; every field has an environment variable (see [`Options::from_env`]).
@@ -272,10 +286,20 @@ impl Identity {
         }
         let master_addr = need("MASTER_ADDR")?;
         let master_port: u16 = parse("MASTER_PORT", &need("MASTER_PORT")?)?;
-        let domain = match (var("CAUSEWAY_DOMAIN"), var("CAUSEWAY_TOPOLOGY")) {
-            (Some(d), _) => d,
-            (None, Some(path)) => domain_from_file(&path, rank)?,
-            (None, None) => "default".into(),
+        let domain_claim = DomainClaim {
+            named: var("CAUSEWAY_DOMAIN"),
+            file: var("CAUSEWAY_TOPOLOGY")
+                .map(|path| domain_map_from_file(&path, world).map(|m| (path, m)))
+                .transpose()?,
+        };
+        // CAUSEWAY_DOMAIN wins here; the rendezvous refuses it if the file disagrees.
+        let domain = match &domain_claim {
+            DomainClaim { named: Some(d), .. } => d.clone(),
+            DomainClaim {
+                file: Some((_, map)),
+                ..
+            } => map[rank].clone(),
+            _ => "default".into(),
         };
         let listen_ip = var("CAUSEWAY_ADDR")
             .map(|a| parse::<IpAddr>("CAUSEWAY_ADDR", &a))
@@ -287,6 +311,7 @@ impl Identity {
             master_addr,
             master_port,
             domain,
+            domain_claim,
             host_id: var("CAUSEWAY_HOST_ID").unwrap_or_else(default_host_id),
             listen_ip,
         })
@@ -315,6 +340,20 @@ pub fn domain_from_file(path: &str, rank: Rank) -> Result<String, ConfigError> {
 
 pub(crate) fn domain_from_text(text: &str, rank: Rank) -> Result<String, String> {
     let mut found = None;
+    for (lo, hi, domain) in topology_lines(text)? {
+        if (lo..=hi).contains(&rank) {
+            if found.is_some() {
+                return Err(format!("rank {rank} is listed twice"));
+            }
+            found = Some(domain);
+        }
+    }
+    found.ok_or_else(|| format!("rank {rank} is not listed"))
+}
+
+/// The `RANKS DOMAIN` lines of a topology file as (first rank, last rank, domain).
+fn topology_lines(text: &str) -> Result<Vec<(Rank, Rank, String)>, String> {
+    let mut out = Vec::new();
     for (no, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -335,14 +374,28 @@ pub(crate) fn domain_from_text(text: &str, rank: Rank) -> Result<String, String>
         if lo > hi {
             return Err(format!("line {}: empty range {ranks}", no + 1));
         }
-        if (lo..=hi).contains(&rank) {
-            if found.is_some() {
-                return Err(format!("rank {rank} is listed twice"));
-            }
-            found = Some(domain.to_string());
-        }
+        out.push((lo, hi, domain.to_string()));
     }
-    found.ok_or_else(|| format!("rank {rank} is not listed"))
+    Ok(out)
+}
+
+/// The whole map of a topology file: the domain of every rank below `world`.
+pub fn domain_map_from_file(path: &str, world: usize) -> Result<Vec<String>, ConfigError> {
+    let err = |reason: String| ConfigError::Topology {
+        path: path.into(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    domain_map_from_text(&text, world).map_err(err)
+}
+
+/// Every rank below `world` must be listed exactly once, and no rank beyond it:
+/// a file written for another world size would silently regroup the ranks.
+pub(crate) fn domain_map_from_text(text: &str, world: usize) -> Result<Vec<String>, String> {
+    if let Some((_, hi, _)) = topology_lines(text)?.iter().find(|l| l.1 >= world) {
+        return Err(format!("lists rank {hi}, beyond WORLD_SIZE {world}"));
+    }
+    (0..world).map(|r| domain_from_text(text, r)).collect()
 }
 
 #[cfg(test)]
@@ -360,6 +413,28 @@ mod tests {
             .contains("twice"));
         assert!(domain_from_text("x a\n", 0).is_err());
         assert!(domain_from_text("0 a b\n", 0).is_err());
+    }
+
+    #[test]
+    fn topology_map_covers_the_world_exactly() {
+        let t = "0-1 east\n2-3 west\n";
+        assert_eq!(
+            domain_map_from_text(t, 4),
+            Ok(vec![
+                "east".into(),
+                "east".into(),
+                "west".into(),
+                "west".into()
+            ])
+        );
+        assert!(domain_map_from_text(t, 5).unwrap_err().contains("rank 4"));
+        assert!(domain_map_from_text(t, 3).unwrap_err().contains("beyond"));
+        assert!(domain_map_from_text("0 a\n1 a\n9 b\n", 2)
+            .unwrap_err()
+            .contains("rank 9"));
+        assert!(domain_map_from_text("0-1 a\n1 b\n", 2)
+            .unwrap_err()
+            .contains("twice"));
     }
 
     #[test]

@@ -70,6 +70,30 @@ pub enum CollectiveError {
         stage: &'static str,
         after: Duration,
     },
+    /// Some ranks named their domain and some did not: the job would split.
+    #[error("ranks {unset:?} set no CAUSEWAY_DOMAIN or CAUSEWAY_TOPOLOGY while ranks {set:?} did")]
+    DomainUnset { unset: Vec<Rank>, set: Vec<Rank> },
+    /// Ranks disagree on the domain of `rank`: each claim is a domain and who
+    /// made it (its own `CAUSEWAY_DOMAIN`, or the topology file some ranks read).
+    #[error("ranks disagree on the domain of rank {rank}: {}", claims.iter().map(|(d, by)| format!("{d} by {by}")).collect::<Vec<_>>().join(", "))]
+    DomainConflict {
+        rank: Rank,
+        claims: Vec<(String, String)>,
+    },
+    /// Ranks set an option that changes the wire differently: each value with the ranks that set it.
+    #[error("ranks disagree on {key}: {}", values.iter().map(|(v, r)| format!("{v} on ranks {r:?}")).collect::<Vec<_>>().join(", "))]
+    ConfigMismatch {
+        key: String,
+        values: Vec<(String, Vec<Rank>)>,
+    },
+    /// Connection set-up failed: `reporter` could not set up its connections
+    /// with `peers` (empty: `reporter` itself failed or left during set-up).
+    #[error("connection setup failed {}: {cause}", if peers.is_empty() { format!("at rank {reporter}") } else { format!("between rank {reporter} and rank(s) {peers:?}") })]
+    SetupFailed {
+        reporter: Rank,
+        peers: Vec<Rank>,
+        cause: String,
+    },
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -135,6 +159,9 @@ impl CollectiveError {
             | CollectiveError::CallMismatch { peer, .. }
             | CollectiveError::Unresponsive { peer, .. } => Some(*peer),
             CollectiveError::PeerTimeout { peers, .. } => peers.first().copied(),
+            CollectiveError::SetupFailed {
+                reporter, peers, ..
+            } => Some(peers.first().copied().unwrap_or(*reporter)),
             _ => None,
         }
     }

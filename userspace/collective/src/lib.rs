@@ -31,11 +31,11 @@
 //! |---|---|
 //! | `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` | torchrun's; rank 0 serves the bootstrap store at the master address |
 //! | `LOCAL_RANK`, `LOCAL_WORLD_SIZE` | optional, checked for consistency |
-//! | `CAUSEWAY_DOMAIN` / `CAUSEWAY_TOPOLOGY` | this rank's domain, or a file of `RANKS DOMAIN` lines (`0-3 east`) |
+//! | `CAUSEWAY_DOMAIN` / `CAUSEWAY_TOPOLOGY` | this rank's domain, or a file of `RANKS DOMAIN` lines (`0-3 east`) listing every rank of the world. All ranks must agree: either none sets either (one domain, `default`, logged) or every rank does, and every claim about a rank gives it the same domain; otherwise the rendezvous fails on every rank naming the ranks |
 //! | `CAUSEWAY_HOST_ID` | ranks with the same host id use shared memory (default: hostname + network namespace) |
 //! | `CAUSEWAY_ADDR` | IP to accept peers on (default: the one that reaches the master) |
 //! | `CAUSEWAY_TIMEOUT` | an operation fails when a peer it waits for is silent this long (`60s`); the error names the rank that stopped ([`blame`]) |
-//! | `CAUSEWAY_RENDEZVOUS_TIMEOUT` | bootstrap deadline (`120s`) |
+//! | `CAUSEWAY_RENDEZVOUS_TIMEOUT` | bootstrap deadline (`120s`); a rank whose set-up fails (a refused connection, or it dies after registering) tells every rank through the store at once |
 //! | `CAUSEWAY_ALGO` | force `ring`, `tree` or `hier` where it applies (default: α-β model) |
 //! | `CAUSEWAY_COST` | link costs `CLASS=LATENCY:BANDWIDTH`, e.g. `wan=20ms:200mbit,domain=50us:10gbit,host=5us:40gbit`, applied over the probe |
 //! | `CAUSEWAY_PROBE`, `CAUSEWAY_PROBE_BYTES` | start-up α-β probe on/off (1) and its bulk size (`1mb`) |
@@ -47,6 +47,12 @@
 //! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |
 //! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (`1mb`) and lanes in flight (4) |
 //!
+//! The options that change the wire (streams, shared memory, chunk size, window,
+//! the latency stream and its size, `CAUSEWAY_ALGO`, the probe, `CAUSEWAY_COST`:
+//! [`Options::wire_settings`]) must be equal on every rank: each rank publishes
+//! them at rendezvous and a difference is [`CollectiveError::ConfigMismatch`] on
+//! every rank, naming the option and which ranks set which value.
+//!
 //! ## Layout
 //!
 //! Pure parts: [`schedule`] (plans as data), [`exec`] (the plan executor, a
@@ -56,7 +62,7 @@
 //! [`wire`] (frames), [`dtype`] (kernels).
 //! I/O: [`store`] and the rendezvous, the mesh of [`transport`]s, one reader and one
 //! writer thread per connection, and one engine thread per communicator that runs
-//! operations in submission order, driving the same executor over the connections. `unsafe` lives only in [`transport::shm`],
+//! operations in submission order, driving the same executor over the connections. `unsafe` lives only in [`transport::shm`], in `engine::lent` (the blocking calls lend the caller's slice to the engine thread),
 //! in one setsockopt of [`transport::tcp`] (the pacing cap) and in one read-only
 //! `BPF_OBJ_GET` of `peer_clock`.
 //!
@@ -64,6 +70,7 @@
 //! estimates the Causeway agent pins: offset, drift, error bound, source.
 #![deny(unsafe_code)]
 
+mod agree;
 pub mod blame;
 mod builder;
 #[cfg(feature = "cli")]
@@ -85,6 +92,7 @@ pub mod pool;
 pub mod probe;
 mod rendezvous;
 pub mod schedule;
+mod setup;
 pub mod store;
 pub mod topology;
 pub mod transport;
@@ -92,7 +100,7 @@ pub mod wire;
 
 pub use builder::CommunicatorBuilder;
 pub use comm::Communicator;
-pub use config::{Identity, Options};
+pub use config::{DomainClaim, Identity, Options};
 pub use cost::CostModel;
 pub use dtype::{DType, Element, ReduceOp};
 pub use engine::Progress;

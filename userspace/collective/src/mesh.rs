@@ -11,11 +11,16 @@ use crate::config::Options;
 use crate::error::{CollectiveError, Rank, Result};
 use crate::pool::BufferPool;
 use crate::rendezvous::Joined;
+use crate::setup;
+use crate::store::StoreClient;
 use crate::topology::LinkClass;
 use crate::transport::shm::{ShmRing, ShmTransport};
 use crate::transport::tcp::{self, TcpTransport, TcpTuning};
 use crate::transport::Transport;
 use crate::wire::{read_frame, write_frame, ConnRole, FrameHeader, FrameKind, Hello};
+
+/// How often a rank waiting for connections looks for another rank's set-up failure.
+const CHECK_EVERY: Duration = Duration::from_millis(50);
 
 /// One connection to a peer; `data` ones carry chunks, the others only control
 /// frames. The `latency` one (across domains) carries the small transfers.
@@ -55,76 +60,23 @@ fn ring_path(session: u64, from: Rank, to: Rank) -> PathBuf {
     ))
 }
 
-pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Vec<Conn>>> {
+pub(crate) fn connect_all(
+    j: &Joined,
+    store: &mut StoreClient,
+    opts: &Options,
+    me: Rank,
+) -> Result<Vec<Vec<Conn>>> {
     let world = j.addrs.len();
     let deadline = Instant::now() + opts.rendezvous_timeout;
-    let tuning = opts
-        .wan_socket_buffer
-        .map(TcpTuning::for_long_fat_pipes)
-        .unwrap_or(TcpTuning {
-            socket_buffer: None,
-        });
     let mut conns: Vec<Vec<Conn>> = (0..world).map(|_| Vec::new()).collect();
-    #[allow(clippy::needless_range_loop)] // q is a rank: it indexes several tables
-    for q in 0..me {
-        let (shm, n) = shape(j, opts, me, q);
-        let hello = |index: u32, role, shm| Hello {
-            session: j.session,
-            rank: me as u32,
-            world: world as u32,
-            index,
-            role,
-            shm,
-        };
-        let dial = |h: Hello| -> Result<TcpStream> {
-            let latency = is_latency(j, opts, me, q, h.index as usize);
-            let cc: &[&str] = if latency {
-                &tcp::LATENCY_CONGESTION
-            } else {
-                &[]
-            };
-            let mut s =
-                tcp::connect(j.addrs[q], tuning, Duration::from_secs(10), cc).map_err(|e| {
-                    CollectiveError::io(format!("connect to rank {q} at {}", j.addrs[q]), e)
-                })?;
-            let p = h.encode();
-            write_frame(
-                &mut s,
-                &FrameHeader::control(FrameKind::Hello, p.len() as u32),
-                &p,
-            )
-            .map_err(|e| CollectiveError::io(format!("hello to rank {q}"), e))?;
-            tune(j, opts, me, q, &s, latency);
-            Ok(s)
-        };
-        if shm {
-            let (tx_path, rx_path) = (ring_path(j.session, me, q), ring_path(j.session, q, me));
-            let shm_err =
-                |e: std::io::Error| CollectiveError::Shm(format!("create ring for rank {q}: {e}"));
-            let tx = ShmRing::create(&tx_path, opts.shm_ring_bytes).map_err(shm_err)?;
-            let rx = ShmRing::create(&rx_path, opts.shm_ring_bytes).map_err(shm_err)?;
-            let paths = (tx_path.display().to_string(), rx_path.display().to_string());
-            let s = dial(hello(0, ConnRole::TcpControl, Some(paths)))?;
-            conns[q].push(Conn {
-                transport: Box::new(ShmTransport::new(tx, rx)),
-                data: true,
-                latency: false,
-            });
-            conns[q].push(Conn {
-                transport: tcp_transport(s, q)?,
-                data: false,
-                latency: false,
-            });
-        } else {
-            for i in 0..n {
-                let s = dial(hello(i as u32, ConnRole::TcpData, None))?;
-                conns[q].push(Conn {
-                    transport: tcp_transport(s, q)?,
-                    data: true,
-                    latency: is_latency(j, opts, me, q, i),
-                });
-            }
-        }
+    for (q, c) in conns.iter_mut().enumerate().take(me) {
+        // Another rank's failure ends this rank's set-up too.
+        setup::check(store)?;
+        *c = dial_peer(j, opts, me, q).map_err(|e| CollectiveError::SetupFailed {
+            reporter: me,
+            peers: vec![q],
+            cause: e.to_string(),
+        })?;
     }
     // Accept from the higher ranks.
     let mut expected: Vec<usize> = (0..world)
@@ -135,10 +87,15 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
         .set_nonblocking(true)
         .map_err(|e| CollectiveError::io("listener", e))?;
     let pool = BufferPool::new(4);
+    let mut last_check = Instant::now();
     while expected.iter().any(|n| *n > 0) {
         let stream = match j.listener.accept() {
             Ok((s, _)) => s,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if last_check.elapsed() >= CHECK_EVERY {
+                    setup::check(store)?;
+                    last_check = Instant::now();
+                }
                 if Instant::now() >= deadline {
                     let missing: Vec<Rank> = (0..world).filter(|q| expected[*q] > 0).collect();
                     return Err(CollectiveError::RendezvousTimeout {
@@ -206,6 +163,76 @@ pub(crate) fn connect_all(j: &Joined, opts: &Options, me: Rank) -> Result<Vec<Ve
         }
     }
     Ok(conns)
+}
+
+/// Opens every connection `me` dials to the lower rank `q`.
+fn dial_peer(j: &Joined, opts: &Options, me: Rank, q: Rank) -> Result<Vec<Conn>> {
+    let world = j.addrs.len();
+    let tuning = opts
+        .wan_socket_buffer
+        .map(TcpTuning::for_long_fat_pipes)
+        .unwrap_or(TcpTuning {
+            socket_buffer: None,
+        });
+    let mut out = Vec::new();
+    let (shm, n) = shape(j, opts, me, q);
+    let hello = |index: u32, role, shm| Hello {
+        session: j.session,
+        rank: me as u32,
+        world: world as u32,
+        index,
+        role,
+        shm,
+    };
+    let dial = |h: Hello| -> Result<TcpStream> {
+        let latency = is_latency(j, opts, me, q, h.index as usize);
+        let cc: &[&str] = if latency {
+            &tcp::LATENCY_CONGESTION
+        } else {
+            &[]
+        };
+        let mut s = tcp::connect(j.addrs[q], tuning, Duration::from_secs(10), cc).map_err(|e| {
+            CollectiveError::io(format!("connect to rank {q} at {}", j.addrs[q]), e)
+        })?;
+        let p = h.encode();
+        write_frame(
+            &mut s,
+            &FrameHeader::control(FrameKind::Hello, p.len() as u32),
+            &p,
+        )
+        .map_err(|e| CollectiveError::io(format!("hello to rank {q}"), e))?;
+        tune(j, opts, me, q, &s, latency);
+        Ok(s)
+    };
+    if shm {
+        let (tx_path, rx_path) = (ring_path(j.session, me, q), ring_path(j.session, q, me));
+        let shm_err =
+            |e: std::io::Error| CollectiveError::Shm(format!("create ring for rank {q}: {e}"));
+        let tx = ShmRing::create(&tx_path, opts.shm_ring_bytes).map_err(shm_err)?;
+        let rx = ShmRing::create(&rx_path, opts.shm_ring_bytes).map_err(shm_err)?;
+        let paths = (tx_path.display().to_string(), rx_path.display().to_string());
+        let s = dial(hello(0, ConnRole::TcpControl, Some(paths)))?;
+        out.push(Conn {
+            transport: Box::new(ShmTransport::new(tx, rx)),
+            data: true,
+            latency: false,
+        });
+        out.push(Conn {
+            transport: tcp_transport(s, q)?,
+            data: false,
+            latency: false,
+        });
+    } else {
+        for i in 0..n {
+            let s = dial(hello(i as u32, ConnRole::TcpData, None))?;
+            out.push(Conn {
+                transport: tcp_transport(s, q)?,
+                data: true,
+                latency: is_latency(j, opts, me, q, i),
+            });
+        }
+    }
+    Ok(out)
 }
 
 fn read_hello(s: &mut (impl Read + ?Sized), pool: &BufferPool) -> Option<Hello> {

@@ -4,8 +4,10 @@
 use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use crate::agree::{self, Entry};
 use crate::config::{Identity, Options};
 use crate::error::{CollectiveError, ConfigError, Rank, Result, StoreError};
+use crate::setup;
 use crate::store::{StoreClient, StoreServer};
 use crate::topology::Topology;
 use crate::transport::tcp::{self, TcpTuning};
@@ -18,8 +20,19 @@ pub(crate) struct Joined {
     pub domains: Vec<String>,
     pub addrs: Vec<SocketAddr>,
     pub listener: TcpListener,
+}
+
+/// The bootstrap store: this rank's connection, and the server when this rank hosts it.
+pub(crate) struct Bootstrap {
     pub store: StoreClient,
     pub server: Option<StoreServer>,
+}
+
+impl Bootstrap {
+    /// Set-up failed on this rank with `e`: see [`setup::give_up`].
+    pub fn give_up(&mut self, me: Rank, world: usize, e: &CollectiveError) {
+        setup::give_up(&mut self.store, me, world, self.server.as_ref(), e);
+    }
 }
 
 pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
@@ -47,7 +60,8 @@ pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
 }
 
 /// Runs the rendezvous. `host_store`: rank 0 serves the store itself.
-pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<Joined> {
+/// Every error after this rank registered reaches the other ranks (see [`setup`]).
+pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(Joined, Bootstrap)> {
     let master = resolve(&id.master_addr, id.master_port)?;
     let deadline = Instant::now() + opts.rendezvous_timeout;
     let server = if id.rank == 0 && host_store {
@@ -107,24 +121,57 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<Jo
     }
     let session = u64::from_str_radix(&String::from_utf8_lossy(&store.get("session", left())?), 16)
         .map_err(|_| StoreError::Protocol("session id is not hex".into()))?;
-    for (what, v) in [("domain", &id.domain), ("host", &id.host_id)] {
-        if v.is_empty() || v.contains('\n') {
+    let path = id.domain_claim.file.as_ref().map(|(p, _)| p);
+    for (what, v) in [("domain", Some(&id.domain)), ("host", Some(&id.host_id))]
+        .into_iter()
+        .chain([("topology file", path)])
+    {
+        if v.is_some_and(|v| v.is_empty() || v.contains('\n')) {
             return Err(ConfigError::Invalid(format!(
                 "{what} label {v:?} must be non-empty, one line"
             ))
             .into());
         }
     }
-    store.set(
-        &format!("rank/{}", id.rank),
-        format!("{me}\n{}\n{}", id.domain, id.host_id).as_bytes(),
-    )?;
+    let entry = Entry::new(me, id, opts);
+    setup::will(&mut store, id.rank)?;
+    store.set(&format!("rank/{}", id.rank), entry.encode().as_bytes())?;
+    let mut boot = Bootstrap { store, server };
+    let (entries, domains) = match learn(id, opts, &mut boot.store, deadline) {
+        Ok(v) => v,
+        Err(e) => {
+            boot.give_up(id.rank, id.world, &e);
+            return Err(e);
+        }
+    };
+    let labels: Vec<(String, String)> = entries
+        .iter()
+        .zip(&domains)
+        .map(|(e, d)| (d.clone(), e.host.clone()))
+        .collect();
+    let joined = Joined {
+        session,
+        topology: Topology::from_labels(&labels),
+        host_ids: entries.iter().map(|e| e.host.clone()).collect(),
+        domains,
+        addrs: entries.iter().map(|e| e.addr).collect(),
+        listener,
+    };
+    Ok((joined, boot))
+}
 
-    let mut entries: Vec<Option<(SocketAddr, String, String)>> = vec![None; id.world];
+/// Everyone's registration, once all ranks registered and agree (domains, wire options).
+fn learn(
+    id: &Identity,
+    opts: &Options,
+    store: &mut StoreClient,
+    deadline: Instant,
+) -> Result<(Vec<Entry>, Vec<String>)> {
+    let mut entries: Vec<Option<Entry>> = vec![None; id.world];
     loop {
         for (q, e) in entries.iter_mut().enumerate().filter(|(_, e)| e.is_none()) {
             match store.get(&format!("rank/{q}"), Duration::from_millis(20)) {
-                Ok(v) => *e = Some(parse_entry(q, &v)?),
+                Ok(v) => *e = Some(Entry::parse(q, &v)?),
                 Err(StoreError::Timeout { .. }) => {}
                 Err(err) => return Err(err.into()),
             }
@@ -135,6 +182,7 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<Jo
         if let Ok(e) = store.get("error", Duration::ZERO) {
             return Err(remote_error(&String::from_utf8_lossy(&e)));
         }
+        setup::check(store)?;
         if Instant::now() >= deadline {
             let missing: Vec<Rank> = entries
                 .iter()
@@ -150,31 +198,15 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<Jo
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let entries: Vec<(SocketAddr, String, String)> = entries.into_iter().flatten().collect();
-    let labels: Vec<(String, String)> = entries
-        .iter()
-        .map(|(_, d, h)| (d.clone(), h.clone()))
-        .collect();
-    Ok(Joined {
-        session,
-        topology: Topology::from_labels(&labels),
-        host_ids: entries.iter().map(|e| e.2.clone()).collect(),
-        domains: entries.iter().map(|e| e.1.clone()).collect(),
-        addrs: entries.iter().map(|e| e.0).collect(),
-        listener,
-        store,
-        server,
-    })
-}
-
-fn parse_entry(q: Rank, v: &[u8]) -> Result<(SocketAddr, String, String)> {
-    let bad = || StoreError::Protocol(format!("bad entry for rank {q}"));
-    let s = std::str::from_utf8(v).map_err(|_| bad())?;
-    let mut it = s.split('\n');
-    let addr = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
-    let domain = it.next().ok_or_else(bad)?.to_string();
-    let host = it.next().ok_or_else(bad)?.to_string();
-    Ok((addr, domain, host))
+    let entries: Vec<Entry> = entries.into_iter().flatten().collect();
+    // Every rank runs the same checks on the same entries: all fail alike.
+    let claims: Vec<_> = entries.iter().map(|e| &e.claim).collect();
+    let domains = agree::domains(&claims)?;
+    agree::wire_options(&entries.iter().map(|e| &e.wire[..]).collect::<Vec<_>>())?;
+    if id.rank == 0 && id.world > 1 && claims.iter().all(|c| *c == &Default::default()) {
+        tracing::info!("no rank set CAUSEWAY_DOMAIN or CAUSEWAY_TOPOLOGY: one domain, \"default\"");
+    }
+    Ok((entries, domains))
 }
 
 /// Turns the `error` key another rank left into the same typed error it returned.

@@ -3,6 +3,11 @@
 //!
 //! Request: `op u8 | key_len u16 | key | val_len u32 | val | timeout_ms u32`.
 //! Response: `status u8 | val_len u32 | val`. Keys ≤ 1 KiB, values ≤ 1 MiB.
+//!
+//! A client may leave a will ([`StoreClient::set_on_close`]): a key the server
+//! sets when that client's connection ends while the will stands, unless the key
+//! is set already. The rendezvous uses it to tell every rank that a rank
+//! which registered died during set-up.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -20,6 +25,8 @@ const OP_SET: u8 = 1;
 const OP_GET: u8 = 2;
 const OP_ADD: u8 = 3;
 const OP_WAIT: u8 = 4;
+/// Leave a will (key, value); an empty key revokes it.
+const OP_ON_CLOSE: u8 = 5;
 const OK: u8 = 0;
 const TIMEOUT: u8 = 1;
 const FAIL: u8 = 2;
@@ -28,12 +35,16 @@ const FAIL: u8 = 2;
 struct State {
     map: Mutex<HashMap<String, Vec<u8>>>,
     changed: Condvar,
+    /// Connections being served, and accepted in all.
+    clients: std::sync::atomic::AtomicUsize,
+    accepted: std::sync::atomic::AtomicUsize,
 }
 
 /// The store server; stops when dropped.
 pub struct StoreServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
+    state: Arc<State>,
 }
 
 impl StoreServer {
@@ -51,16 +62,26 @@ impl StoreServer {
         let addr = listener.local_addr().map_err(|e| io("local_addr", e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let state = Arc::new(State::default());
-        let stop2 = stop.clone();
+        let (stop2, state2) = (stop.clone(), state.clone());
         thread::Builder::new()
             .name("cw-store".into())
-            .spawn(move || accept_loop(listener, state, stop2))
+            .spawn(move || accept_loop(listener, state2, stop2))
             .map_err(|e| io("spawn", e))?;
-        Ok(StoreServer { addr, stop })
+        Ok(StoreServer { addr, stop, state })
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Client connections open now.
+    pub fn clients(&self) -> usize {
+        self.state.clients.load(Ordering::Acquire)
+    }
+
+    /// Client connections accepted since the server started.
+    pub fn accepted(&self) -> usize {
+        self.state.accepted.load(Ordering::Acquire)
     }
 }
 
@@ -87,20 +108,35 @@ fn accept_loop(listener: TcpListener, state: Arc<State>, stop: Arc<AtomicBool>) 
 fn serve(mut s: TcpStream, state: Arc<State>, stop: Arc<AtomicBool>) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_nodelay(true);
+    state.clients.fetch_add(1, Ordering::AcqRel);
+    state.accepted.fetch_add(1, Ordering::AcqRel);
+    let mut will: Option<(String, Vec<u8>)> = None;
     while !stop.load(Ordering::Relaxed) {
         let Ok((op, key, val, timeout)) = read_request(&mut s) else {
-            return;
+            break;
         };
-        let (status, out) = handle(&state, &stop, op, key, val, timeout);
+        let (status, out) = if op == OP_ON_CLOSE {
+            will = (!key.is_empty()).then_some((key, val));
+            (OK, Vec::new())
+        } else {
+            handle(&state, &stop, op, key, val, timeout)
+        };
         if write_msg(
             &mut s,
             &[&[status], &(out.len() as u32).to_le_bytes(), &out],
         )
         .is_err()
         {
-            return;
+            break;
         }
     }
+    if let (Some((key, val)), false) = (will, stop.load(Ordering::Relaxed)) {
+        if let Ok(mut map) = state.map.lock() {
+            map.entry(key).or_insert(val);
+            state.changed.notify_all();
+        }
+    }
+    state.clients.fetch_sub(1, Ordering::AcqRel);
 }
 
 fn handle(
@@ -300,6 +336,21 @@ impl StoreClient {
         Ok(())
     }
 
+    /// Leaves a will: when this connection ends (the process exits or dies)
+    /// before [`clear_on_close`](Self::clear_on_close), the server sets `key`
+    /// to `val` unless `key` is set already.
+    pub fn set_on_close(&mut self, key: &str, val: &[u8]) -> Result<(), StoreError> {
+        if key.is_empty() {
+            return Err(StoreError::Protocol("a will needs a key".into()));
+        }
+        self.call(OP_ON_CLOSE, key, val, Duration::ZERO).map(drop)
+    }
+
+    /// Revokes the will left by [`set_on_close`](Self::set_on_close).
+    pub fn clear_on_close(&mut self) -> Result<(), StoreError> {
+        self.call(OP_ON_CLOSE, "", &[], Duration::ZERO).map(drop)
+    }
+
     /// Atomically adds `delta` to the number stored at `key` (missing = 0); returns the new value.
     pub fn add(&mut self, key: &str, delta: i64) -> Result<i64, StoreError> {
         let (_, v) = self.call(OP_ADD, key, &delta.to_le_bytes(), Duration::ZERO)?;
@@ -352,6 +403,33 @@ mod tests {
             "{err}"
         );
         assert!(t.elapsed() < Duration::from_secs(3));
+    }
+
+    #[test]
+    fn a_will_is_set_when_its_connection_ends_unless_revoked_or_preempted() {
+        let s = server();
+        let mut watcher = StoreClient::connect(s.addr(), Duration::from_secs(5)).expect("connect");
+        let mut c = StoreClient::connect(s.addr(), Duration::from_secs(5)).expect("connect");
+        c.set_on_close("gone", b"c").expect("will");
+        drop(c);
+        assert_eq!(
+            watcher.get("gone", Duration::from_secs(5)).expect("will"),
+            b"c"
+        );
+        // Revoked: nothing happens.
+        let mut c = StoreClient::connect(s.addr(), Duration::from_secs(5)).expect("connect");
+        c.set_on_close("revoked", b"x").expect("will");
+        c.clear_on_close().expect("revoke");
+        drop(c);
+        // The first value stays.
+        let mut c = StoreClient::connect(s.addr(), Duration::from_secs(5)).expect("connect");
+        c.set_on_close("gone", b"later").expect("will");
+        drop(c);
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(watcher.get("revoked", Duration::from_millis(100)).is_err());
+        assert_eq!(watcher.get("gone", Duration::ZERO).expect("get"), b"c");
+        assert_eq!(s.clients(), 1, "only the watcher is still connected");
+        assert_eq!(s.accepted(), 4);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! fault and testbed tests. Reads torchrun's variables (`RANK`, `WORLD_SIZE`,
 //! `MASTER_ADDR`, `MASTER_PORT`) and `CAUSEWAY_*` options from the environment.
 //!
-//! Prints one JSON line per completed iteration and a final line; exits 0 when all
+//! Prints one JSON line per completed iteration and a final line (with the peak
+//! resident set, `peak_rss_bytes`); exits 0 when all
 //! results were right, 3 on a collective error (the line names the blamed peer).
 
 use std::time::Instant;
@@ -78,6 +79,14 @@ fn run() -> Result<()> {
             json!({"event": "iter", "rank": r, "iter": it, "s": t.elapsed().as_secs_f64()}),
         )?;
     }
-    cli::outln(json!({"event": "done", "rank": r}))?;
+    cli::outln(json!({"event": "done", "rank": r, "peak_rss_bytes": peak_rss_bytes()}))?;
     Ok(())
+}
+
+/// The process's peak resident set (`VmHWM` of /proc/self/status), when readable.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

@@ -23,6 +23,7 @@ use crate::wire::{encode_abort, Abort, Call, CallKind, CallReport, Codec, Frame,
 #[cfg(test)]
 mod call_tests;
 mod drive;
+pub(crate) mod lent;
 #[cfg(test)]
 mod tests;
 

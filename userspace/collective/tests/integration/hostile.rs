@@ -24,9 +24,12 @@ fn fake_rank_one(store_addr: SocketAddr, poison: &[u8]) -> Vec<TcpStream> {
         u64::from_str_radix(std::str::from_utf8(&session_hex).expect("utf-8"), 16).expect("hex");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
     let me = listener.local_addr().expect("addr");
-    store
-        .set("rank/1", format!("{me}\nd0\nfake-host").as_bytes())
-        .expect("publish");
+    // A registration as a real rank makes it: address, host, domain, wire options.
+    let mut entry = format!("{me}\nfake-host\ndomain=d0\n");
+    for (k, v) in test_options().wire_settings() {
+        entry += &format!("wire:{k}={v}\n");
+    }
+    store.set("rank/1", entry.as_bytes()).expect("publish");
     let entry = store
         .get("rank/0", Duration::from_secs(10))
         .expect("rank 0");
@@ -38,7 +41,7 @@ fn fake_rank_one(store_addr: SocketAddr, poison: &[u8]) -> Vec<TcpStream> {
         .parse()
         .expect("addr");
     let mut conns = Vec::new();
-    // Rank 0 ("default") and this fake ("d0") sit in different domains: the
+    // Rank 0 ("d1") and this fake ("d0") sit in different domains: the
     // bulk streams plus the latency connection.
     let o = test_options();
     let streams = o.streams_wan + usize::from(o.wan_latency_stream);
@@ -73,6 +76,7 @@ fn rank_zero_sees(poison: Vec<u8>) -> CollectiveError {
         .master(addr)
         .host_store(false)
         .host_id("real-host")
+        .domain("d1")
         .options(test_options());
     std::thread::scope(|s| {
         let real = s.spawn(move || {

@@ -1,17 +1,24 @@
 //! The collective library's integration tests, one binary: every operation
 //! against a reference (`ops`), rendezvous and its typed errors
-//! (`rendezvous`), a rank that dies (`fault`), a rank that stops (`hang`) and a peer that speaks
-//! garbage (`hostile`). Ranks run as threads of this process (`world`) or
-//! as worker processes.
+//! (`rendezvous`), ranks that must agree on domains and wire options
+//! (`agreement`), set-up failures every rank hears of (`setup_failure`), a
+//! rank that dies (`fault`), a rank that stops (`hang`), a peer that speaks
+//! garbage (`hostile`) and the blocking calls' memory (`memory`). Ranks run
+//! as threads of this process (`world`) or as worker processes (`procs`,
+//! `fault`, `hang`).
 //!
 //! The environment is process-wide: only `rendezvous::torchrun_environment`
 //! sets variables, and nothing else here reads them (the other tests build
 //! communicators explicitly, and children get their variables through
 //! `Command::env`).
 
+mod agreement;
 mod fault;
 mod hang;
 mod hostile;
+mod memory;
 mod ops;
+mod procs;
 mod rendezvous;
+mod setup_failure;
 mod world;
