@@ -16,6 +16,7 @@ use crate::error::{CollectiveError, Rank, Result};
 use crate::exec::trace::Message;
 use crate::handle::Handle;
 use crate::links;
+use crate::membership::Seat;
 use crate::pool::BufferPool;
 use crate::schedule::{Algorithm, OpKind, Plan, Span};
 use crate::store::{StoreClient, StoreServer};
@@ -42,6 +43,8 @@ pub struct Communicator {
     opts: Options,
     pool: BufferPool,
     _server: Option<StoreServer>,
+    /// What a shrink or grow needs (see `membership`).
+    seat: Seat,
 }
 
 impl Communicator {
@@ -69,6 +72,7 @@ impl Communicator {
         }
         let joined = crate::rendezvous::join(&id, &opts, host_store)?;
         let conns = crate::mesh::connect_all(&joined, &opts, id.rank)?;
+        let seat = Seat::new(&id, &opts, joined.addrs.clone(), joined.listener);
         let pool = BufferPool::new(64 + 4 * id.world * opts.window);
         let (ev_tx, ev_rx) = channel();
         // Data frames carry at most one chunk; control frames (aborts) up to a few KiB.
@@ -107,6 +111,7 @@ impl Communicator {
             opts: opts.clone(),
             pool,
             _server: joined.server,
+            seat,
         };
         if opts.probe && id.world > 1 {
             comm.model = crate::probe::measure(&comm, &opts)?;
@@ -191,7 +196,7 @@ impl Communicator {
             .map(|j| j.send(job))
             .is_none_or(|r| r.is_err())
         {
-            let _ = reply.send(Err(CollectiveError::Closed));
+            let _ = reply.send(Err(self.seat.closed_error()));
             progress.finished.store(true, Ordering::Release);
         }
         let map = Box::new(move |b: Box<dyn Any + Send>| -> Result<R> {
@@ -365,6 +370,24 @@ fn same_len(got: usize, want: usize, what: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+impl Communicator {
+    pub(crate) fn seat(&self) -> &Seat {
+        &self.seat
+    }
+    pub(crate) fn seat_mut(&mut self) -> &mut Seat {
+        &mut self.seat
+    }
+    /// Stops the engine (queued operations finish first); every later
+    /// operation fails with [`CollectiveError::Retired`].
+    pub(crate) fn retire(&mut self) {
+        self.seat.retire();
+        self.jobs.take();
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
 }
 
 impl Drop for Communicator {

@@ -69,6 +69,7 @@ pub mod error;
 pub mod exec;
 mod handle;
 mod links;
+pub mod membership;
 mod mesh;
 #[cfg(feature = "peer-clock")]
 pub mod peer_clock;
@@ -89,5 +90,6 @@ pub use dtype::{DType, Element, ReduceOp};
 pub use engine::Progress;
 pub use error::{CollectiveError, ConfigError, Rank, Result, StoreError};
 pub use handle::Handle;
+pub use membership::Membership;
 pub use schedule::Algorithm;
 pub use topology::{LinkClass, Topology};

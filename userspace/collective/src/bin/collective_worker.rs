@@ -9,24 +9,26 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use causeway_collective::cli;
-use causeway_collective::{Communicator, ReduceOp};
+use causeway_collective::{CollectiveError, Communicator, ReduceOp};
 use serde_json::json;
 
-const USAGE: &str = "causeway-collective-worker [--elems N] [--iters K] [--op sum|max]\n\
+const USAGE: &str = "causeway-collective-worker [--elems N] [--iters K] [--op sum|max] [--shrink-iters M]\n\
   Runs K allreduces of N f32 per rank on known data, checks each result.\n\
+  With M > 0, an allreduce error is followed by shrink() and M checked allreduces on the survivors.\n\
   Example: RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 causeway-collective-worker --elems 1000";
 
 fn main() -> Result<()> {
-    let args = cli::Args::parse(&["elems", "iters", "op"], USAGE)?;
+    let args = cli::Args::parse(&["elems", "iters", "op", "shrink-iters"], USAGE)?;
     let elems: usize = args.num("elems", 1 << 16)?;
     let iters: usize = args.num("iters", 3)?;
+    let shrink_iters: usize = args.num("shrink-iters", 0)?;
     let op = match args.get("op").unwrap_or("sum") {
         "sum" => ReduceOp::Sum,
         "max" => ReduceOp::Max,
         o => bail!("--op {o}: expected sum or max"),
     };
     let t = Instant::now();
-    let comm = match Communicator::from_env() {
+    let mut comm = match Communicator::from_env() {
         Ok(c) => c,
         Err(e) => {
             println!(
@@ -42,6 +44,46 @@ fn main() -> Result<()> {
         json!({"event": "ready", "rank": r, "world": n, "domain": comm.domain_of(r),
         "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems)), "init_s": t.elapsed().as_secs_f64()})
     );
+    if let Err(e) = run(&comm, elems, iters, op) {
+        if shrink_iters == 0 {
+            std::process::exit(3);
+        }
+        let t = Instant::now();
+        let next = match comm.shrink() {
+            Ok(c) => c,
+            Err(e) => {
+                println!(
+                    "{}",
+                    json!({"event": "shrink_error", "rank": r, "error": e.to_string()})
+                );
+                std::process::exit(5);
+            }
+        };
+        let old = comm.allreduce(&mut [1.0f32], op);
+        println!(
+            "{}",
+            json!({"event": "shrunk", "old_rank": r, "rank": next.rank(), "world": next.world_size(),
+            "epoch": next.epoch(), "lost": next.membership().lost, "took_s": t.elapsed().as_secs_f64(),
+            "old_comm": format!("{old:?}"), "failed_with": e.to_string()})
+        );
+        comm = next;
+        if run(&comm, elems, shrink_iters, op).is_err() {
+            std::process::exit(3);
+        }
+    }
+    println!("{}", json!({"event": "done", "rank": comm.rank()}));
+    Ok(())
+}
+
+/// `iters` checked allreduces; prints one line each. `Err` after a collective
+/// error (printed); exits 4 on a wrong value.
+fn run(
+    comm: &Communicator,
+    elems: usize,
+    iters: usize,
+    op: ReduceOp,
+) -> Result<(), CollectiveError> {
+    let (r, n) = (comm.rank(), comm.world_size());
     for it in 0..iters {
         // Small integers: every sum is exact, so the check is exact too.
         let mut v: Vec<f32> = (0..elems).map(|i| ((i + r * 7 + it) % 13) as f32).collect();
@@ -51,7 +93,7 @@ fn main() -> Result<()> {
                 "{}",
                 json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64()})
             );
-            std::process::exit(3);
+            return Err(e);
         }
         let want = |i: usize| -> f32 {
             let vals = (0..n).map(|q| ((i + q * 7 + it) % 13) as f32);
@@ -70,9 +112,8 @@ fn main() -> Result<()> {
         }
         println!(
             "{}",
-            json!({"event": "iter", "rank": r, "iter": it, "s": t.elapsed().as_secs_f64()})
+            json!({"event": "iter", "rank": r, "epoch": comm.epoch(), "iter": it, "s": t.elapsed().as_secs_f64()})
         );
     }
-    println!("{}", json!({"event": "done", "rank": r}));
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::world::*;
 use causeway_collective::{CollectiveError, ReduceOp};
 
-struct Ranks(Vec<Child>);
+pub struct Ranks(pub Vec<Child>);
 
 impl Drop for Ranks {
     fn drop(&mut self) {
@@ -28,7 +28,7 @@ fn free_port() -> u16 {
 }
 
 /// Spawns `n` worker processes; their stdout lines arrive as (rank, JSON) on the channel.
-fn spawn_world(
+pub fn spawn_world(
     n: usize,
     extra: &[(&str, &str)],
     args: &[&str],

@@ -13,4 +13,5 @@ mod fault;
 mod hostile;
 mod ops;
 mod rendezvous;
+mod shrink;
 mod world;

@@ -1,0 +1,430 @@
+//! Shrink and grow: a new communicator from the survivors of a failure, or
+//! from the members plus newcomers, without restarting the process.
+//!
+//! ## Protocol
+//!
+//! Every communicator keeps its mesh listener after set-up. Every peer already
+//! knows its address (it connected to it), so it doubles as the rank's *standby
+//! store*: idle (the kernel queues connections, nobody serves them) until that
+//! rank coordinates a membership change, then a fresh [`StoreServer`] on it.
+//! The bootstrap store of rank 0 is not needed, so losing rank 0 is no special
+//! case.
+//!
+//! **Shrink** (every survivor calls [`Communicator::shrink`] after its
+//! operation failed):
+//! 1. *Coordinator*: survivor `s` tries the standby stores of old ranks
+//!    `0, 1, …` in order. A rank whose listener refuses the connection (its
+//!    process is gone), or that does not open its store within the operation
+//!    timeout, is taken as lost; when `s` reaches itself, it is the
+//!    coordinator and opens its store. So every survivor ends at the lowest
+//!    live old rank.
+//! 2. *Survivor set*: each survivor sets `alive/<old rank>` there. The
+//!    coordinator connects once to every higher rank's listener: refused means
+//!    lost; otherwise it waits for that rank's `alive` key until
+//!    `timeout + 2 s` and then leaves it out. It publishes
+//!    `members` (old ranks that stay) and `lost`.
+//! 3. *Renumbering*: new ranks are dense in old-rank order (the coordinator
+//!    becomes rank 0); a survivor that finds itself left out gets
+//!    [`CollectiveError::Excluded`].
+//! 4. *New communicator*: the ordinary rendezvous and mesh set-up, run on the
+//!    coordinator's store with a fresh session id, so every connection is new.
+//!
+//! **Grow** (every member calls [`Communicator::grow`]`(k)`; each newcomer
+//! calls [`CommunicatorBuilder::join`] with [`Communicator::grow_address`]):
+//! rank 0's standby store opens, each joiner takes a ticket (`join/ticket`),
+//! rank 0 admits the first `k` (`grown`), members keep their ranks and joiner
+//! `i` becomes rank `world + i`.
+//!
+//! ## Epochs
+//!
+//! The first communicator has epoch 0; every shrink or grow makes epoch + 1.
+//! Frames of one epoch cannot reach another: the new communicator opens new
+//! connections, whose hello carries the new session id (checked by the mesh),
+//! and the old ones stay with the old engine. A communicator that was shrunk
+//! or grown is retired: its engine has stopped and every later operation on it
+//! fails with [`CollectiveError::Retired`], never `Ok`.
+//!
+//! ## Bounds and limits
+//!
+//! The coordinator search costs at most the operation timeout per live-but-
+//! silent lower rank (nothing for dead ones: their port refuses); agreeing on
+//! the set at most `timeout + 2 s` more; the set-up is bounded by the
+//! rendezvous timeout. The failure model is crash-stop: survivors must see the
+//! same processes dead. In a partition where survivors reach different lowest
+//! ranks they do not merge: each side forms its own smaller communicator or
+//! times out. A stopped (SIGSTOP) rank below the coordinator costs one timeout
+//! and is left out. A joiner must be told the address of rank 0's standby
+//! store out of band ([`Communicator::grow_address`]).
+
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use crate::builder::CommunicatorBuilder;
+use crate::comm::Communicator;
+use crate::config::{Identity, Options};
+use crate::error::{CollectiveError, Rank, Result, StoreError};
+use crate::store::{StoreClient, StoreServer};
+
+/// How this communicator came to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Membership {
+    /// 0 for the first communicator, one more for each shrink or grow.
+    pub epoch: u64,
+    /// For each rank, its rank in the previous communicator (`None`: it joined).
+    pub previous: Vec<Option<Rank>>,
+    /// Ranks of the previous communicator that are not in this one.
+    pub lost: Vec<Rank>,
+}
+
+/// What a communicator keeps to take part in the next membership change.
+pub(crate) struct Seat {
+    pub id: Identity,
+    pub opts: Options,
+    /// Every rank's mesh listener: its standby store.
+    pub addrs: Vec<SocketAddr>,
+    listener: Option<TcpListener>,
+    server: Option<StoreServer>,
+    pub membership: Membership,
+    retired: bool,
+}
+
+impl Seat {
+    pub fn new(
+        id: &Identity,
+        opts: &Options,
+        addrs: Vec<SocketAddr>,
+        listener: TcpListener,
+    ) -> Self {
+        Seat {
+            id: id.clone(),
+            opts: opts.clone(),
+            addrs,
+            listener: Some(listener),
+            server: None,
+            membership: Membership {
+                epoch: 0,
+                previous: (0..id.world).map(Some).collect(),
+                lost: Vec::new(),
+            },
+            retired: false,
+        }
+    }
+
+    /// The error an operation on this communicator gets once it cannot run.
+    pub fn closed_error(&self) -> CollectiveError {
+        if self.retired {
+            CollectiveError::Retired {
+                epoch: self.membership.epoch,
+            }
+        } else {
+            CollectiveError::Closed
+        }
+    }
+
+    pub fn retire(&mut self) {
+        self.retired = true;
+    }
+
+    /// Opens this rank's standby store (once per communicator).
+    fn open_store(&mut self) -> Result<StoreServer> {
+        let l = self.listener.take().ok_or_else(|| {
+            self.fail("this communicator already coordinated a membership change")
+        })?;
+        Ok(StoreServer::serve_on(l)?)
+    }
+
+    fn fail(&self, detail: impl Into<String>) -> CollectiveError {
+        CollectiveError::Membership {
+            epoch: self.membership.epoch + 1,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl Communicator {
+    /// Number of membership changes since the first communicator (see [`Membership`]).
+    pub fn epoch(&self) -> u64 {
+        self.seat().membership.epoch
+    }
+
+    /// How this communicator was formed from the previous one.
+    pub fn membership(&self) -> &Membership {
+        &self.seat().membership
+    }
+
+    /// Where newcomers connect to join at the next [`grow`](Self::grow):
+    /// rank 0's standby store (the same on every rank).
+    pub fn grow_address(&self) -> SocketAddr {
+        self.seat().addrs[0]
+    }
+
+    /// A builder for a process that joins an existing communicator at its next
+    /// [`grow`](Self::grow): set its domain, host id and options, then
+    /// [`CommunicatorBuilder::join`].
+    pub fn joiner() -> CommunicatorBuilder {
+        CommunicatorBuilder::new(0, 1)
+    }
+
+    /// After an operation failed because peers died: every survivor calls this
+    /// and gets a communicator of the survivors (dense new ranks in old-rank
+    /// order, epoch + 1). `self` is retired whatever the outcome. See the
+    /// module docs of `membership` for the protocol and its limits.
+    pub fn shrink(&mut self) -> Result<Communicator> {
+        let out = shrink(self);
+        self.retire();
+        out
+    }
+
+    /// Every member calls this with the same `joiners`; it waits (up to the
+    /// rendezvous timeout) until that many processes have called
+    /// [`CommunicatorBuilder::join`] and returns the grown communicator:
+    /// members keep their ranks, joiners follow. `self` is retired.
+    pub fn grow(&mut self, joiners: usize) -> Result<Communicator> {
+        let out = grow(self, joiners);
+        self.retire();
+        out
+    }
+}
+
+impl CommunicatorBuilder {
+    /// Joins the communicator whose [`Communicator::grow_address`] is `addr`
+    /// when its members call [`Communicator::grow`]. The rank and world given
+    /// to the builder are ignored: they are assigned.
+    pub fn join(self, addr: SocketAddr) -> Result<Communicator> {
+        let (mut id, opts) = self.into_parts();
+        let deadline = Instant::now() + opts.rendezvous_timeout;
+        let left = || deadline.saturating_duration_since(Instant::now());
+        let fail = |detail: String| CollectiveError::Membership { epoch: 0, detail };
+        let mut store = StoreClient::connect(addr, left())?;
+        store.get("open", left())?;
+        let ticket = store.add("join/ticket", 1)? - 1;
+        let grown = String::from_utf8_lossy(&store.get("grown", left())?).into_owned();
+        let (epoch, world, admitted) =
+            parse_grown(&grown).ok_or_else(|| fail(format!("bad grow record {grown:?}")))?;
+        if ticket < 0 || ticket as usize >= admitted {
+            return Err(fail(format!(
+                "joiner {ticket} was not admitted (the members admitted {admitted})"
+            )));
+        }
+        id.rank = world - admitted + ticket as usize;
+        id.world = world;
+        point_at(&mut id, addr);
+        let mut comm = Communicator::start(id, opts, false)?;
+        comm.seat_mut().membership = Membership {
+            epoch,
+            previous: (0..world)
+                .map(|r| (r < world - admitted).then_some(r))
+                .collect(),
+            lost: Vec::new(),
+        };
+        Ok(comm)
+    }
+}
+
+fn point_at(id: &mut Identity, store: SocketAddr) {
+    id.master_addr = store.ip().to_string();
+    id.master_port = store.port();
+}
+
+fn parse_grown(s: &str) -> Option<(u64, usize, usize)> {
+    let mut it = s.split(' ').map(str::parse::<u64>);
+    let (e, w, k) = (it.next()?.ok()?, it.next()?.ok()?, it.next()?.ok()?);
+    Some((e, w as usize, k as usize))
+}
+
+/// The standby store of `addr`, once its owner has opened it; `None` when the
+/// process is gone or does not open it within `timeout`.
+fn reach(addr: SocketAddr, timeout: Duration) -> Option<StoreClient> {
+    let mut c = StoreClient::connect_once(addr, timeout.min(Duration::from_secs(2))).ok()?;
+    c.get("open", timeout).ok()?;
+    Some(c)
+}
+
+/// Whether a process still listens at `addr` (a connection is accepted).
+fn listening(addr: SocketAddr) -> bool {
+    StoreClient::connect_once(addr, Duration::from_secs(1)).is_ok()
+}
+
+fn shrink(comm: &mut Communicator) -> Result<Communicator> {
+    let t0 = Instant::now();
+    let seat = comm.seat();
+    let (me, world, epoch) = (seat.id.rank, seat.id.world, seat.membership.epoch + 1);
+    let timeout = seat.opts.timeout;
+    let addrs = seat.addrs.clone();
+    let mut lost: Vec<Rank> = Vec::new();
+    let mut coordinator = None;
+    for (c, a) in addrs.iter().enumerate().take(me) {
+        match reach(*a, timeout) {
+            Some(store) => {
+                coordinator = Some((c, store, None));
+                break;
+            }
+            None => lost.push(c),
+        }
+    }
+    let (coord, mut store, server) = match coordinator {
+        Some(found) => found,
+        None => {
+            let server = comm.seat_mut().open_store()?;
+            let mut store = StoreClient::connect(server.addr(), timeout)?;
+            store.set("open", epoch.to_string().as_bytes())?;
+            (me, store, Some(server))
+        }
+    };
+    store.set(&format!("alive/{me}"), b"")?;
+    let list = |v: &[Rank]| {
+        v.iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    if coord == me {
+        let (members, lost) = decide(&mut store, me, &addrs, lost, timeout)?;
+        store.set(
+            "members",
+            format!("{}|{}", list(&members), list(&lost)).as_bytes(),
+        )?;
+    }
+    let left =
+        (t0 + timeout * 2 + Duration::from_secs(4)).saturating_duration_since(Instant::now());
+    let rec = String::from_utf8_lossy(&store.get("members", left)?).into_owned();
+    let seat = comm.seat();
+    let (members, lost) =
+        parse_members(&rec).ok_or_else(|| seat.fail(format!("bad members record {rec:?}")))?;
+    let Some(rank) = members.iter().position(|&m| m == me) else {
+        return Err(CollectiveError::Excluded {
+            rank: me,
+            epoch,
+            members,
+        });
+    };
+    let mut id = seat.id.clone();
+    id.rank = rank;
+    id.world = members.len();
+    point_at(&mut id, addrs[coord]);
+    let mut next = Communicator::start(id, seat.opts.clone(), false)?;
+    let s = next.seat_mut();
+    s.server = server;
+    s.membership = Membership {
+        epoch,
+        previous: members.iter().map(|&m| Some(m)).collect(),
+        lost,
+    };
+    tracing::info!(epoch, world, new_world = members.len(), took = ?t0.elapsed(), "shrunk");
+    Ok(next)
+}
+
+/// The coordinator's verdict: every rank below it is lost (it could not reach
+/// them); a higher rank is a member once it registers, lost if its port
+/// refuses or it stays silent until `timeout + 2 s`.
+fn decide(
+    store: &mut StoreClient,
+    me: Rank,
+    addrs: &[SocketAddr],
+    mut lost: Vec<Rank>,
+    timeout: Duration,
+) -> Result<(Vec<Rank>, Vec<Rank>)> {
+    let until = Instant::now() + timeout + Duration::from_secs(2);
+    let mut members = vec![me];
+    let mut pending: Vec<Rank> = Vec::new();
+    for (q, a) in addrs.iter().enumerate().skip(me + 1) {
+        if listening(*a) {
+            pending.push(q);
+        } else {
+            lost.push(q);
+        }
+    }
+    while !pending.is_empty() {
+        let mut still = Vec::new();
+        for q in pending {
+            match store.get(&format!("alive/{q}"), Duration::from_millis(20)) {
+                Ok(_) => members.push(q),
+                Err(StoreError::Timeout { .. }) => still.push(q),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        pending = still;
+        if Instant::now() >= until {
+            lost.append(&mut pending);
+        }
+    }
+    members.sort_unstable();
+    lost.sort_unstable();
+    Ok((members, lost))
+}
+
+fn parse_members(s: &str) -> Option<(Vec<Rank>, Vec<Rank>)> {
+    let ranks = |p: &str| -> Option<Vec<Rank>> {
+        p.split(',')
+            .filter(|x| !x.is_empty())
+            .map(|x| x.parse().ok())
+            .collect()
+    };
+    let (m, l) = s.split_once('|')?;
+    Some((ranks(m)?, ranks(l)?))
+}
+
+fn grow(comm: &mut Communicator, joiners: usize) -> Result<Communicator> {
+    let t0 = Instant::now();
+    let seat = comm.seat();
+    let (me, world, epoch) = (seat.id.rank, seat.id.world, seat.membership.epoch + 1);
+    let (timeout, deadline) = (seat.opts.timeout, t0 + seat.opts.rendezvous_timeout);
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let addr = seat.addrs[0];
+    let (mut store, server) = if me == 0 {
+        let server = comm.seat_mut().open_store()?;
+        let mut store = StoreClient::connect(server.addr(), timeout)?;
+        store.set("open", epoch.to_string().as_bytes())?;
+        while (store.add("join/ticket", 0)? as usize) < joiners {
+            if Instant::now() >= deadline {
+                let n = store.add("join/ticket", 0)?;
+                return Err(comm.seat().fail(format!(
+                    "{n} of {joiners} joiners arrived within {:?}",
+                    comm.seat().opts.rendezvous_timeout
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        store.set(
+            "grown",
+            format!("{epoch} {} {joiners}", world + joiners).as_bytes(),
+        )?;
+        (store, Some(server))
+    } else {
+        let store =
+            reach(addr, left()).ok_or_else(|| seat.fail("rank 0 did not open its store"))?;
+        (store, None)
+    };
+    let rec = String::from_utf8_lossy(&store.get("grown", left())?).into_owned();
+    let seat = comm.seat();
+    let (_, new_world, _) =
+        parse_grown(&rec).ok_or_else(|| seat.fail(format!("bad grow record {rec:?}")))?;
+    let mut id = seat.id.clone();
+    id.world = new_world;
+    point_at(&mut id, addr);
+    let mut next = Communicator::start(id, seat.opts.clone(), false)?;
+    let s = next.seat_mut();
+    s.server = server;
+    s.membership = Membership {
+        epoch,
+        previous: (0..new_world).map(|r| (r < world).then_some(r)).collect(),
+        lost: Vec::new(),
+    };
+    tracing::info!(epoch, world, new_world, took = ?t0.elapsed(), "grown");
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        assert_eq!(parse_members("0,2,3|1"), Some((vec![0, 2, 3], vec![1])));
+        assert_eq!(parse_members("1|"), Some((vec![1], vec![])));
+        assert_eq!(parse_members("1,x|"), None);
+        assert_eq!(parse_members("no bar"), None);
+        assert_eq!(parse_grown("3 5 1"), Some((3, 5, 1)));
+        assert_eq!(parse_grown("3 5"), None);
+    }
+}

@@ -1,0 +1,234 @@
+//! Shrink and grow: survivors of a killed rank or domain form a new
+//! communicator whose allreduces are exact; a newcomer grows it back; the old
+//! communicator never returns `Ok` again.
+
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+use crate::fault::spawn_world;
+use crate::world::test_options;
+use causeway_collective::store::StoreServer;
+use causeway_collective::{CollectiveError, Communicator, Options, Rank, ReduceOp};
+
+/// Rank-dependent small integers: their f32 sums are exact.
+fn data(rank: Rank, it: usize, n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i + rank * 5 + it) % 11) as f32).collect()
+}
+
+/// `iters` allreduces on `c`, each checked element by element.
+fn exact_allreduces(c: &Communicator, iters: usize) {
+    let (r, w, n) = (c.rank(), c.world_size(), 3000);
+    for it in 0..iters {
+        let mut v = data(r, it, n);
+        c.allreduce(&mut v, ReduceOp::Sum)
+            .unwrap_or_else(|e| panic!("epoch {} rank {r} iter {it}: {e}", c.epoch()));
+        for (i, x) in v.iter().enumerate() {
+            let want: f32 = (0..w).map(|q| ((i + q * 5 + it) % 11) as f32).sum();
+            assert_eq!(*x, want, "epoch {} rank {r} iter {it} index {i}", c.epoch());
+        }
+    }
+}
+
+/// Allreduces until one fails; the error.
+fn until_error(c: &Communicator) -> CollectiveError {
+    for it in 0.. {
+        let mut v = data(c.rank(), it, 3000);
+        if let Err(e) = c.allreduce(&mut v, ReduceOp::Sum) {
+            return e;
+        }
+    }
+    unreachable!()
+}
+
+/// Runs ranks as threads, each owning its communicator; rank r is on host `h{r}`.
+fn spawn<R: Send>(
+    domains: &[&str],
+    opts: &Options,
+    f: impl Fn(Communicator) -> R + Sync,
+) -> Vec<R> {
+    let server = StoreServer::bind("127.0.0.1:0".parse().expect("addr")).expect("store");
+    let n = domains.len();
+    let f = &f;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let b = Communicator::builder(r, n)
+                    .master(server.addr())
+                    .host_store(false)
+                    .domain(domains[r])
+                    .host_id(format!("h{r}"))
+                    .options(opts.clone());
+                s.spawn(move || f(b.build().unwrap_or_else(|e| panic!("rank {r}: {e}"))))
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().expect("rank thread"))
+            .collect()
+    })
+}
+
+/// Worker processes in two domains; rank 0 — the one that served the bootstrap
+/// store — is SIGKILLed mid-sequence; the survivors shrink and run 100 exact
+/// allreduces (the workers check every value).
+#[test]
+fn survivors_of_a_killed_store_host_shrink_and_stay_exact() {
+    let (n, victim) = (4, 0);
+    let (mut ranks, rx) = spawn_world(
+        n,
+        &[("CAUSEWAY_TIMEOUT_MS", "5000")],
+        &[
+            "--elems",
+            "20000",
+            "--iters",
+            "100000",
+            "--shrink-iters",
+            "100",
+        ],
+    );
+    let mut iterated = vec![0; n];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while iterated.iter().any(|k| *k < 3) {
+        let (r, v) = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("ranks make progress");
+        assert_ne!(v["event"], "wrong", "rank {r}: {v}");
+        if v["event"] == "iter" {
+            iterated[r] += 1;
+        }
+    }
+    ranks.0[victim].kill().expect("kill");
+    let mut shrunk = vec![None; n];
+    let mut done = vec![false; n];
+    done[victim] = true;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done.iter().any(|d| !d) {
+        let (r, v) = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("every survivor shrinks and finishes");
+        match v["event"].as_str() {
+            Some("wrong" | "shrink_error") => panic!("rank {r}: {v}"),
+            Some("shrunk") => shrunk[r] = Some(v),
+            Some("done") => done[r] = true,
+            _ => {}
+        }
+    }
+    for (r, c) in ranks.0.iter_mut().enumerate().filter(|(r, _)| *r != victim) {
+        assert_eq!(
+            c.wait().expect("wait").code(),
+            Some(0),
+            "rank {r} exits cleanly"
+        );
+        let v = shrunk[r].as_ref().expect("shrunk line");
+        assert_eq!(v["world"], 3, "{v}");
+        assert_eq!(v["rank"], r - 1, "dense renumbering in old-rank order: {v}");
+        assert_eq!(v["epoch"], 1, "{v}");
+        assert_eq!(v["lost"], serde_json::json!([victim]), "{v}");
+        let old = v["old_comm"].as_str().expect("old_comm");
+        assert!(old.starts_with("Err(Retired"), "old communicator: {old}");
+        eprintln!(
+            "rank {r}: shrink took {}s after {}",
+            v["took_s"], v["failed_with"]
+        );
+    }
+}
+
+/// Both ranks of domain d1 die (threads drop their communicators); the two of
+/// d0 shrink to a single-domain communicator whose allreduces are exact, and
+/// the old one keeps failing with a typed error.
+#[test]
+fn killed_domain_leaves_a_working_single_domain_communicator() {
+    let out = spawn(&["d0", "d1", "d0", "d1"], &test_options(), |mut c| {
+        exact_allreduces(&c, 3);
+        if c.rank() % 2 == 1 {
+            return None; // the whole of d1 is gone
+        }
+        let failed = until_error(&c);
+        let t = Instant::now();
+        let next = c
+            .shrink()
+            .unwrap_or_else(|e| panic!("rank {}: shrink: {e}", c.rank()));
+        let took = t.elapsed();
+        let mut v = [1.0f32; 4];
+        let old = c.allreduce(&mut v, ReduceOp::Sum);
+        assert!(
+            matches!(old, Err(CollectiveError::Retired { epoch: 0 })),
+            "{old:?}"
+        );
+        assert_eq!(next.world_size(), 2);
+        assert_eq!(next.topology().domains().len(), 1, "{:?}", next.topology());
+        exact_allreduces(&next, 100);
+        Some((
+            c.rank(),
+            next.rank(),
+            next.membership().clone(),
+            failed,
+            took,
+        ))
+    });
+    for (old, new, m, failed, took) in out.into_iter().flatten() {
+        assert_eq!(new, old / 2);
+        assert_eq!(m.lost, vec![1, 3]);
+        assert_eq!(m.previous, vec![Some(0), Some(2)]);
+        assert!(
+            failed.peer().is_some_and(|p| p % 2 == 1),
+            "blames d1: {failed}"
+        );
+        assert!(took < Duration::from_secs(5), "shrink took {took:?}");
+        eprintln!("rank {old}: shrink took {took:?} after {failed}");
+    }
+}
+
+/// Rank 1 of three dies, the survivors shrink to two, then a new thread joins
+/// and they grow back to three: the allreduce over the grown world is exact.
+#[test]
+fn joiner_grows_a_shrunk_communicator_back() {
+    let opts = test_options();
+    let (addr_tx, addr_rx) = channel();
+    std::thread::scope(|s| {
+        let opts2 = opts.clone();
+        let joiner = s.spawn(move || {
+            let opts = opts2;
+            let addr = addr_rx.recv().expect("grow address");
+            let c = Communicator::joiner()
+                .domain("d1")
+                .host_id("h9")
+                .options(opts.clone())
+                .join(addr)
+                .expect("join");
+            assert_eq!((c.rank(), c.world_size(), c.epoch()), (2, 3, 2));
+            exact_allreduces(&c, 20);
+        });
+        let addr_tx = std::sync::Mutex::new(addr_tx);
+        let out = spawn(&["d0", "d1", "d1"], &opts, |mut c| {
+            exact_allreduces(&c, 2);
+            if c.rank() == 1 {
+                return None;
+            }
+            until_error(&c);
+            let mut small = c.shrink().expect("shrink");
+            exact_allreduces(&small, 5);
+            if small.rank() == 0 {
+                addr_tx
+                    .lock()
+                    .expect("lock")
+                    .send(small.grow_address())
+                    .expect("send");
+            }
+            let t = Instant::now();
+            let grown = small.grow(1).expect("grow");
+            let took = t.elapsed();
+            assert_eq!(grown.world_size(), 3);
+            assert_eq!(grown.membership().previous, vec![Some(0), Some(1), None]);
+            assert!(matches!(
+                small.barrier(),
+                Err(CollectiveError::Retired { epoch: 1 })
+            ));
+            exact_allreduces(&grown, 20);
+            Some(took)
+        });
+        joiner.join().expect("joiner");
+        for took in out.into_iter().flatten() {
+            eprintln!("grow took {took:?}");
+        }
+    });
+}
