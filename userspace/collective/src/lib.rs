@@ -40,6 +40,29 @@
 //! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |
 //! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (1 MiB) and lanes in flight (4) |
 //!
+//! ## After a failure: shrink and grow
+//!
+//! An operation that loses a peer fails on every survivor with an error naming
+//! it ([`CollectiveError::peer`]). At that boundary each survivor calls
+//! [`Communicator::shrink`] and continues on the returned communicator (ranks
+//! renumbered densely in old-rank order, [`Communicator::epoch`] + 1); a
+//! newcomer joins with [`CommunicatorBuilder::join`] while the members call
+//! [`Communicator::grow`]. The old communicator is retired: every later call on
+//! it fails with [`CollectiveError::Retired`]. Losing rank 0 (the bootstrap
+//! store) is no special case. Protocol, bounds and limits: [`membership`].
+//!
+//! ```no_run
+//! # use causeway_collective::{Communicator, ReduceOp};
+//! # fn main() -> causeway_collective::Result<()> {
+//! let mut comm = Communicator::from_env()?;
+//! let mut grads = vec![0.0f32; 1 << 20];
+//! if let Err(e) = comm.allreduce(&mut grads, ReduceOp::Sum) {
+//!     eprintln!("lost rank {:?}: {e}", e.peer());
+//!     comm = comm.shrink()?; // the survivors, at this operation boundary
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! ## Layout
 //!
 //! Pure parts: [`schedule`] (plans as data), [`exec`] (the plan executor, a

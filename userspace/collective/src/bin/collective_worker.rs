@@ -64,7 +64,7 @@ fn main() -> Result<()> {
             "{}",
             json!({"event": "shrunk", "old_rank": r, "rank": next.rank(), "world": next.world_size(),
             "epoch": next.epoch(), "lost": next.membership().lost, "took_s": t.elapsed().as_secs_f64(),
-            "old_comm": format!("{old:?}"), "failed_with": e.to_string()})
+            "old_comm": format!("{old:?}"), "failed_with": e.to_string(), "failed_peer": e.peer()})
         );
         comm = next;
         if run(&comm, elems, shrink_iters, op).is_err() {

@@ -67,12 +67,10 @@ fn spawn<R: Send>(
     })
 }
 
-/// Worker processes in two domains; rank 0 — the one that served the bootstrap
-/// store — is SIGKILLed mid-sequence; the survivors shrink and run 100 exact
-/// allreduces (the workers check every value).
-#[test]
-fn survivors_of_a_killed_store_host_shrink_and_stay_exact() {
-    let (n, victim) = (4, 0);
+/// Worker processes in two domains; `victim` is SIGKILLed mid-sequence; the
+/// survivors shrink and run 100 exact allreduces (the workers check every value).
+fn killed_worker_survivors_shrink(victim: Rank) {
+    let n = 4;
     let (mut ranks, rx) = spawn_world(
         n,
         &[("CAUSEWAY_TIMEOUT_MS", "5000")],
@@ -120,9 +118,14 @@ fn survivors_of_a_killed_store_host_shrink_and_stay_exact() {
         );
         let v = shrunk[r].as_ref().expect("shrunk line");
         assert_eq!(v["world"], 3, "{v}");
-        assert_eq!(v["rank"], r - 1, "dense renumbering in old-rank order: {v}");
+        let dense = if r > victim { r - 1 } else { r };
+        assert_eq!(v["rank"], dense, "dense renumbering in old-rank order: {v}");
         assert_eq!(v["epoch"], 1, "{v}");
         assert_eq!(v["lost"], serde_json::json!([victim]), "{v}");
+        assert_eq!(
+            v["failed_peer"], victim,
+            "the failed operation names the lost rank: {v}"
+        );
         let old = v["old_comm"].as_str().expect("old_comm");
         assert!(old.starts_with("Err(Retired"), "old communicator: {old}");
         eprintln!(
@@ -130,6 +133,57 @@ fn survivors_of_a_killed_store_host_shrink_and_stay_exact() {
             v["took_s"], v["failed_with"]
         );
     }
+}
+
+/// Rank 0 served the bootstrap store: the survivors do without it.
+#[test]
+fn survivors_of_a_killed_store_host_shrink_and_stay_exact() {
+    killed_worker_survivors_shrink(0);
+}
+
+#[test]
+fn survivors_of_a_killed_rank_shrink_and_stay_exact() {
+    killed_worker_survivors_shrink(2);
+}
+
+/// A survivor that does not come to the shrink within `timeout + 2 s` is left
+/// out, so the others finish in bounded time; it learns so when it comes.
+#[test]
+fn a_survivor_that_stays_away_is_left_out_in_bounded_time() {
+    let opts = Options {
+        timeout: Duration::from_millis(800),
+        ..test_options()
+    };
+    let both = std::sync::Barrier::new(2);
+    let out = spawn(&["d0", "d0", "d1"], &opts, |mut c| {
+        exact_allreduces(&c, 2);
+        if c.rank() == 2 {
+            return None;
+        }
+        until_error(&c);
+        if c.rank() == 1 {
+            std::thread::sleep(Duration::from_secs(5));
+        }
+        let t = Instant::now();
+        let res = c.shrink();
+        let took = t.elapsed();
+        if let Ok(next) = &res {
+            exact_allreduces(next, 10);
+        }
+        // Rank 0's new communicator (and the store it serves) outlives rank 1's attempt.
+        both.wait();
+        Some((c.rank(), res.map(|n| n.world_size()), took))
+    });
+    let out: Vec<_> = out.into_iter().flatten().collect();
+    let (_, r0, t0) = &out[0];
+    assert_eq!(r0.as_ref().ok(), Some(&1), "{r0:?}");
+    assert!(*t0 < Duration::from_millis(800 + 2000 + 1500), "{t0:?}");
+    let (_, r1, _) = &out[1];
+    assert!(
+        matches!(r1, Err(CollectiveError::Excluded { rank: 1, epoch: 1, members }) if members == &vec![0]),
+        "{r1:?}"
+    );
+    eprintln!("rank 0 shrank without the absent rank 1 in {t0:?}");
 }
 
 /// Both ranks of domain d1 die (threads drop their communicators); the two of
