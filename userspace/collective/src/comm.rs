@@ -379,20 +379,21 @@ impl Communicator {
     pub(crate) fn seat_mut(&mut self) -> &mut Seat {
         &mut self.seat
     }
-    /// Stops the engine (queued operations finish first); every later
+    /// Stops the engine without waiting for it (queued operations finish,
+    /// goodbyes to a hung peer may take up to the timeout); every later
     /// operation fails with [`CollectiveError::Retired`].
     pub(crate) fn retire(&mut self) {
         self.seat.retire();
         self.jobs.take();
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
+        self.worker.take(); // detached: it exits on its own
     }
 }
 
 impl Drop for Communicator {
     /// Finishes the queued operations, says goodbye to every peer, stops the worker.
     fn drop(&mut self) {
+        // Refuse shrink probes at once: this rank is leaving (see `membership`).
+        self.seat.close();
         self.jobs.take();
         if let Some(w) = self.worker.take() {
             let _ = w.join();

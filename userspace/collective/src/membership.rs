@@ -46,15 +46,34 @@
 //!
 //! ## Bounds and limits
 //!
-//! The coordinator search costs at most the operation timeout per live-but-
-//! silent lower rank (nothing for dead ones: their port refuses); agreeing on
-//! the set at most `timeout + 2 s` more; the set-up is bounded by the
-//! rendezvous timeout. The failure model is crash-stop: survivors must see the
-//! same processes dead. In a partition where survivors reach different lowest
-//! ranks they do not merge: each side forms its own smaller communicator or
-//! times out. A stopped (SIGSTOP) rank below the coordinator costs one timeout
-//! and is left out. A joiner must be told the address of rank 0's standby
-//! store out of band ([`Communicator::grow_address`]).
+//! With `T` the operation timeout and `W` the old world size, a survivor's
+//! shrink takes:
+//! - coordinator search: nothing for a dead lower rank (its port refuses, or
+//!   1 s for a host that does not answer at all); `T + 10 s` (the store
+//!   client's reply slack) for a lower rank that is alive but never opens its
+//!   store — hung (SIGSTOP) or not calling `shrink`; it is then taken as lost;
+//! - agreement: at most `W × 1 s` of probes plus `T + 2 s` for a survivor that
+//!   listens but has not registered; it is then left out;
+//! - the new set-up: the rendezvous timeout, as at start.
+//!
+//! Measured on one machine (tests in `tests/integration/shrink.rs`): 10–25 ms
+//! after a killed rank or domain (dead ports refuse), ~2.8 s when a survivor
+//! stays away (`T` = 0.8 s), ~12 s with a SIGSTOPped rank 0 (`T` = 2 s).
+//!
+//! The failure model is crash-stop. Survivors must call `shrink` within
+//! `T + 10 s` of each other, and see the same processes dead: survivors that
+//! reach different lowest ranks (a partition, or one arriving after the
+//! coordinator's new communicator is gone) do not merge, each side forms its
+//! own communicator or times out; a left-out rank that reaches the
+//! coordinator's store gets [`CollectiveError::Excluded`]. If the coordinator
+//! dies during the shrink, the shrink fails with a typed error on every
+//! survivor (no retry). The retired engine is stopped after the new
+//! communicator is up, so an operation still pending on it delays `shrink` by
+//! at most its own timeout. A joiner must be told the address of rank 0's
+//! standby store out of band ([`Communicator::grow_address`]); `grow` admits
+//! exactly the number of joiners the members ask for, later ones get
+//! [`CollectiveError::Membership`]. Probing runs again in the new
+//! communicator if the options ask for it.
 
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
@@ -119,6 +138,11 @@ impl Seat {
         } else {
             CollectiveError::Closed
         }
+    }
+
+    /// Closes the standby listener: connections to it are refused from now on.
+    pub fn close(&mut self) {
+        self.listener.take();
     }
 
     pub fn retire(&mut self) {
@@ -232,17 +256,23 @@ fn parse_grown(s: &str) -> Option<(u64, usize, usize)> {
     Some((e, w as usize, k as usize))
 }
 
+/// How long after the operation timeout the coordinator still waits for a
+/// survivor that listens but has not registered.
+const AGREE_SLACK: Duration = Duration::from_secs(2);
+/// Connection attempt to a rank's listener (refused at once when it is gone).
+const PROBE_WAIT: Duration = Duration::from_secs(1);
+
 /// The standby store of `addr`, once its owner has opened it; `None` when the
 /// process is gone or does not open it within `timeout`.
 fn reach(addr: SocketAddr, timeout: Duration) -> Option<StoreClient> {
-    let mut c = StoreClient::connect_once(addr, timeout.min(Duration::from_secs(2))).ok()?;
+    let mut c = StoreClient::connect_once(addr, timeout.min(PROBE_WAIT * 2)).ok()?;
     c.get("open", timeout).ok()?;
     Some(c)
 }
 
 /// Whether a process still listens at `addr` (a connection is accepted).
 fn listening(addr: SocketAddr) -> bool {
-    StoreClient::connect_once(addr, Duration::from_secs(1)).is_ok()
+    StoreClient::connect_once(addr, PROBE_WAIT).is_ok()
 }
 
 fn shrink(comm: &mut Communicator) -> Result<Communicator> {
@@ -285,9 +315,9 @@ fn shrink(comm: &mut Communicator) -> Result<Communicator> {
             format!("{}|{}", list(&members), list(&lost)).as_bytes(),
         )?;
     }
-    let left =
-        (t0 + timeout * 2 + Duration::from_secs(4)).saturating_duration_since(Instant::now());
-    let rec = String::from_utf8_lossy(&store.get("members", left)?).into_owned();
+    // The coordinator's verdict takes at most its probes plus `timeout + 2 s`.
+    let verdict = timeout + AGREE_SLACK + PROBE_WAIT * world as u32;
+    let rec = String::from_utf8_lossy(&store.get("members", verdict)?).into_owned();
     let seat = comm.seat();
     let (members, lost) =
         parse_members(&rec).ok_or_else(|| seat.fail(format!("bad members record {rec:?}")))?;
@@ -324,7 +354,7 @@ fn decide(
     mut lost: Vec<Rank>,
     timeout: Duration,
 ) -> Result<(Vec<Rank>, Vec<Rank>)> {
-    let until = Instant::now() + timeout + Duration::from_secs(2);
+    let until = Instant::now() + timeout + AGREE_SLACK;
     let mut members = vec![me];
     let mut pending: Vec<Rank> = Vec::new();
     for (q, a) in addrs.iter().enumerate().skip(me + 1) {

@@ -63,7 +63,7 @@ fn main() -> Result<()> {
         println!(
             "{}",
             json!({"event": "shrunk", "old_rank": r, "rank": next.rank(), "world": next.world_size(),
-            "epoch": next.epoch(), "lost": next.membership().lost, "took_s": t.elapsed().as_secs_f64(),
+            "epoch": next.epoch(), "lost": next.membership().lost, "domains": next.topology().domains().len(), "took_s": t.elapsed().as_secs_f64(),
             "old_comm": format!("{old:?}"), "failed_with": e.to_string(), "failed_peer": e.peer()})
         );
         comm = next;

@@ -67,13 +67,16 @@ fn spawn<R: Send>(
     })
 }
 
-/// Worker processes in two domains; `victim` is SIGKILLed mid-sequence; the
-/// survivors shrink and run 100 exact allreduces (the workers check every value).
-fn killed_worker_survivors_shrink(victim: Rank) {
+/// Worker processes in two domains (`d{r % 2}`); `victims` get `signal`
+/// (`KILL`, or `STOP`: hung, not dead) mid-sequence; the survivors shrink
+/// and run 100 exact allreduces (the workers check every value). Returns each
+/// survivor's `shrunk` line, after checking what every survivor must show.
+fn survivors_shrink(victims: &[Rank], signal: &str, timeout_ms: u64) -> Vec<serde_json::Value> {
     let n = 4;
+    let timeout = timeout_ms.to_string();
     let (mut ranks, rx) = spawn_world(
         n,
-        &[("CAUSEWAY_TIMEOUT_MS", "5000")],
+        &[("CAUSEWAY_TIMEOUT_MS", &timeout)],
         &[
             "--elems",
             "20000",
@@ -94,11 +97,17 @@ fn killed_worker_survivors_shrink(victim: Rank) {
             iterated[r] += 1;
         }
     }
-    ranks.0[victim].kill().expect("kill");
+    for &v in victims {
+        let pid = ranks.0[v].id().to_string();
+        let st = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("kill");
+        assert!(st.success(), "kill -{signal} {pid}");
+    }
     let mut shrunk = vec![None; n];
-    let mut done = vec![false; n];
-    done[victim] = true;
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut done: Vec<bool> = (0..n).map(|r| victims.contains(&r)).collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
     while done.iter().any(|d| !d) {
         let (r, v) = rx
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
@@ -110,40 +119,73 @@ fn killed_worker_survivors_shrink(victim: Rank) {
             _ => {}
         }
     }
-    for (r, c) in ranks.0.iter_mut().enumerate().filter(|(r, _)| *r != victim) {
+    let survivors: Vec<Rank> = (0..n).filter(|r| !victims.contains(r)).collect();
+    let mut lines = Vec::new();
+    for (new, &r) in survivors.iter().enumerate() {
+        let c = &mut ranks.0[r];
         assert_eq!(
             c.wait().expect("wait").code(),
             Some(0),
             "rank {r} exits cleanly"
         );
-        let v = shrunk[r].as_ref().expect("shrunk line");
-        assert_eq!(v["world"], 3, "{v}");
-        let dense = if r > victim { r - 1 } else { r };
-        assert_eq!(v["rank"], dense, "dense renumbering in old-rank order: {v}");
+        let v = shrunk[r].take().expect("shrunk line");
+        assert_eq!(v["world"], survivors.len(), "{v}");
+        assert_eq!(v["rank"], new, "dense renumbering in old-rank order: {v}");
         assert_eq!(v["epoch"], 1, "{v}");
-        assert_eq!(v["lost"], serde_json::json!([victim]), "{v}");
-        assert_eq!(
-            v["failed_peer"], victim,
-            "the failed operation names the lost rank: {v}"
-        );
+        assert_eq!(v["lost"], serde_json::json!(victims), "{v}");
         let old = v["old_comm"].as_str().expect("old_comm");
         assert!(old.starts_with("Err(Retired"), "old communicator: {old}");
         eprintln!(
             "rank {r}: shrink took {}s after {}",
             v["took_s"], v["failed_with"]
         );
+        lines.push(v);
     }
+    lines
 }
 
 /// Rank 0 served the bootstrap store: the survivors do without it.
 #[test]
 fn survivors_of_a_killed_store_host_shrink_and_stay_exact() {
-    killed_worker_survivors_shrink(0);
+    for v in survivors_shrink(&[0], "KILL", 5000) {
+        assert_eq!(
+            v["failed_peer"], 0,
+            "the failed operation names the lost rank: {v}"
+        );
+    }
 }
 
 #[test]
 fn survivors_of_a_killed_rank_shrink_and_stay_exact() {
-    killed_worker_survivors_shrink(2);
+    for v in survivors_shrink(&[2], "KILL", 5000) {
+        assert_eq!(
+            v["failed_peer"], 2,
+            "the failed operation names the lost rank: {v}"
+        );
+        assert_eq!(v["domains"], 2, "{v}");
+    }
+}
+
+/// Both processes of domain d1 are SIGKILLed: one domain remains.
+#[test]
+fn survivors_of_a_killed_domain_shrink_to_one_domain() {
+    for v in survivors_shrink(&[1, 3], "KILL", 5000) {
+        let p = v["failed_peer"].as_u64().expect("failed peer");
+        assert!(p % 2 == 1, "the failed operation names a rank of d1: {v}");
+        assert_eq!(v["domains"], 1, "{v}");
+    }
+}
+
+/// A hung (SIGSTOPped) rank 0 accepts connections but never answers: the
+/// survivors give up on it after the store's wait and shrink without it.
+#[test]
+fn survivors_of_a_stopped_store_host_shrink_in_bounded_time() {
+    let timeout_s = 2.0;
+    for v in survivors_shrink(&[0], "STOP", 2000) {
+        let took = v["took_s"].as_f64().expect("took_s");
+        // One candidate wait (timeout + the store client's 10 s slack) + set-up.
+        assert!(took < timeout_s + 10.0 + 3.0, "shrink took {took}s: {v}");
+    }
 }
 
 /// A survivor that does not come to the shrink within `timeout + 2 s` is left
