@@ -74,16 +74,17 @@
 //! exactly the number of joiners the members ask for, later ones get
 //! [`CollectiveError::Membership`]. Probing runs again in the new
 //! communicator if the options ask for it.
+mod grow;
+mod shrink;
 
 use std::net::{SocketAddr, TcpListener};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::builder::CommunicatorBuilder;
 use crate::comm::Communicator;
 use crate::config::{Identity, Options};
-use crate::error::{CollectiveError, Rank, Result, StoreError};
+use crate::error::{CollectiveError, Rank, Result};
 use crate::store::{StoreClient, StoreServer};
-
 /// How this communicator came to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Membership {
@@ -194,7 +195,7 @@ impl Communicator {
     /// order, epoch + 1). `self` is retired whatever the outcome. See the
     /// module docs of `membership` for the protocol and its limits.
     pub fn shrink(&mut self) -> Result<Communicator> {
-        let out = shrink(self);
+        let out = shrink::shrink(self);
         self.retire();
         out
     }
@@ -204,44 +205,9 @@ impl Communicator {
     /// [`CommunicatorBuilder::join`] and returns the grown communicator:
     /// members keep their ranks, joiners follow. `self` is retired.
     pub fn grow(&mut self, joiners: usize) -> Result<Communicator> {
-        let out = grow(self, joiners);
+        let out = grow::grow(self, joiners);
         self.retire();
         out
-    }
-}
-
-impl CommunicatorBuilder {
-    /// Joins the communicator whose [`Communicator::grow_address`] is `addr`
-    /// when its members call [`Communicator::grow`]. The rank and world given
-    /// to the builder are ignored: they are assigned.
-    pub fn join(self, addr: SocketAddr) -> Result<Communicator> {
-        let (mut id, opts) = self.into_parts();
-        let deadline = Instant::now() + opts.rendezvous_timeout;
-        let left = || deadline.saturating_duration_since(Instant::now());
-        let fail = |detail: String| CollectiveError::Membership { epoch: 0, detail };
-        let mut store = StoreClient::connect(addr, left())?;
-        store.get("open", left())?;
-        let ticket = store.add("join/ticket", 1)? - 1;
-        let grown = String::from_utf8_lossy(&store.get("grown", left())?).into_owned();
-        let (epoch, world, admitted) =
-            parse_grown(&grown).ok_or_else(|| fail(format!("bad grow record {grown:?}")))?;
-        if ticket < 0 || ticket as usize >= admitted {
-            return Err(fail(format!(
-                "joiner {ticket} was not admitted (the members admitted {admitted})"
-            )));
-        }
-        id.rank = world - admitted + ticket as usize;
-        id.world = world;
-        point_at(&mut id, addr);
-        let mut comm = Communicator::start(id, opts, false)?;
-        comm.seat_mut().membership = Membership {
-            epoch,
-            previous: (0..world)
-                .map(|r| (r < world - admitted).then_some(r))
-                .collect(),
-            lost: Vec::new(),
-        };
-        Ok(comm)
     }
 }
 
@@ -249,19 +215,8 @@ fn point_at(id: &mut Identity, store: SocketAddr) {
     id.master_addr = store.ip().to_string();
     id.master_port = store.port();
 }
-
-fn parse_grown(s: &str) -> Option<(u64, usize, usize)> {
-    let mut it = s.split(' ').map(str::parse::<u64>);
-    let (e, w, k) = (it.next()?.ok()?, it.next()?.ok()?, it.next()?.ok()?);
-    Some((e, w as usize, k as usize))
-}
-
-/// How long after the operation timeout the coordinator still waits for a
-/// survivor that listens but has not registered.
-const AGREE_SLACK: Duration = Duration::from_secs(2);
 /// Connection attempt to a rank's listener (refused at once when it is gone).
 const PROBE_WAIT: Duration = Duration::from_secs(1);
-
 /// The standby store of `addr`, once its owner has opened it; `None` when the
 /// process is gone or does not open it within `timeout`.
 fn reach(addr: SocketAddr, timeout: Duration) -> Option<StoreClient> {
@@ -275,186 +230,27 @@ fn listening(addr: SocketAddr) -> bool {
     StoreClient::connect_once(addr, PROBE_WAIT).is_ok()
 }
 
-fn shrink(comm: &mut Communicator) -> Result<Communicator> {
-    let t0 = Instant::now();
-    let seat = comm.seat();
-    let (me, world, epoch) = (seat.id.rank, seat.id.world, seat.membership.epoch + 1);
-    let timeout = seat.opts.timeout;
-    let addrs = seat.addrs.clone();
-    let mut lost: Vec<Rank> = Vec::new();
-    let mut coordinator = None;
-    for (c, a) in addrs.iter().enumerate().take(me) {
-        match reach(*a, timeout) {
-            Some(store) => {
-                coordinator = Some((c, store, None));
-                break;
-            }
-            None => lost.push(c),
-        }
-    }
-    let (coord, mut store, server) = match coordinator {
-        Some(found) => found,
-        None => {
-            let server = comm.seat_mut().open_store()?;
-            let mut store = StoreClient::connect(server.addr(), timeout)?;
-            store.set("open", epoch.to_string().as_bytes())?;
-            (me, store, Some(server))
-        }
-    };
-    store.set(&format!("alive/{me}"), b"")?;
-    let list = |v: &[Rank]| {
-        v.iter()
-            .map(|r| r.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    if coord == me {
-        let (members, lost) = decide(&mut store, me, &addrs, lost, timeout)?;
-        store.set(
-            "members",
-            format!("{}|{}", list(&members), list(&lost)).as_bytes(),
-        )?;
-    }
-    // The coordinator's verdict takes at most its probes plus `timeout + 2 s`.
-    let verdict = timeout + AGREE_SLACK + PROBE_WAIT * world as u32;
-    let rec = String::from_utf8_lossy(&store.get("members", verdict)?).into_owned();
-    let seat = comm.seat();
-    let (members, lost) =
-        parse_members(&rec).ok_or_else(|| seat.fail(format!("bad members record {rec:?}")))?;
-    let Some(rank) = members.iter().position(|&m| m == me) else {
-        return Err(CollectiveError::Excluded {
-            rank: me,
-            epoch,
-            members,
-        });
-    };
-    let mut id = seat.id.clone();
-    id.rank = rank;
-    id.world = members.len();
-    point_at(&mut id, addrs[coord]);
-    let mut next = Communicator::start(id, seat.opts.clone(), false)?;
-    let s = next.seat_mut();
-    s.server = server;
-    s.membership = Membership {
-        epoch,
-        previous: members.iter().map(|&m| Some(m)).collect(),
-        lost,
-    };
-    tracing::info!(epoch, world, new_world = members.len(), took = ?t0.elapsed(), "shrunk");
-    Ok(next)
-}
-
-/// The coordinator's verdict: every rank below it is lost (it could not reach
-/// them); a higher rank is a member once it registers, lost if its port
-/// refuses or it stays silent until `timeout + 2 s`.
-fn decide(
-    store: &mut StoreClient,
-    me: Rank,
-    addrs: &[SocketAddr],
-    mut lost: Vec<Rank>,
-    timeout: Duration,
-) -> Result<(Vec<Rank>, Vec<Rank>)> {
-    let until = Instant::now() + timeout + AGREE_SLACK;
-    let mut members = vec![me];
-    let mut pending: Vec<Rank> = Vec::new();
-    for (q, a) in addrs.iter().enumerate().skip(me + 1) {
-        if listening(*a) {
-            pending.push(q);
-        } else {
-            lost.push(q);
-        }
-    }
-    while !pending.is_empty() {
-        let mut still = Vec::new();
-        for q in pending {
-            match store.get(&format!("alive/{q}"), Duration::from_millis(20)) {
-                Ok(_) => members.push(q),
-                Err(StoreError::Timeout { .. }) => still.push(q),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        pending = still;
-        if Instant::now() >= until {
-            lost.append(&mut pending);
-        }
-    }
-    members.sort_unstable();
-    lost.sort_unstable();
-    Ok((members, lost))
-}
-
-fn parse_members(s: &str) -> Option<(Vec<Rank>, Vec<Rank>)> {
-    let ranks = |p: &str| -> Option<Vec<Rank>> {
-        p.split(',')
-            .filter(|x| !x.is_empty())
-            .map(|x| x.parse().ok())
-            .collect()
-    };
-    let (m, l) = s.split_once('|')?;
-    Some((ranks(m)?, ranks(l)?))
-}
-
-fn grow(comm: &mut Communicator, joiners: usize) -> Result<Communicator> {
-    let t0 = Instant::now();
-    let seat = comm.seat();
-    let (me, world, epoch) = (seat.id.rank, seat.id.world, seat.membership.epoch + 1);
-    let (timeout, deadline) = (seat.opts.timeout, t0 + seat.opts.rendezvous_timeout);
-    let left = || deadline.saturating_duration_since(Instant::now());
-    let addr = seat.addrs[0];
-    let (mut store, server) = if me == 0 {
-        let server = comm.seat_mut().open_store()?;
-        let mut store = StoreClient::connect(server.addr(), timeout)?;
-        store.set("open", epoch.to_string().as_bytes())?;
-        while (store.add("join/ticket", 0)? as usize) < joiners {
-            if Instant::now() >= deadline {
-                let n = store.add("join/ticket", 0)?;
-                return Err(comm.seat().fail(format!(
-                    "{n} of {joiners} joiners arrived within {:?}",
-                    comm.seat().opts.rendezvous_timeout
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        store.set(
-            "grown",
-            format!("{epoch} {} {joiners}", world + joiners).as_bytes(),
-        )?;
-        (store, Some(server))
-    } else {
-        let store =
-            reach(addr, left()).ok_or_else(|| seat.fail("rank 0 did not open its store"))?;
-        (store, None)
-    };
-    let rec = String::from_utf8_lossy(&store.get("grown", left())?).into_owned();
-    let seat = comm.seat();
-    let (_, new_world, _) =
-        parse_grown(&rec).ok_or_else(|| seat.fail(format!("bad grow record {rec:?}")))?;
-    let mut id = seat.id.clone();
-    id.world = new_world;
-    point_at(&mut id, addr);
-    let mut next = Communicator::start(id, seat.opts.clone(), false)?;
-    let s = next.seat_mut();
-    s.server = server;
-    s.membership = Membership {
-        epoch,
-        previous: (0..new_world).map(|r| (r < world).then_some(r)).collect(),
-        lost: Vec::new(),
-    };
-    tracing::info!(epoch, world, new_world, took = ?t0.elapsed(), "grown");
-    Ok(next)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
-    fn records_round_trip() {
-        assert_eq!(parse_members("0,2,3|1"), Some((vec![0, 2, 3], vec![1])));
-        assert_eq!(parse_members("1|"), Some((vec![1], vec![])));
-        assert_eq!(parse_members("1,x|"), None);
-        assert_eq!(parse_members("no bar"), None);
-        assert_eq!(parse_grown("3 5 1"), Some((3, 5, 1)));
-        assert_eq!(parse_grown("3 5"), None);
+    fn a_closed_port_is_no_store_and_an_open_one_is_reached() {
+        let gone = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = gone.local_addr().expect("addr");
+        drop(gone);
+        let t = Instant::now();
+        assert!(reach(addr, Duration::from_secs(5)).is_none());
+        assert!(!listening(addr));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        assert!(listening(addr), "a bound, unserved listener still accepts");
+        let server = StoreServer::serve_on(l).expect("serve");
+        StoreClient::connect(server.addr(), Duration::from_secs(5))
+            .and_then(|mut c| c.set("open", b"1"))
+            .expect("open");
+        assert!(reach(addr, Duration::from_secs(5)).is_some());
     }
 }
