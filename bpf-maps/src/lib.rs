@@ -6,6 +6,7 @@
 //! `user` feature is on. This crate holds no logic beyond constructors that
 //! encode a documented key layout (both sides must build keys alike).
 #![no_std]
+#![deny(unsafe_code)]
 
 /// Where userspace pins the programs and maps:
 /// `<pin root>/<scope>/<iface>/`[`MAPS_DIR`]`/<map name>` (the CLI and the
@@ -39,6 +40,7 @@ macro_rules! impl_pod {
     ($($ty:ty),+ $(,)?) => {
         $(
             #[cfg(feature = "user")]
+            #[allow(unsafe_code)]
             // SAFETY: the type is #[repr(C)], Copy, has no padding (checked by
             // assert_no_padding!) and every bit pattern is a valid value.
             unsafe impl aya::Pod for $ty {}

@@ -37,7 +37,7 @@ impl Agent {
         let config =
             std::env::temp_dir().join(format!("cw-clock-{}-{netns}.toml", std::process::id()));
         let text = format!(
-            "host_id = {host_id}\n[[interfaces]]\nname = \"{iface}\"\n[clock]\ninterval_ms = 100\n\
+            "host_id = {host_id}\n[[interfaces]]\nname = \"{iface}\"\n[clock]\ninterval = \"100ms\"\n\
              [[clock.peers]]\nname = \"peer\"\naddr = \"{peer}:7339\"\n\
              [clock.synthetic]\noffset_ns = {}\ndrift_ppb = {}\nepoch_ns = {}\n",
             clock.offset_ns, clock.drift_ppb, clock.epoch_ns

@@ -27,10 +27,22 @@ pub fn run_in(dir: &std::path::Path, cmd: &mut Command) -> Result<()> {
     let status = cmd
         .status()
         .with_context(|| format!("could not start `{}`", describe(cmd)))?;
+    if killed_by_sigpipe(status) {
+        // Its stdout (ours) was closed, e.g. `cargo xtask netsim status | head -1`:
+        // end as quietly as the child did (cli_main exits 141 on a broken pipe).
+        return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            .with_context(|| format!("`{}` ended on SIGPIPE", describe(cmd)));
+    }
     if !status.success() {
         bail!("`{}` failed: {status}", describe(cmd));
     }
     Ok(())
+}
+
+fn killed_by_sigpipe(status: std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    let sigpipe = i32::from(causeway_core::cli_main::BROKEN_PIPE_STATUS) - 128;
+    status.signal() == Some(sigpipe)
 }
 
 /// Runs `cmd` quietly and returns whether it succeeded (for probes).
@@ -81,4 +93,20 @@ fn describe(cmd: &Command) -> String {
         s.push_str(&arg.to_string_lossy());
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_ended_by_sigpipe_is_a_quiet_broken_pipe_and_other_failures_are_errors() {
+        let dir = std::env::temp_dir();
+        let err =
+            run_in(&dir, Command::new("sh").args(["-c", "kill -PIPE $$"])).expect_err("killed");
+        assert!(causeway_core::cli_main::is_broken_pipe(&err), "{err:#}");
+        let err = run_in(&dir, Command::new("sh").args(["-c", "exit 3"])).expect_err("failed");
+        assert!(!causeway_core::cli_main::is_broken_pipe(&err), "{err:#}");
+        assert!(err.to_string().contains("failed"), "{err:#}");
+    }
 }

@@ -1,5 +1,6 @@
 //! `cargo xtask <command>`: the one entry point for building, installing
 //! prerequisites, testing, benchmarking and running the demo.
+#![deny(unsafe_code)]
 
 mod bench;
 mod bench_allreduce;
@@ -12,6 +13,7 @@ mod setup;
 mod test;
 mod testbed;
 
+use causeway_core::cli_main;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -54,15 +56,19 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    // Errors are printed with their causes, without anyhow's backtrace (which
-    // RUST_BACKTRACE=1 would otherwise add to every failed child command).
-    match run(Cli::parse()) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+    // Errors are printed once with their causes (`error: a: b: c`), without
+    // anyhow's backtrace (which RUST_BACKTRACE=1 would otherwise add to every
+    // failed child command).
+    cli_main::run(|| {
+        let cli = Cli::parse();
+        if matches!(cli.command, Command::Demo(_) | Command::Bench(_)) {
+            // The demo and the benches print while a testbed is up; a closed
+            // stdout must unwind through the testbed's guard (which tears the
+            // namespaces and programs down), not end the process on SIGPIPE.
+            cli_main::ignore_sigpipe();
         }
-    }
+        run(cli)
+    })
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -78,7 +84,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Test(args) => test::run(&args),
         Command::Lint => test::lint(),
-        Command::Demo(args) => demo::run(&args),
+        Command::Demo(args) => demo::run(&args.resolve()?),
         Command::Bench(args) => bench::run(&args),
         Command::Netsim { args } => {
             setup::run(setup::Mode::Install)?;

@@ -15,6 +15,7 @@
 //! is the next correction step, not the error (near 0 even when the clock
 //! is off by its systematic bias).
 
+#[allow(unsafe_code)] // the child is sent SIGTERM when its thread dies (prctl)
 mod daemon;
 mod programs;
 mod tracking;

@@ -3,6 +3,7 @@
 //! rules, shaping plan, clock estimator, units) are `causeway_core`, which
 //! builds without the eBPF toolchain; they are re-exported under the same
 //! paths here (`causeway::policy`, `causeway::shaper::bucket`, …).
+#![deny(unsafe_code)]
 
 pub mod agent;
 pub mod classifier;

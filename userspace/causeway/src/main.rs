@@ -1,4 +1,5 @@
 //! The `causeway` command-line tool; see `causeway --help`.
+#![deny(unsafe_code)]
 
 mod cli;
 

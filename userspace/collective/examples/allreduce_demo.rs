@@ -9,7 +9,15 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use causeway_collective::{Communicator, ReduceOp};
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    causeway_core::cli_main::run(|| {
+        // The engine's writev to a peer that has gone must fail, not raise SIGPIPE.
+        causeway_core::cli_main::ignore_sigpipe();
+        run()
+    })
+}
+
+fn run() -> Result<()> {
     let elems: usize = std::env::args()
         .nth(1)
         .map(|a| a.parse())

@@ -12,45 +12,50 @@
 //!
 //! ```text
 //! RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
-//!   cargo run --release -p causeway-collective --example gradient_sync -- --mib 8 --steps 5
+//!   cargo run --release -p causeway-collective --example gradient_sync -- --gradient 8mb --steps 5
 //! ```
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use causeway_collective::{Communicator, ReduceOp};
+use causeway_core::units;
 use serde_json::json;
 
 struct Args {
-    /// Gradient size per step, MiB of f32.
-    mib: usize,
+    /// Gradient size per step, bytes of f32.
+    gradient_bytes: usize,
     steps: usize,
     /// Gradient buckets per step (DDP-style).
     buckets: usize,
-    /// Simulated compute per bucket, ms.
-    compute_ms: u64,
+    /// Simulated compute per bucket.
+    compute: Duration,
 }
 
 fn parse_args() -> Result<Args> {
     let mut a = Args {
-        mib: 16,
+        gradient_bytes: 16 << 20,
         steps: 10,
         buckets: 4,
-        compute_ms: 20,
+        compute: Duration::from_millis(20),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().with_context(|| format!("{flag} needs a value"))?;
-        let n: usize = value
-            .parse()
-            .with_context(|| format!("{flag} {value}: not a number"))?;
+        let count = || -> Result<usize> {
+            (value.parse()).with_context(|| format!("{flag} {value}: not a number"))
+        };
         match flag.as_str() {
-            "--mib" => a.mib = n,
-            "--steps" => a.steps = n,
-            "--buckets" => a.buckets = n.max(1),
-            "--compute-ms" => a.compute_ms = n as u64,
+            // Sizes and durations with units (causeway_core::units): 16mb, 20ms.
+            "--gradient" => {
+                let bytes = units::parse_bytes(&value).context("--gradient")?;
+                a.gradient_bytes = usize::try_from(bytes).context("--gradient")?;
+            }
+            "--steps" => a.steps = count()?,
+            "--buckets" => a.buckets = count()?.max(1),
+            "--compute" => a.compute = units::parse_duration(&value).context("--compute")?,
             other => {
-                bail!("unknown option {other} (expected --mib, --steps, --buckets, --compute-ms)")
+                bail!("unknown option {other} (expected --gradient, --steps, --buckets, --compute)")
             }
         }
     }
@@ -62,9 +67,9 @@ fn grad(rank: usize, step: usize, i: usize) -> f32 {
     ((i * 31 + rank * 7 + step * 3) % 17) as f32
 }
 
-/// Busy "compute" for `ms` milliseconds that also fills the bucket.
-fn backward(bucket: &mut [f32], offset: usize, rank: usize, step: usize, ms: u64) {
-    let until = Instant::now() + Duration::from_millis(ms);
+/// Busy "compute" for `compute` that also fills the bucket.
+fn backward(bucket: &mut [f32], offset: usize, rank: usize, step: usize, compute: Duration) {
+    let until = Instant::now() + compute;
     for (k, g) in bucket.iter_mut().enumerate() {
         *g = grad(rank, step, offset + k);
     }
@@ -73,13 +78,21 @@ fn backward(bucket: &mut [f32], offset: usize, rank: usize, step: usize, ms: u64
     }
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    causeway_core::cli_main::run(|| {
+        // The engine's writev to a peer that has gone must fail, not raise SIGPIPE.
+        causeway_core::cli_main::ignore_sigpipe();
+        run()
+    })
+}
+
+fn run() -> Result<()> {
     let args = parse_args()?;
     let t0 = Instant::now();
     let comm = Communicator::from_env()
         .context("joining the job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)")?;
     let (rank, world) = (comm.rank(), comm.world_size());
-    let elems = args.mib * (1 << 20) / 4;
+    let elems = (args.gradient_bytes / 4).max(1);
     let per_bucket = elems.div_ceil(args.buckets);
     println!(
         "{}",
@@ -98,7 +111,7 @@ fn main() -> Result<()> {
             let start = (b * per_bucket).min(elems);
             let end = ((b + 1) * per_bucket).min(elems);
             let mut bucket = vec![0f32; end - start];
-            backward(&mut bucket, start, rank, step, args.compute_ms);
+            backward(&mut bucket, start, rank, step, args.compute);
             handles.push((start, comm.allreduce_async(bucket, ReduceOp::Sum)));
         }
         let mut comm_wait = Duration::ZERO;

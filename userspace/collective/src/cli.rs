@@ -3,6 +3,15 @@
 
 use anyhow::{bail, Context, Result};
 
+/// Prints `line` and a newline on stdout, returning the write's error instead
+/// of panicking as `println!` does: the binaries keep SIGPIPE ignored (for
+/// their sockets), so a closed stdout (`| head -1`) is an `EPIPE` here, which
+/// `cli_main` turns into a quiet exit.
+pub fn outln(line: impl std::fmt::Display) -> std::io::Result<()> {
+    use std::io::Write as _;
+    writeln!(std::io::stdout().lock(), "{line}")
+}
+
 pub struct Args(Vec<(String, String)>);
 
 impl Args {
@@ -48,15 +57,9 @@ impl Args {
     }
 }
 
-/// Parses sizes like `4K`, `1M`, `256M`, `1G` or plain bytes.
+/// Parses sizes like `4K`, `64kb`, `1mb`, `1G` or plain bytes
+/// (`causeway_core::units`, powers of 1024).
 pub fn parse_size(s: &str) -> Result<usize> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    let n: usize = num.parse().with_context(|| format!("bad size {s:?}"))?;
-    Ok(n * mult)
+    let bytes = causeway_core::units::parse_bytes(s)?;
+    usize::try_from(bytes).with_context(|| format!("{s:?} does not fit in memory"))
 }

@@ -4,6 +4,8 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use causeway_core::units::{parse_bytes, parse_duration, parse_rate_bps, UnitError};
+
 use crate::cost::CostModel;
 use crate::error::{ConfigError, Rank};
 use crate::schedule::Algorithm;
@@ -53,9 +55,9 @@ pub struct Options {
     pub wan_socket_buffer: Option<usize>,
     /// TCP congestion control for connections to other domains (when the kernel allows it).
     pub wan_congestion: Option<String>,
-    /// Rate of the WAN path between two domains, Mbit/s per direction, when known:
+    /// Rate of the WAN path between two domains, bit/s per direction, when known:
     /// connections across domains are paced to share just below it.
-    pub wan_rate_mbit: Option<f64>,
+    pub wan_rate_bps: Option<u64>,
     /// One more connection to each peer in another domain, loss-based and
     /// unpaced, for transfers of at most `latency_bytes`.
     pub wan_latency_stream: bool,
@@ -80,7 +82,7 @@ impl Default for Options {
             cost_overrides: None,
             wan_socket_buffer: Some(8 << 20),
             wan_congestion: Some("bbr".into()),
-            wan_rate_mbit: None,
+            wan_rate_bps: None,
             wan_latency_stream: true,
             latency_bytes: 256 << 10,
         }
@@ -103,35 +105,89 @@ fn parse_var<T: std::str::FromStr>(name: &'static str) -> Result<Option<T>, Conf
     var(name).map(|v| parse(name, &v)).transpose()
 }
 
-impl Options {
-    /// Defaults overridden by `CAUSEWAY_TIMEOUT_MS`, `CAUSEWAY_RENDEZVOUS_TIMEOUT_MS`,
-    /// `CAUSEWAY_STREAMS_WAN`, `CAUSEWAY_STREAMS_LAN`, `CAUSEWAY_SHM` (0/1),
-    /// `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW`, `CAUSEWAY_ALGO` (ring|tree|hier),
-    /// `CAUSEWAY_PROBE` (0/1), `CAUSEWAY_PROBE_BYTES`, `CAUSEWAY_COST`
-    /// (`wan=LAT_US:GBITPS,domain=…,host=…`), `CAUSEWAY_SOCKET_BUFFER` (bytes, 0 = autotune),
-    /// `CAUSEWAY_TCP_CC` (congestion control across domains, `default` = the system's),
-    /// `CAUSEWAY_WAN_MBIT` (WAN rate per direction, Mbit/s: pace connections across domains; 0 = off),
-    /// `CAUSEWAY_LATENCY_STREAM` (0/1) and `CAUSEWAY_LATENCY_BYTES` (transfers up to this size
-    /// take the extra loss-based connection across domains).
-    pub fn from_env() -> Result<Self, ConfigError> {
-        let mut o = Options::default();
-        if let Some(ms) = parse_var::<u64>("CAUSEWAY_TIMEOUT_MS")? {
-            o.timeout = Duration::from_millis(ms);
+/// Reads `name` with one of `causeway_core::units`' parsers (`30s`, `1mb`,
+/// `200mbit`); the error names the variable and the value.
+fn unit_var<T>(
+    name: &'static str,
+    parse: impl Fn(&str) -> Result<T, UnitError>,
+) -> Result<Option<T>, ConfigError> {
+    var(name)
+        .map(|v| {
+            parse(&v).map_err(|e| ConfigError::InvalidVar {
+                name: name.into(),
+                value: v.clone(),
+                reason: e.to_string(),
+            })
+        })
+        .transpose()
+}
+
+/// Variables that were renamed when their values got units: one that is
+/// still set is an error, not silently ignored (the old value would be lost).
+pub const RENAMED_VARS: &[(&str, &str)] = &[
+    ("CAUSEWAY_TIMEOUT_MS", "CAUSEWAY_TIMEOUT=60s"),
+    (
+        "CAUSEWAY_RENDEZVOUS_TIMEOUT_MS",
+        "CAUSEWAY_RENDEZVOUS_TIMEOUT=120s",
+    ),
+    ("CAUSEWAY_WAN_MBIT", "CAUSEWAY_WAN_RATE=200mbit"),
+];
+
+fn refuse_renamed_vars() -> Result<(), ConfigError> {
+    for (old, new) in RENAMED_VARS {
+        if let Some(value) = var(old) {
+            return Err(ConfigError::InvalidVar {
+                name: (*old).into(),
+                value,
+                reason: format!("renamed: write a value with a unit, e.g. {new}"),
+            });
         }
-        if let Some(ms) = parse_var::<u64>("CAUSEWAY_RENDEZVOUS_TIMEOUT_MS")? {
-            o.rendezvous_timeout = Duration::from_millis(ms);
+    }
+    Ok(())
+}
+
+impl Options {
+    /// Defaults overridden by `CAUSEWAY_TIMEOUT`, `CAUSEWAY_RENDEZVOUS_TIMEOUT`
+    /// (durations: `30s`, `500ms`), `CAUSEWAY_STREAMS_WAN`, `CAUSEWAY_STREAMS_LAN`,
+    /// `CAUSEWAY_SHM` (0/1), `CAUSEWAY_CHUNK_BYTES` (a size: `1mb`, `64kb`, `4096`),
+    /// `CAUSEWAY_WINDOW`, `CAUSEWAY_ALGO` (ring|tree|hier), `CAUSEWAY_PROBE` (0/1),
+    /// `CAUSEWAY_PROBE_BYTES` (a size), `CAUSEWAY_COST` (`wan=LATENCY:BANDWIDTH,…`,
+    /// e.g. `wan=20ms:200mbit,domain=50us:10gbit`), `CAUSEWAY_SOCKET_BUFFER` (a size,
+    /// or `auto` for the kernel's autotuning), `CAUSEWAY_TCP_CC` (congestion control
+    /// across domains, `default` = the system's), `CAUSEWAY_WAN_RATE` (WAN rate per
+    /// direction, e.g. `200mbit`: pace connections across domains; unset = off),
+    /// `CAUSEWAY_LATENCY_STREAM` (0/1) and `CAUSEWAY_LATENCY_BYTES` (a size: transfers
+    /// up to it take the extra loss-based connection across domains). Sizes and
+    /// rates are read by `causeway_core::units` (sizes in powers of 1024, bare
+    /// numbers are bytes and bit/s). A variable of [`RENAMED_VARS`] that is set is
+    /// an error.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        refuse_renamed_vars()?;
+        let mut o = Options::default();
+        let size = |name| -> Result<Option<usize>, ConfigError> {
+            unit_var(name, |v| {
+                let bytes = parse_bytes(v)?;
+                // A size that does not fit in memory is refused by validate().
+                Ok(usize::try_from(bytes).unwrap_or(usize::MAX))
+            })
+        };
+        if let Some(d) = unit_var("CAUSEWAY_TIMEOUT", parse_duration)? {
+            o.timeout = d;
+        }
+        if let Some(d) = unit_var("CAUSEWAY_RENDEZVOUS_TIMEOUT", parse_duration)? {
+            o.rendezvous_timeout = d;
         }
         o.streams_wan = parse_var("CAUSEWAY_STREAMS_WAN")?.unwrap_or(o.streams_wan);
         o.streams_lan = parse_var("CAUSEWAY_STREAMS_LAN")?.unwrap_or(o.streams_lan);
         o.shm = parse_var::<u8>("CAUSEWAY_SHM")?
             .map(|v| v != 0)
             .unwrap_or(o.shm);
-        o.chunk_bytes = parse_var("CAUSEWAY_CHUNK_BYTES")?.unwrap_or(o.chunk_bytes);
+        o.chunk_bytes = size("CAUSEWAY_CHUNK_BYTES")?.unwrap_or(o.chunk_bytes);
         o.window = parse_var("CAUSEWAY_WINDOW")?.unwrap_or(o.window);
         o.probe = parse_var::<u8>("CAUSEWAY_PROBE")?
             .map(|v| v != 0)
             .unwrap_or(o.probe);
-        o.probe_bytes = parse_var("CAUSEWAY_PROBE_BYTES")?.unwrap_or(o.probe_bytes);
+        o.probe_bytes = size("CAUSEWAY_PROBE_BYTES")?.unwrap_or(o.probe_bytes);
         if let Some(a) = var("CAUSEWAY_ALGO") {
             o.algorithm = Some(Algorithm::parse(&a).ok_or_else(|| ConfigError::InvalidVar {
                 name: "CAUSEWAY_ALGO".into(),
@@ -146,15 +202,17 @@ impl Options {
         if let Some(cc) = var("CAUSEWAY_TCP_CC") {
             o.wan_congestion = (cc != "default").then_some(cc);
         }
-        if let Some(n) = parse_var::<usize>("CAUSEWAY_SOCKET_BUFFER")? {
-            o.wan_socket_buffer = (n > 0).then_some(n);
+        match var("CAUSEWAY_SOCKET_BUFFER") {
+            Some(v) if v.trim().eq_ignore_ascii_case("auto") => o.wan_socket_buffer = None,
+            Some(_) => o.wan_socket_buffer = size("CAUSEWAY_SOCKET_BUFFER")?,
+            None => {}
         }
         o.wan_latency_stream = parse_var::<u8>("CAUSEWAY_LATENCY_STREAM")?
             .map(|v| v != 0)
             .unwrap_or(o.wan_latency_stream);
-        o.latency_bytes = parse_var("CAUSEWAY_LATENCY_BYTES")?.unwrap_or(o.latency_bytes);
-        if let Some(m) = parse_var::<f64>("CAUSEWAY_WAN_MBIT")? {
-            o.wan_rate_mbit = (m > 0.0).then_some(m);
+        o.latency_bytes = size("CAUSEWAY_LATENCY_BYTES")?.unwrap_or(o.latency_bytes);
+        if let Some(bps) = unit_var("CAUSEWAY_WAN_RATE", parse_rate_bps)? {
+            o.wan_rate_bps = Some(bps);
         }
         o.validate()?;
         Ok(o)
@@ -181,11 +239,8 @@ impl Options {
         if self.timeout.is_zero() {
             return bad("timeout must be positive");
         }
-        if self
-            .wan_rate_mbit
-            .is_some_and(|m| !m.is_finite() || m <= 0.0)
-        {
-            return bad("WAN rate must be a positive number of Mbit/s");
+        if self.wan_rate_bps == Some(0) {
+            return bad("WAN rate must be positive");
         }
         Ok(())
     }

@@ -1,6 +1,8 @@
 //! The α-β cost model per link class and the algorithm choice it drives: the
 //! one place that decides which algorithm runs ([`select`]).
 
+use causeway_core::units;
+
 use crate::config::Options;
 use crate::error::{ConfigError, Rank};
 use crate::schedule::sim::{simulate, LinkCost, Network};
@@ -53,18 +55,20 @@ impl CostModel {
         }
     }
 
-    /// Applies overrides such as `wan=20000:1,domain=50:10,host=5:40`:
-    /// class, one-way latency in µs, bandwidth in Gbit/s (the form of `CAUSEWAY_COST`).
+    /// Applies overrides such as `wan=20ms:1gbit,domain=50us:10gbit,host=5us:40gbit`:
+    /// class, one-way latency and bandwidth, both with units (`causeway_core::units`;
+    /// the form of `CAUSEWAY_COST`).
     pub fn apply_overrides(&mut self, spec: &str) -> Result<(), ConfigError> {
         let bad = |reason: &str| ConfigError::InvalidVar {
             name: "CAUSEWAY_COST".into(),
             value: spec.into(),
             reason: reason.into(),
         };
+        let unit_err = |e: units::UnitError| bad(&e.to_string());
         for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (class, rest) = item
                 .split_once('=')
-                .ok_or_else(|| bad("expected CLASS=LATENCY_US:GBITPS"))?;
+                .ok_or_else(|| bad("expected CLASS=LATENCY:BANDWIDTH, e.g. wan=20ms:200mbit"))?;
             let class = match class {
                 "host" => LinkClass::IntraHost,
                 "domain" => LinkClass::IntraDomain,
@@ -73,17 +77,19 @@ impl CostModel {
             };
             let (a, b) = rest
                 .split_once(':')
-                .ok_or_else(|| bad("expected LATENCY_US:GBITPS"))?;
-            let alpha_us: f64 = a.parse().map_err(|_| bad("latency is not a number"))?;
-            let gbps: f64 = b.parse().map_err(|_| bad("bandwidth is not a number"))?;
-            if !(alpha_us >= 0.0 && gbps > 0.0 && alpha_us.is_finite() && gbps.is_finite()) {
-                return Err(bad("latency must be ≥ 0 and bandwidth > 0"));
+                .ok_or_else(|| bad("expected LATENCY:BANDWIDTH, e.g. wan=20ms:200mbit"))?;
+            let alpha = units::parse_duration(a).map_err(unit_err)?;
+            // The old form was a bare number of Gbit/s: refuse bare numbers
+            // here rather than read `1` as 1 bit/s.
+            if b.trim().bytes().all(|c| c.is_ascii_digit() || c == b'.') {
+                return Err(bad("the bandwidth needs a unit, e.g. 200mbit or 10gbit"));
             }
+            let bps = units::parse_rate_bps(b).map_err(unit_err)?;
             self.set(
                 class,
                 LinkCost {
-                    alpha: alpha_us * 1e-6,
-                    beta: 8.0 / (gbps * 1e9),
+                    alpha: alpha.as_secs_f64(),
+                    beta: 8.0 / bps as f64,
                 },
             );
         }
@@ -213,14 +219,29 @@ mod tests {
     #[test]
     fn overrides_parse_and_reject_nonsense() {
         let mut m = CostModel::default();
-        m.apply_overrides("wan=40000:0.1, host=1:100")
+        m.apply_overrides("wan=40ms:100mbit, host=1us:100gbit")
             .expect("valid");
         assert_eq!(m.inter_domain.alpha, 0.04);
         assert!((m.inter_domain.beta - 8e-8).abs() < 1e-15);
         assert_eq!(m.intra_host.alpha, 1e-6);
-        for bad in ["wan", "lan=1:1", "wan=x:1", "wan=1:0", "wan=-1:1"] {
+        for bad in [
+            "wan",
+            "lan=1ms:1gbit",
+            "wan=x:1gbit",
+            "wan=1ms:0gbit",
+            "wan=-1ms:1gbit",
+            // the old form (µs and Gbit/s without units) is refused, not misread
+            "wan=40000:0.1",
+            "wan=40ms:1",
+            "wan=1ms:100mbps",
+        ] {
             assert!(m.apply_overrides(bad).is_err(), "{bad}");
         }
+        let e = m.apply_overrides("wan=40000:0.1").unwrap_err().to_string();
+        assert!(
+            e.starts_with("CAUSEWAY_COST=\"wan=40000:0.1\" is invalid: '40000' is not a duration"),
+            "{e}"
+        );
         assert_eq!(CostModel::from_f64s(m.to_f64s()), m);
     }
 

@@ -20,6 +20,13 @@
 //!
 //! ## Environment
 //!
+//! Rates, sizes and durations take units (`causeway_core::units`, as `tc`):
+//! `200mbit`, `1gbit`; `64kb`, `1mb` (powers of 1024; a bare number is bytes);
+//! `500ms`, `30s` (a duration needs a unit). A bad value is an error naming the
+//! variable. `CAUSEWAY_TIMEOUT_MS`, `CAUSEWAY_RENDEZVOUS_TIMEOUT_MS` and
+//! `CAUSEWAY_WAN_MBIT` were renamed when their values got units; one that is
+//! still set is an error ([`config::RENAMED_VARS`]).
+//!
 //! | variable | meaning |
 //! |---|---|
 //! | `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` | torchrun's; rank 0 serves the bootstrap store at the master address |
@@ -27,18 +34,18 @@
 //! | `CAUSEWAY_DOMAIN` / `CAUSEWAY_TOPOLOGY` | this rank's domain, or a file of `RANKS DOMAIN` lines (`0-3 east`) |
 //! | `CAUSEWAY_HOST_ID` | ranks with the same host id use shared memory (default: hostname + network namespace) |
 //! | `CAUSEWAY_ADDR` | IP to accept peers on (default: the one that reaches the master) |
-//! | `CAUSEWAY_TIMEOUT_MS` | an operation fails when a peer it waits for is silent this long (60 000) |
-//! | `CAUSEWAY_RENDEZVOUS_TIMEOUT_MS` | bootstrap deadline (120 000) |
+//! | `CAUSEWAY_TIMEOUT` | an operation fails when a peer it waits for is silent this long (`60s`) |
+//! | `CAUSEWAY_RENDEZVOUS_TIMEOUT` | bootstrap deadline (`120s`) |
 //! | `CAUSEWAY_ALGO` | force `ring`, `tree` or `hier` where it applies (default: α-β model) |
-//! | `CAUSEWAY_COST` | link costs `wan=LAT_US:GBITPS,domain=…,host=…`, applied over the probe |
-//! | `CAUSEWAY_PROBE`, `CAUSEWAY_PROBE_BYTES` | start-up α-β probe on/off (1) and its bulk size (1 MiB) |
+//! | `CAUSEWAY_COST` | link costs `CLASS=LATENCY:BANDWIDTH`, e.g. `wan=20ms:200mbit,domain=50us:10gbit,host=5us:40gbit`, applied over the probe |
+//! | `CAUSEWAY_PROBE`, `CAUSEWAY_PROBE_BYTES` | start-up α-β probe on/off (1) and its bulk size (`1mb`) |
 //! | `CAUSEWAY_STREAMS_WAN`, `CAUSEWAY_STREAMS_LAN` | TCP connections per remote peer across / inside a domain (2, 2) |
 //! | `CAUSEWAY_TCP_CC` | congestion control across domains (`bbr`; `default` keeps the system's) |
-//! | `CAUSEWAY_SOCKET_BUFFER` | SO_SNDBUF/SO_RCVBUF across domains (8 MiB when `net.core.rmem_max` allows; 0 = autotune) |
-//! | `CAUSEWAY_LATENCY_STREAM`, `CAUSEWAY_LATENCY_BYTES` | one more, loss-based and unpaced connection per remote peer across domains (1), for transfers up to this size (256 KiB) |
-//! | `CAUSEWAY_WAN_MBIT` | WAN rate per direction when known: the bulk streams of a domain are paced (SO_MAX_PACING_RATE) to share 96 % of it (unset = not paced) |
+//! | `CAUSEWAY_SOCKET_BUFFER` | SO_SNDBUF/SO_RCVBUF across domains (`8mb` when `net.core.rmem_max` allows; `auto` = the kernel's autotuning) |
+//! | `CAUSEWAY_LATENCY_STREAM`, `CAUSEWAY_LATENCY_BYTES` | one more, loss-based and unpaced connection per remote peer across domains (1), for transfers up to this size (`256kb`) |
+//! | `CAUSEWAY_WAN_RATE` | WAN rate per direction when known, e.g. `200mbit`: the bulk streams of a domain are paced (SO_MAX_PACING_RATE) to share 96 % of it (unset = not paced) |
 //! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |
-//! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (1 MiB) and lanes in flight (4) |
+//! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (`1mb`) and lanes in flight (4) |
 //!
 //! ## After a failure: shrink and grow
 //!

@@ -239,26 +239,26 @@ fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, latency: b
             tracing::debug!(cc, "congestion control not available; keeping the default");
         }
     }
-    if let (true, Some(mbit)) = (wan, opts.wan_rate_mbit) {
+    if let (true, Some(rate_bps)) = (wan, opts.wan_rate_bps) {
         let mine = j.topology.domain_of(me);
         let ranks = (0..j.topology.world())
             .filter(|&r| j.topology.domain_of(r) == mine)
             .count();
-        let rate = wan_pacing_share(mbit, ranks, opts.streams_wan);
+        let rate = wan_pacing_share(rate_bps, ranks, opts.streams_wan);
         if let Err(e) = tcp::set_max_pacing_rate(s, rate) {
             tracing::debug!(%e, "pacing cap not accepted");
         }
     }
 }
 
-/// Share of a WAN path (`mbit` Mbit/s per direction) one connection may use:
+/// Share of a WAN path (`rate_bps` bit/s per direction) one connection may use:
 /// every rank of a domain sends to its counterpart at once (hierarchical
 /// allreduce), each over `streams` connections, and together they aim at
 /// [`WAN_PACING_TARGET`] of the rate so the bottleneck queue stays short.
 /// Bytes per second.
-pub(crate) fn wan_pacing_share(mbit: f64, ranks_in_domain: usize, streams: usize) -> u64 {
+pub(crate) fn wan_pacing_share(rate_bps: u64, ranks_in_domain: usize, streams: usize) -> u64 {
     let flows = (ranks_in_domain.max(1) * streams.max(1)) as f64;
-    (mbit * 1e6 / 8.0 * WAN_PACING_TARGET / flows) as u64
+    (rate_bps as f64 / 8.0 * WAN_PACING_TARGET / flows) as u64
 }
 
 /// Fraction of the WAN rate the paced flows of a domain aim at together.
@@ -277,11 +277,12 @@ mod tests {
     #[test]
     fn pacing_shares_the_wan_between_every_flow_of_a_domain() {
         // 200 Mbit/s, 2 ranks per domain, 2 streams each: 4 flows at 6 MB/s.
-        let share = wan_pacing_share(200.0, 2, 2);
+        let share = wan_pacing_share(200_000_000, 2, 2);
         assert_eq!(share, (25e6 * WAN_PACING_TARGET / 4.0) as u64);
         assert!(share * 4 < 25_000_000);
         // One flow alone gets the whole target; zero counts are treated as one.
-        assert_eq!(wan_pacing_share(100.0, 0, 0), wan_pacing_share(100.0, 1, 1));
-        assert!(wan_pacing_share(100.0, 1, 1) > wan_pacing_share(100.0, 1, 2));
+        let m100 = 100_000_000;
+        assert_eq!(wan_pacing_share(m100, 0, 0), wan_pacing_share(m100, 1, 1));
+        assert!(wan_pacing_share(m100, 1, 1) > wan_pacing_share(m100, 1, 2));
     }
 }

@@ -32,6 +32,85 @@ fn ours(prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Runs a binary that must fail on a bad value: status 1, stderr one line.
+fn refused(bin: &str, args: &[&str]) -> String {
+    let out = Command::new(bin).args(args).output().expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
+    stderr
+}
+
+#[test]
+fn bad_unit_values_name_the_flag_and_value_in_one_line_with_status_1() {
+    // No root and no testbed needed: values are read before anything is made.
+    let netsim = env!("CARGO_BIN_EXE_causeway-netsim");
+    let wanem = env!("CARGO_BIN_EXE_causeway-wanem");
+    let cases: [(&str, &[&str], &str); 7] = [
+        (
+            wanem,
+            &["--iface-a", "a", "--iface-b", "b", "--delay", "20"],
+            "error: --delay: '20' is not a duration",
+        ),
+        (
+            wanem,
+            &["--iface-a", "a", "--iface-b", "b", "--rate", "200mbps"],
+            "error: --rate: '200mbps' is not a rate",
+        ),
+        (
+            wanem,
+            &["--iface-a", "a", "--iface-b", "b", "--queue", "1xb"],
+            "error: --queue: '1xb' is not a size",
+        ),
+        (
+            netsim,
+            &["set", "--path", "0", "--jitter", "fast"],
+            "error: --jitter: 'fast' is not a duration",
+        ),
+        (
+            netsim,
+            &["up", "--path", "delay=20ms,rate=2mbps"],
+            "error: --path delay=20ms,rate=2mbps: rate: '2mbps' is not a rate",
+        ),
+        (
+            netsim,
+            &["up", "--path", "delay_ms=20"],
+            "unknown key \"delay_ms\"",
+        ),
+        (
+            netsim,
+            &["bench", "--rates", "50mbit,fast"],
+            "error: --rates: 'fast' is not a rate",
+        ),
+    ];
+    for (bin, args, want) in cases {
+        let stderr = refused(bin, args);
+        assert!(stderr.contains(want), "{args:?}: want {want:?} in {stderr}");
+    }
+}
+
+#[test]
+fn renamed_flags_are_refused_not_ignored() {
+    let wanem = env!("CARGO_BIN_EXE_causeway-wanem");
+    for old in [
+        "--delay-ms",
+        "--jitter-ms",
+        "--rate-mbit",
+        "--queue-bytes",
+        "--spin-us",
+    ] {
+        let out = Command::new(wanem)
+            .args(["--iface-a", "a", "--iface-b", "b", old, "5"])
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "{old} must be refused");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&format!("unexpected argument '{old}'")),
+            "{old}"
+        );
+    }
+}
+
 #[test]
 fn cli_up_status_set_down_twice() {
     require_root!("cli_up_status_set_down_twice");
@@ -106,10 +185,10 @@ fn wanem_process_forwards_answers_control_and_exits_on_sigterm() {
             "ea",
             "--iface-b",
             "eb",
-            "--delay-ms",
-            "5",
-            "--rate-mbit",
-            "100",
+            "--delay",
+            "5ms",
+            "--rate",
+            "100mbit",
         ])
         .arg("--control")
         .arg(&sock_path)

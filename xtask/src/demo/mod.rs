@@ -17,10 +17,11 @@ mod report;
 use std::{
     io::{BufRead, BufReader, IsTerminal},
     process::Child,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context, Result};
+use causeway_core::units;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
@@ -35,15 +36,35 @@ pub struct DemoArgs {
     /// Training steps (one gradient allreduce each).
     #[arg(long, default_value_t = 12)]
     pub steps: usize,
-    /// Gradient size per step, MiB of f32.
-    #[arg(long, default_value_t = 16)]
-    pub mib: usize,
+    /// Gradient size per step, of f32 (e.g. 16mb, 512kb; powers of 1024).
+    #[arg(long = "gradient", default_value = "16mb")]
+    gradient_text: String,
     /// Gradient buckets per step (DDP-style, allreduced as they become ready).
     #[arg(long, default_value_t = 4)]
     pub buckets: usize,
-    /// Simulated backward compute per bucket, milliseconds.
-    #[arg(long, default_value_t = 25)]
-    pub compute_ms: u64,
+    /// Simulated backward compute per bucket (e.g. 25ms).
+    #[arg(long = "compute", default_value = "25ms")]
+    compute_text: String,
+    /// `--gradient` in bytes (set by [`DemoArgs::resolve`]).
+    #[arg(skip)]
+    pub gradient_bytes: u64,
+    /// `--compute` (set by [`DemoArgs::resolve`]).
+    #[arg(skip)]
+    pub compute: Duration,
+}
+
+impl DemoArgs {
+    /// Reads the flags with units (`causeway_core::units`); the error names the flag.
+    pub fn resolve(mut self) -> Result<Self> {
+        self.gradient_bytes = units::parse_bytes(&self.gradient_text).context("--gradient")?;
+        self.compute = units::parse_duration(&self.compute_text).context("--compute")?;
+        Ok(self)
+    }
+
+    /// The gradient size in MiB, for the report.
+    pub fn gradient_mib(&self) -> f64 {
+        self.gradient_bytes as f64 / 1_048_576.0
+    }
 }
 
 const MASTER_PORT: &str = "29500";
@@ -91,8 +112,8 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     bed.attach(&policy)?;
 
     println!(
-        "\n== gradient sync: {} steps x {} MiB ==",
-        args.steps, args.mib
+        "\n== gradient sync: {} steps x {} ==",
+        args.steps, args.gradient_text
     );
     let started = Instant::now();
     let outcome = run_ranks(&bed, args);
@@ -133,18 +154,18 @@ fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs) -> Result<Outcome> {
         let child = bed
             .rank_command(rank, MASTER_PORT, &exe)
             .args([
-                "--mib",
-                &args.mib.to_string(),
+                "--gradient",
+                &args.gradient_bytes.to_string(),
                 "--steps",
                 &args.steps.to_string(),
             ])
             .args([
                 "--buckets",
                 &args.buckets.to_string(),
-                "--compute-ms",
-                &args.compute_ms.to_string(),
+                "--compute",
+                &format!("{}ns", args.compute.as_nanos()),
             ])
-            .env("CAUSEWAY_TIMEOUT_MS", "30000")
+            .env("CAUSEWAY_TIMEOUT", "30s")
             .spawn()
             .with_context(|| format!("starting rank {rank} in {}", host.netns))?;
         children.push(child);
@@ -179,7 +200,7 @@ fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs) -> Result<Outcome> {
                 outcome
                     .exposed_comm_secs
                     .push(ev["exposed_comm_s"].as_f64().unwrap_or(0.0));
-                let gbit = (args.mib as f64 * 8.0 * 1.048_576e6) / s / 1e9;
+                let gbit = (args.gradient_bytes as f64 * 8.0) / s / 1e9;
                 bar.set_message(format!("last step {:.3} s, {:.3} Gbit/s algbw", s, gbit));
                 bar.inc(1);
                 if bar.is_hidden() {

@@ -27,11 +27,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 pub fn print(r: &Inputs) {
     let o = r.outcome;
-    let bytes = r.args.mib as f64 * 1_048_576.0;
+    let bytes = r.args.gradient_bytes as f64;
     // Every byte of the gradient must cross the WAN once in each direction
     // (each domain needs the other's partial sum): T >= S*8/B.
     let wan_bound = bytes * 8.0 / (r.bed.rate_mbit * 1e6);
-    let compute = r.args.buckets as f64 * r.args.compute_ms as f64 / 1e3;
+    let compute = r.args.buckets as f64 * r.args.compute.as_secs_f64();
     // Warm-up (connection ramp, slow start) is excluded from the medians.
     let mut steady: Vec<f64> = o.step_secs.iter().skip(1).copied().collect();
     if steady.is_empty() {
@@ -54,7 +54,7 @@ pub fn print(r: &Inputs) {
     println!(
         "steps: {} x {} MiB gradient in {} buckets, {:.0} ms compute per step",
         o.step_secs.len(),
-        r.args.mib,
+        r.args.gradient_mib(),
         r.args.buckets,
         compute * 1e3
     );

@@ -69,8 +69,8 @@ fn start(tb: &Testbed, bin: &Path, port: u16, args: &[&str]) -> World {
             format!("MASTER_ADDR={master}"),
             format!("MASTER_PORT={port}"),
             format!("CAUSEWAY_DOMAIN=dc{}", r / 2),
-            "CAUSEWAY_TIMEOUT_MS=10000".to_string(),
-            "CAUSEWAY_RENDEZVOUS_TIMEOUT_MS=30000".to_string(),
+            "CAUSEWAY_TIMEOUT=10s".to_string(),
+            "CAUSEWAY_RENDEZVOUS_TIMEOUT=30s".to_string(),
         ];
         let mut argv: Vec<&str> = env.iter().map(String::as_str).collect();
         let bin = bin.to_str().expect("utf-8 path");

@@ -10,8 +10,7 @@
 //!
 //! [clock]
 //! bind = "0.0.0.0:7339"             # optional
-//! interval = "100ms"                # optional, probe period per peer
-//!                                   # (`interval_ms = 100`: the same, older)
+//! interval = "100ms"                # optional, probe period per peer (10ms..=60s)
 //! fast_start = 16                   # optional, first probes 8× faster
 //! burst = 2                         # optional, requests per round (1..=8)
 //! kernel_stamps = true              # optional, configure the eBPF stamps
@@ -86,10 +85,8 @@ struct FileIface {
 #[serde(deny_unknown_fields)]
 struct FileClock {
     bind: Option<SocketAddr>,
-    /// A duration with a unit (`causeway_core::units`).
+    /// A duration with a unit (`causeway_core::units`): "100ms", "1s".
     interval: Option<String>,
-    /// The older spelling, in milliseconds.
-    interval_ms: Option<u64>,
     fast_start: Option<u32>,
     burst: Option<u32>,
     kernel_stamps: Option<bool>,
@@ -170,22 +167,14 @@ impl AgentConfig {
             interfaces.push(IfaceConfig { name: i.name, mode });
         }
         let c = f.clock;
-        let interval = match (c.interval.as_deref(), c.interval_ms) {
-            (Some(_), Some(_)) => {
-                return invalid("clock: give interval or interval_ms, not both".into())
-            }
-            (Some(text), None) => causeway_core::units::parse_duration(text)
+        let interval = match c.interval.as_deref() {
+            None => Duration::from_millis(100),
+            Some(text) => causeway_core::units::parse_duration(text)
                 .map_err(|e| ConfigError::Invalid(format!("clock.interval: {e}")))?,
-            (None, ms) => Duration::from_millis(ms.unwrap_or(100)),
         };
         if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&interval) {
-            let key = if c.interval_ms.is_some() {
-                "interval_ms"
-            } else {
-                "interval"
-            };
             return invalid(format!(
-                "clock.{key} must be in 10ms..=60s (got {interval:?})"
+                "clock.interval must be in 10ms..=60s (got {interval:?})"
             ));
         }
         let burst = c.burst.unwrap_or(2);
@@ -267,7 +256,7 @@ host_id = 7
 name = "veth0"
 mode = "skb"
 [clock]
-interval_ms = 50
+interval = "50ms"
 [[clock.peers]]
 name = "b"
 addr = "10.1.0.2:7339"
@@ -295,12 +284,13 @@ drift_ppb = 20000
         assert_eq!((c.clock.offset_ns, c.clock.drift_ppb), (-5000, 20000));
         assert!(c.kernel_stamps);
         assert_eq!(c.burst, 2);
-        let single =
-            AgentConfig::parse(&GOOD.replace("interval_ms = 50", "interval_ms = 50\nburst = 1"))
-                .expect("valid");
+        let single = AgentConfig::parse(
+            &GOOD.replace("interval = \"50ms\"", "interval = \"50ms\"\nburst = 1"),
+        )
+        .expect("valid");
         assert_eq!(single.burst, 1);
         let with_unit =
-            AgentConfig::parse(&GOOD.replace("interval_ms = 50", "interval = \"250ms\""))
+            AgentConfig::parse(&GOOD.replace("interval = \"50ms\"", "interval = \"250ms\""))
                 .expect("valid");
         assert_eq!(with_unit.interval, Duration::from_millis(250));
     }
@@ -311,27 +301,24 @@ drift_ppb = 20000
             (GOOD.replace("veth0", "a/b"), "not an interface name"),
             (GOOD.replace("skb", "warp"), "unknown XDP mode"),
             (
-                GOOD.replace("interval_ms = 50", "interval_ms = 1"),
-                "interval_ms",
+                GOOD.replace("interval = \"50ms\"", "interval = \"1ms\""),
+                "clock.interval must be in 10ms..=60s",
             ),
             (
-                GOOD.replace("interval_ms = 50", "interval = \"5s\"\ninterval_ms = 50"),
-                "not both",
+                GOOD.replace("interval = \"50ms\"", "interval = \"50\""),
+                "clock.interval: '50' is not a duration: a duration needs a unit",
+            ),
+            // The old key is refused, not ignored.
+            (
+                GOOD.replace("interval = \"50ms\"", "interval_ms = 50"),
+                "unknown field `interval_ms`",
             ),
             (
-                GOOD.replace("interval_ms = 50", "interval = \"2min\""),
-                "clock.interval must be in",
-            ),
-            (
-                GOOD.replace("interval_ms = 50", "interval = \"100\""),
-                "clock.interval",
-            ),
-            (
-                GOOD.replace("interval_ms = 50", "interval_ms = 50\nburst = 0"),
+                GOOD.replace("interval = \"50ms\"", "interval = \"50ms\"\nburst = 0"),
                 "clock.burst must be in 1..=8",
             ),
             (
-                GOOD.replace("interval_ms = 50", "interval_ms = 50\nburst = 9"),
+                GOOD.replace("interval = \"50ms\"", "interval = \"50ms\"\nburst = 9"),
                 "clock.burst must be in 1..=8",
             ),
             (

@@ -8,6 +8,7 @@ pub use causeway_core::clock::*;
 
 pub mod maps;
 pub mod session;
+#[allow(unsafe_code)] // setsockopt/recvmsg for kernel timestamps
 pub mod socket;
 pub mod source;
 

@@ -1,6 +1,6 @@
 //! Allreduce benchmark worker: run one per rank with torchrun's variables, e.g.
 //! `RANK=0 WORLD_SIZE=4 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 CAUSEWAY_DOMAIN=east
-//! causeway-allreduce-bench --sizes 1M,16M --iters 5`. Rank 0 prints one JSON line
+//! causeway-allreduce-bench --sizes 1mb,16mb --iters 5`. Rank 0 prints one JSON line
 //! per size: median time, algbw and busbw (bytes × 2(n-1)/n / time), the same
 //! fields as `bench/gloo_allreduce.py` prints for PyTorch's Gloo; every rank
 //! prints an `iters` line with its wall-clock call and return times.
@@ -12,18 +12,29 @@ use causeway_collective::cli;
 use causeway_collective::{Communicator, ReduceOp};
 use serde_json::json;
 
-const USAGE: &str = "causeway-allreduce-bench [--sizes 64K,1M,16M] [--iters 5] [--warmup 1]\n\
-  Sizes are bytes of f32 per rank. Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n\
+const USAGE: &str = "causeway-allreduce-bench [--sizes 64kb,1mb,16mb] [--iters 5] [--warmup 1]\n\
+  Sizes are bytes of f32 per rank (64kb = 65536). Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n\
   CAUSEWAY_DOMAIN and the CAUSEWAY_* options. Rank 0 prints JSON lines.";
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    causeway_core::cli_main::run(|| {
+        // The engine writes to its TCP connections with writev, which raises
+        // SIGPIPE when a peer has gone: keep it ignored, so that a dead peer
+        // is an error naming it rather than a silent end of this process.
+        causeway_core::cli_main::ignore_sigpipe();
+        run()
+    })
+}
+
+fn run() -> Result<()> {
     let args = cli::Args::parse(&["sizes", "iters", "warmup"], USAGE)?;
     let sizes: Vec<usize> = args
         .get("sizes")
-        .unwrap_or("64K,1M,16M")
+        .unwrap_or("64kb,1mb,16mb")
         .split(',')
         .map(cli::parse_size)
-        .collect::<Result<_>>()?;
+        .collect::<Result<_>>()
+        .context("--sizes")?;
     let iters: usize = args.num("iters", 5)?;
     let warmup: usize = args.num("warmup", 1)?;
     let t0 = Instant::now();
@@ -32,11 +43,10 @@ fn main() -> Result<()> {
     if r == 0 {
         let m = comm.cost_model();
         let link = |c: causeway_collective::schedule::sim::LinkCost| json!({"alpha_us": c.alpha * 1e6, "gbit_s": 8.0 / c.beta / 1e9});
-        println!(
-            "{}",
+        cli::outln(
             json!({"impl": "causeway", "event": "init", "world": n, "init_s": t0.elapsed().as_secs_f64(),
-            "cost": {"host": link(m.intra_host), "domain": link(m.intra_domain), "wan": link(m.inter_domain)}})
-        );
+            "cost": {"host": link(m.intra_host), "domain": link(m.intra_domain), "wan": link(m.inter_domain)}}),
+        )?;
     }
     for &bytes in &sizes {
         let elems = (bytes / 4).max(1);
@@ -64,19 +74,17 @@ fn main() -> Result<()> {
         let busbw = algbw * 2.0 * (n as f64 - 1.0) / n as f64;
         // Every rank's call and return times on the wall clock: on one machine
         // (the testbed) the harness can line the ranks up.
-        println!(
-            "{}",
+        cli::outln(
             json!({"impl": "causeway", "event": "iters", "rank": r, "bytes": elems * 4,
-            "start_unix_ns": starts, "end_unix_ns": ends, "times_s": in_order})
-        );
+            "start_unix_ns": starts, "end_unix_ns": ends, "times_s": in_order}),
+        )?;
         if r == 0 {
-            println!(
-                "{}",
+            cli::outln(
                 json!({"impl": "causeway", "world": n, "bytes": elems * 4, "dtype": "float32", "iters": iters,
                 "median_s": median, "min_s": times.first(), "max_s": times.last(),
                 "algbw_GBps": algbw, "busbw_GBps": busbw, "times_s": in_order,
-                "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))})
-            );
+                "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))}),
+            )?;
         }
     }
     Ok(())

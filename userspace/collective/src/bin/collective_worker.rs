@@ -4,6 +4,9 @@
 //!
 //! Prints one JSON line per completed iteration and a final line; exits 0 when all
 //! results were right, 3 on a collective error (the line names the blamed peer).
+//! With `--shrink-iters M`, a collective error is followed by `shrink()` (a
+//! `shrunk` line, or `shrink_error` and exit 5) and M more checked allreduces
+//! on the survivors.
 
 use std::time::Instant;
 
@@ -17,7 +20,17 @@ const USAGE: &str = "causeway-collective-worker [--elems N] [--iters K] [--op su
   With M > 0, an allreduce error is followed by shrink() and M checked allreduces on the survivors.\n\
   Example: RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 causeway-collective-worker --elems 1000";
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    causeway_core::cli_main::run(|| {
+        // The engine writes to its TCP connections with writev, which raises
+        // SIGPIPE when a peer has gone: keep it ignored, so that a dead peer
+        // is an error naming it rather than a silent end of this process.
+        causeway_core::cli_main::ignore_sigpipe();
+        run()
+    })
+}
+
+fn run() -> Result<()> {
     let args = cli::Args::parse(&["elems", "iters", "op", "shrink-iters"], USAGE)?;
     let elems: usize = args.num("elems", 1 << 16)?;
     let iters: usize = args.num("iters", 3)?;
@@ -31,20 +44,18 @@ fn main() -> Result<()> {
     let mut comm = match Communicator::from_env() {
         Ok(c) => c,
         Err(e) => {
-            println!(
-                "{}",
-                json!({"event": "error", "stage": "init", "error": e.to_string(), "peer": e.peer()})
-            );
+            cli::outln(
+                json!({"event": "error", "stage": "init", "error": e.to_string(), "peer": e.peer()}),
+            )?;
             std::process::exit(3);
         }
     };
     let (r, n) = (comm.rank(), comm.world_size());
-    println!(
-        "{}",
+    cli::outln(
         json!({"event": "ready", "rank": r, "world": n, "domain": comm.domain_of(r),
-        "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems)), "init_s": t.elapsed().as_secs_f64()})
-    );
-    if let Err(e) = run(&comm, elems, iters, op) {
+        "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems)), "init_s": t.elapsed().as_secs_f64()}),
+    )?;
+    if let Some(e) = allreduces(&comm, elems, iters, op)? {
         if shrink_iters == 0 {
             std::process::exit(3);
         }
@@ -52,48 +63,44 @@ fn main() -> Result<()> {
         let next = match comm.shrink() {
             Ok(c) => c,
             Err(e) => {
-                println!(
-                    "{}",
-                    json!({"event": "shrink_error", "rank": r, "error": e.to_string()})
-                );
+                cli::outln(json!({"event": "shrink_error", "rank": r, "error": e.to_string()}))?;
                 std::process::exit(5);
             }
         };
         let old = comm.allreduce(&mut [1.0f32], op);
-        println!(
-            "{}",
+        cli::outln(
             json!({"event": "shrunk", "old_rank": r, "rank": next.rank(), "world": next.world_size(),
-            "epoch": next.epoch(), "lost": next.membership().lost, "domains": next.topology().domains().len(), "took_s": t.elapsed().as_secs_f64(),
-            "old_comm": format!("{old:?}"), "failed_with": e.to_string(), "failed_peer": e.peer()})
-        );
+            "epoch": next.epoch(), "lost": next.membership().lost, "domains": next.topology().domains().len(),
+            "took_s": t.elapsed().as_secs_f64(), "old_comm": format!("{old:?}"),
+            "failed_with": e.to_string(), "failed_peer": e.peer()}),
+        )?;
         comm = next;
-        if run(&comm, elems, shrink_iters, op).is_err() {
+        if allreduces(&comm, elems, shrink_iters, op)?.is_some() {
             std::process::exit(3);
         }
     }
-    println!("{}", json!({"event": "done", "rank": comm.rank()}));
+    cli::outln(json!({"event": "done", "rank": comm.rank()}))?;
     Ok(())
 }
 
-/// `iters` checked allreduces; prints one line each. `Err` after a collective
-/// error (printed); exits 4 on a wrong value.
-fn run(
+/// `iters` checked allreduces, one line each; `Some` after a collective error
+/// (printed); exits 4 on a wrong value.
+fn allreduces(
     comm: &Communicator,
     elems: usize,
     iters: usize,
     op: ReduceOp,
-) -> Result<(), CollectiveError> {
+) -> Result<Option<CollectiveError>> {
     let (r, n) = (comm.rank(), comm.world_size());
     for it in 0..iters {
         // Small integers: every sum is exact, so the check is exact too.
         let mut v: Vec<f32> = (0..elems).map(|i| ((i + r * 7 + it) % 13) as f32).collect();
         let t = Instant::now();
         if let Err(e) = comm.allreduce(&mut v, op) {
-            println!(
-                "{}",
-                json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64()})
-            );
-            return Err(e);
+            cli::outln(
+                json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64()}),
+            )?;
+            return Ok(Some(e));
         }
         let want = |i: usize| -> f32 {
             let vals = (0..n).map(|q| ((i + q * 7 + it) % 13) as f32);
@@ -104,16 +111,14 @@ fn run(
             }
         };
         if let Some(i) = (0..elems).find(|&i| v[i] != want(i)) {
-            println!(
-                "{}",
-                json!({"event": "wrong", "rank": r, "iter": it, "index": i, "got": v[i], "want": want(i)})
-            );
+            cli::outln(
+                json!({"event": "wrong", "rank": r, "iter": it, "index": i, "got": v[i], "want": want(i)}),
+            )?;
             std::process::exit(4);
         }
-        println!(
-            "{}",
-            json!({"event": "iter", "rank": r, "epoch": comm.epoch(), "iter": it, "s": t.elapsed().as_secs_f64()})
-        );
+        cli::outln(
+            json!({"event": "iter", "rank": r, "epoch": comm.epoch(), "iter": it, "s": t.elapsed().as_secs_f64()}),
+        )?;
     }
-    Ok(())
+    Ok(None)
 }

@@ -72,7 +72,7 @@ fn killed_rank_is_named_by_every_survivor() {
     let victim = 2;
     let (mut ranks, rx) = spawn_world(
         n,
-        &[("CAUSEWAY_TIMEOUT_MS", "5000")],
+        &[("CAUSEWAY_TIMEOUT", "5s")],
         &["--elems", "2000000", "--iters", "100000"],
     );
     // Wait until every rank has completed an allreduce, so the kill lands mid-stream.
@@ -218,4 +218,58 @@ fn silent_peer_times_out_and_is_named() {
         r1.is_err() && *t1 < Duration::from_millis(300),
         "rank 1 fails fast: {r1:?} after {t1:?}"
     );
+}
+
+/// The binaries refuse a bad rate, size or duration (flag or environment)
+/// with one line naming it and status 1, before joining anything.
+#[test]
+fn binaries_refuse_bad_unit_values_in_one_line_with_status_1() {
+    let bench = env!("CARGO_BIN_EXE_causeway-allreduce-bench");
+    let world = [
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "1"),
+    ];
+    /// Arguments, environment, expected error.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 4] = [
+        (
+            &["--sizes", "64kb,1xb"],
+            &[],
+            "error: --sizes: '1xb' is not a size",
+        ),
+        (
+            &["--sizes", "4kb"],
+            &[("CAUSEWAY_TIMEOUT", "20")],
+            "CAUSEWAY_TIMEOUT=\"20\" is invalid: '20' is not a duration: a duration needs a unit",
+        ),
+        (
+            &["--sizes", "4kb"],
+            &[("CAUSEWAY_CHUNK_BYTES", "1mbit")],
+            "CAUSEWAY_CHUNK_BYTES=\"1mbit\" is invalid: '1mbit' is not a size",
+        ),
+        (
+            &["--sizes", "4kb"],
+            &[("CAUSEWAY_WAN_MBIT", "200")],
+            "CAUSEWAY_WAN_MBIT=\"200\" is invalid: renamed: write a value with a unit, e.g. CAUSEWAY_WAN_RATE=",
+        ),
+    ];
+    for (args, vars, want) in cases {
+        let out = Command::new(bench)
+            .args(args)
+            .env_remove("CAUSEWAY_TIMEOUT")
+            .envs(world)
+            .envs(vars.iter().copied())
+            .output()
+            .expect("run the bench");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?} {vars:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(want),
+            "want {want:?} in {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "nothing on stdout: {:?}", out.stdout);
+    }
 }

@@ -23,7 +23,16 @@ fn set(vars: &[(&str, &str)]) {
         "CAUSEWAY_ADDR",
         "CAUSEWAY_ALGO",
         "CAUSEWAY_COST",
+        "CAUSEWAY_TIMEOUT",
         "CAUSEWAY_TIMEOUT_MS",
+        "CAUSEWAY_RENDEZVOUS_TIMEOUT",
+        "CAUSEWAY_RENDEZVOUS_TIMEOUT_MS",
+        "CAUSEWAY_CHUNK_BYTES",
+        "CAUSEWAY_PROBE_BYTES",
+        "CAUSEWAY_LATENCY_BYTES",
+        "CAUSEWAY_SOCKET_BUFFER",
+        "CAUSEWAY_WAN_RATE",
+        "CAUSEWAY_WAN_MBIT",
     ] {
         std::env::remove_var(k);
     }
@@ -145,14 +154,107 @@ fn torchrun_environment() {
         matches!(Options::from_env(), Err(ConfigError::InvalidVar { name, .. }) if name == "CAUSEWAY_ALGO")
     );
     set(&[
-        ("CAUSEWAY_COST", "wan=20000:0.2"),
-        ("CAUSEWAY_TIMEOUT_MS", "1500"),
+        ("CAUSEWAY_COST", "wan=20ms:200mbit"),
+        ("CAUSEWAY_TIMEOUT", "1500ms"),
     ]);
     let o = Options::from_env().expect("valid");
     assert_eq!(
         (o.timeout, o.cost.inter_domain.alpha),
         (Duration::from_millis(1500), 0.02)
     );
+    assert_eq!(Options::default().wan_socket_buffer, Some(8 << 20));
+
+    // Rates, sizes and durations with units (causeway_core::units).
+    set(&[
+        ("CAUSEWAY_RENDEZVOUS_TIMEOUT", "2min"),
+        ("CAUSEWAY_CHUNK_BYTES", "64kb"),
+        ("CAUSEWAY_PROBE_BYTES", "256k"),
+        ("CAUSEWAY_LATENCY_BYTES", "1000"),
+        ("CAUSEWAY_SOCKET_BUFFER", "auto"),
+        ("CAUSEWAY_WAN_RATE", "1.5gbit"),
+    ]);
+    let o = Options::from_env().expect("valid");
+    assert_eq!(
+        (
+            o.rendezvous_timeout,
+            o.chunk_bytes,
+            o.probe_bytes,
+            o.latency_bytes,
+            o.wan_socket_buffer,
+            o.wan_rate_bps
+        ),
+        (
+            Duration::from_secs(120),
+            64 << 10,
+            256 << 10,
+            1000,
+            None,
+            Some(1_500_000_000)
+        )
+    );
+    set(&[("CAUSEWAY_SOCKET_BUFFER", "4mb")]);
+    assert_eq!(
+        Options::from_env().expect("valid").wan_socket_buffer,
+        Some(4 << 20)
+    );
+
+    // A bad value: the error names the variable, the value and what was expected.
+    for (name, value, want) in [
+        (
+            "CAUSEWAY_TIMEOUT",
+            "1500",
+            "'1500' is not a duration: a duration needs a unit",
+        ),
+        (
+            "CAUSEWAY_WAN_RATE",
+            "200mbps",
+            "'200mbps' is not a rate: byte rates are ambiguous",
+        ),
+        (
+            "CAUSEWAY_CHUNK_BYTES",
+            "1 MiB-ish",
+            "'1 MiB-ish' is not a size",
+        ),
+        (
+            "CAUSEWAY_SOCKET_BUFFER",
+            "0",
+            "'0' is not a size: a size must be greater than zero",
+        ),
+    ] {
+        set(&[(name, value)]);
+        let e = Options::from_env().expect_err(name);
+        assert!(
+            matches!(&e, ConfigError::InvalidVar { name: n, value: v, .. } if n == name && v == value),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{name}={value:?} is invalid: {want}")),
+            "{e}"
+        );
+    }
+
+    // A renamed variable that is still set is refused, not ignored.
+    for (old, value, new) in [
+        ("CAUSEWAY_TIMEOUT_MS", "1500", "CAUSEWAY_TIMEOUT="),
+        (
+            "CAUSEWAY_RENDEZVOUS_TIMEOUT_MS",
+            "30000",
+            "CAUSEWAY_RENDEZVOUS_TIMEOUT=",
+        ),
+        ("CAUSEWAY_WAN_MBIT", "200", "CAUSEWAY_WAN_RATE="),
+    ] {
+        set(&[(old, value)]);
+        let e = Options::from_env().expect_err(old);
+        assert!(
+            matches!(&e, ConfigError::InvalidVar { name, .. } if name == old),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("renamed") && e.to_string().contains(new),
+            "{e}"
+        );
+    }
     set(&[]);
 }
 

@@ -73,10 +73,10 @@ fn spawn<R: Send>(
 /// survivor's `shrunk` line, after checking what every survivor must show.
 fn survivors_shrink(victims: &[Rank], signal: &str, timeout_ms: u64) -> Vec<serde_json::Value> {
     let n = 4;
-    let timeout = timeout_ms.to_string();
+    let timeout = format!("{timeout_ms}ms");
     let (mut ranks, rx) = spawn_world(
         n,
-        &[("CAUSEWAY_TIMEOUT_MS", &timeout)],
+        &[("CAUSEWAY_TIMEOUT", &timeout)],
         &[
             "--elems",
             "20000",

@@ -1,7 +1,7 @@
 //! `causeway-wanem`: a userspace layer-2 WAN link emulator between two interfaces.
 //!
 //! Example (inside a namespace holding veths `ea` and `eb`):
-//! `causeway-wanem --netns cw-demo-w0 --iface-a ea --iface-b eb --delay-ms 20 --rate-mbit 200 --control /run/w0.sock`
+//! `causeway-wanem --netns cw-demo-w0 --iface-a ea --iface-b eb --delay 20ms --rate 200mbit --control /run/w0.sock`
 
 #[path = "shared/link_args.rs"]
 mod link_args;
@@ -14,7 +14,7 @@ use clap::Parser;
 ///
 /// Both directions, one thread each. Example:
 ///
-///   causeway-wanem --netns cw-demo-w0 --iface-a ea --iface-b eb --delay-ms 20 --rate-mbit 200 --control /run/w0.sock
+///   causeway-wanem --netns cw-demo-w0 --iface-a ea --iface-b eb --delay 20ms --rate 200mbit --control /run/w0.sock
 ///
 /// Control socket: one JSON object per line, one reply per line, e.g.
 ///
@@ -31,6 +31,6 @@ struct Cli {
     args: wanem_cmd::WanemArgs,
 }
 
-fn main() -> anyhow::Result<()> {
-    wanem_cmd::run(Cli::parse().args)
+fn main() -> std::process::ExitCode {
+    causeway_core::cli_main::run(|| wanem_cmd::run(Cli::parse().args))
 }

@@ -14,6 +14,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use causeway_core::units::{parse_duration, parse_rate_bps};
 use causeway_netsim::probe::{probe_rtt, EchoServer};
 use causeway_netsim::{LinkParams, Profile, Testbed};
 use clap::Args;
@@ -26,21 +27,21 @@ pub struct BenchArgs {
     /// Seconds per iperf3 run.
     #[arg(long, default_value_t = 5)]
     pub secs: u64,
-    /// Configured rates to check, Mbit/s.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![50, 200, 1000])]
-    pub rates: Vec<u64>,
-    /// Configured RTTs to check, ms.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![10, 40, 100])]
-    pub rtts: Vec<u64>,
+    /// Configured rates to check.
+    #[arg(long, value_delimiter = ',', default_value = "50mbit,200mbit,1gbit")]
+    pub rates: Vec<String>,
+    /// Configured RTTs to check.
+    #[arg(long, value_delimiter = ',', default_value = "10ms,40ms,100ms")]
+    pub rtts: Vec<String>,
     /// Loss probabilities to check.
     #[arg(long, value_delimiter = ',', default_values_t = vec![0.001, 0.01])]
     pub losses: Vec<f64>,
     /// RTT probes per configuration.
     #[arg(long, default_value_t = 60)]
     pub probes: usize,
-    /// Wake this many µs before departures and busy-wait (0 = sleep only).
-    #[arg(long, default_value_t = causeway_netsim::emulator::DEFAULT_SPIN_NS / 1000)]
-    pub spin_us: u64,
+    /// Wake this long before departures and busy-wait (e.g. 50us; 0us = sleep only).
+    #[arg(long, default_value_t = crate::wanem_cmd::default_spin())]
+    pub spin: String,
     /// SCHED_FIFO priority of the emulator threads; 0 = normal scheduling.
     #[arg(long, default_value_t = 10)]
     pub rt_prio: i32,
@@ -64,11 +65,11 @@ fn mbit(bps: f64) -> String {
 static SCHED: std::sync::OnceLock<(u64, i32)> = std::sync::OnceLock::new();
 
 fn builder() -> causeway_netsim::TestbedBuilder {
-    let (spin, prio) = SCHED.get().copied().unwrap_or((0, 10));
+    let (spin_ns, prio) = SCHED.get().copied().unwrap_or((0, 10));
     Testbed::builder()
         .domains(2)
         .hosts_per_domain(1)
-        .spin_us(spin)
+        .spin_us(spin_ns / 1000)
         .realtime_priority((prio > 0).then_some(prio))
 }
 
@@ -80,14 +81,15 @@ fn testbed(params: LinkParams) -> Result<Testbed> {
 const UDP_LEN: usize = 1400;
 const UDP_FRAME: f64 = (UDP_LEN + 8 + 20 + 14) as f64;
 
-fn rate_rows(rate_mbit: u64, secs: u64, rows: &mut Vec<Row>) -> Result<()> {
-    let rate = rate_mbit as f64 * 1e6;
+fn rate_rows(rate_bps: u64, secs: u64, rows: &mut Vec<Row>) -> Result<()> {
+    let rate = rate_bps as f64;
+    let rate_mbit = rate / 1e6;
     // A 100 ms queue: a sender that stalls for a few ms (busy machine) must not
     // let the link run idle, or the measurement shows the sender, not the link.
     let queue_bytes = ((rate * 0.1 / 8.0) as u64).max(1 << 20);
     let tb = testbed(LinkParams {
         queue_bytes,
-        ..LinkParams::wan(1.0, rate_mbit as f64, 0.0)
+        ..LinkParams::wan(1.0, rate_mbit, 0.0)
     })?;
     let (c, s) = (tb.host(1, 0).clone(), tb.host(0, 0).clone());
     let offered = (rate * 1.1 * UDP_LEN as f64 / UDP_FRAME) as u64;
@@ -129,9 +131,10 @@ fn rate_rows(rate_mbit: u64, secs: u64, rows: &mut Vec<Row>) -> Result<()> {
     Ok(())
 }
 
-fn rtt_row(rtt_ms: u64, probes: usize, rows: &mut Vec<Row>) -> Result<()> {
+fn rtt_row(rtt: Duration, probes: usize, rows: &mut Vec<Row>) -> Result<()> {
+    let rtt_ms = rtt.as_secs_f64() * 1e3;
     let tb = testbed(LinkParams {
-        delay_ns: rtt_ms * 500_000,
+        delay_ns: crate::link_args::nanos(rtt / 2),
         ..LinkParams::default()
     })?;
     let (c, s) = (tb.host(1, 0).clone(), tb.host(0, 0).clone());
@@ -146,14 +149,7 @@ fn rtt_row(rtt_ms: u64, probes: usize, rows: &mut Vec<Row>) -> Result<()> {
             let _ = causeway_netsim::sys::set_realtime(5);
             // One warm-up probe resolves ARP on both sides.
             probe_rtt(&sock, dst, 1, 64, Duration::ZERO, Duration::from_secs(2))?;
-            probe_rtt(
-                &sock,
-                dst,
-                probes,
-                64,
-                Duration::from_millis(5),
-                Duration::from_millis(rtt_ms * 3),
-            )
+            probe_rtt(&sock, dst, probes, 64, Duration::from_millis(5), rtt * 3)
         })
         .join()
         .map_err(|_| anyhow::anyhow!("probe thread panicked"))
@@ -171,7 +167,7 @@ fn rtt_row(rtt_ms: u64, probes: usize, rows: &mut Vec<Row>) -> Result<()> {
             r.sent
         ),
         criterion: "±0.5 ms".into(),
-        pass: Some((med - rtt_ms as f64).abs() <= 0.5 && r.lost() == 0),
+        pass: Some((med - rtt_ms).abs() <= 0.5 && r.lost() == 0),
     });
     Ok(())
 }
@@ -292,17 +288,24 @@ fn max_rows(secs: u64, rows: &mut Vec<Row>) -> Result<()> {
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
+    let spin_ns = crate::link_args::duration_ns(&a.spin).context("--spin")?;
+    let rates = (a.rates.iter())
+        .map(|r| parse_rate_bps(r).context("--rates"))
+        .collect::<Result<Vec<_>>>()?;
+    let rtts = (a.rtts.iter())
+        .map(|r| parse_duration(r).context("--rtts"))
+        .collect::<Result<Vec<_>>>()?;
     anyhow::ensure!(
         causeway_netsim::sys::is_root(),
         "the bench needs root (namespaces, raw sockets)"
     );
-    let _ = SCHED.set((a.spin_us, a.rt_prio));
+    let _ = SCHED.set((spin_ns, a.rt_prio));
     let mut rows = Vec::new();
-    for &r in &a.rates {
-        rate_rows(r, a.secs, &mut rows).with_context(|| format!("rate check at {r} Mbit/s"))?;
+    for (&r, text) in rates.iter().zip(&a.rates) {
+        rate_rows(r, a.secs, &mut rows).with_context(|| format!("rate check at {text}"))?;
     }
-    for &r in &a.rtts {
-        rtt_row(r, a.probes, &mut rows).with_context(|| format!("RTT check at {r} ms"))?;
+    for (&r, text) in rtts.iter().zip(&a.rtts) {
+        rtt_row(r, a.probes, &mut rows).with_context(|| format!("RTT check at {text}"))?;
     }
     for &l in &a.losses {
         loss_row(l, a.secs, &mut rows).with_context(|| format!("loss check at {l}"))?;

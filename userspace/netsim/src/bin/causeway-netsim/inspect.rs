@@ -1,10 +1,12 @@
 //! `status` and `set`.
 
 use anyhow::{Context, Result};
+use causeway_core::units::{parse_bytes, UnitError};
 use causeway_netsim::control::{self, Request};
 use causeway_netsim::{Dir, LinkParams, ParamsPatch};
 use clap::Args;
 
+use crate::link_args::{duration_ns, parse_link_rate};
 use crate::state::{self, State};
 
 #[derive(Debug, Args)]
@@ -146,16 +148,20 @@ pub struct SetArgs {
     /// Direction: both, a-to-b (from the lower-numbered domain), b-to-a.
     #[arg(long, default_value = "both", value_parser = ["both", "a-to-b", "b-to-a"])]
     pub dir: String,
+    /// One-way delay, e.g. 20ms.
     #[arg(long)]
-    pub delay_ms: Option<f64>,
+    pub delay: Option<String>,
+    /// Jitter, e.g. 1ms.
     #[arg(long)]
-    pub jitter_ms: Option<f64>,
+    pub jitter: Option<String>,
+    /// Rate, e.g. 50mbit, or `unlimited`.
     #[arg(long)]
-    pub rate_mbit: Option<f64>,
+    pub rate: Option<String>,
     #[arg(long)]
     pub loss: Option<f64>,
+    /// Drop-tail queue limit, e.g. 1mb.
     #[arg(long)]
-    pub queue_bytes: Option<u64>,
+    pub queue: Option<String>,
     #[arg(long)]
     pub reorder: Option<f64>,
     /// Cut the path (drop everything).
@@ -167,19 +173,22 @@ pub struct SetArgs {
 }
 
 pub fn set(a: SetArgs) -> Result<()> {
-    let st = State::load(&a.tag)?.with_context(|| format!("testbed {:?} is not up", a.tag))?;
-    let e = st
-        .emulators
-        .iter()
-        .find(|e| e.path == a.path)
-        .with_context(|| format!("testbed {} has no path {}", a.tag, a.path))?;
-    let ms = |v: Option<f64>| v.map(|x| (x * 1e6).round() as u64);
+    fn parsed<T>(
+        flag: &str,
+        v: &Option<String>,
+        parse: impl Fn(&str) -> Result<T, UnitError>,
+    ) -> Result<Option<T>> {
+        v.as_deref()
+            .map(parse)
+            .transpose()
+            .context(flag.to_string())
+    }
     let patch = ParamsPatch {
-        delay_ns: ms(a.delay_ms),
-        jitter_ns: ms(a.jitter_ms),
-        rate_bps: a.rate_mbit.map(|r| (r * 1e6).round() as u64),
+        delay_ns: parsed("--delay", &a.delay, duration_ns)?,
+        jitter_ns: parsed("--jitter", &a.jitter, duration_ns)?,
+        rate_bps: parsed("--rate", &a.rate, parse_link_rate)?,
         loss: a.loss,
-        queue_bytes: a.queue_bytes,
+        queue_bytes: parsed("--queue", &a.queue, parse_bytes)?,
         reorder: a.reorder,
         up: if a.cut {
             Some(false)
@@ -193,6 +202,12 @@ pub fn set(a: SetArgs) -> Result<()> {
         patch != ParamsPatch::default(),
         "nothing to change: give at least one option"
     );
+    let st = State::load(&a.tag)?.with_context(|| format!("testbed {:?} is not up", a.tag))?;
+    let e = st
+        .emulators
+        .iter()
+        .find(|e| e.path == a.path)
+        .with_context(|| format!("testbed {} has no path {}", a.tag, a.path))?;
     let dir = match a.dir.as_str() {
         "a-to-b" => Dir::AToB,
         "b-to-a" => Dir::BToA,

@@ -37,7 +37,7 @@ enum Cmd {
     /// Create the namespaces, links, routes and one emulator process per WAN path.
     ///
     /// Example: `causeway-netsim up --tag demo --domains 2 --hosts 2 --profile dual`
-    /// or with explicit paths: `--path delay_ms=20,rate_mbit=200 --path delay_ms=30,rate_mbit=100,loss=0.001`.
+    /// or with explicit paths: `--path delay=20ms,rate=200mbit --path delay=30ms,rate=100mbit,loss=0.001`.
     ///
     /// Host i of domain d is `cw-<tag>-d<d>h<i>` with 10.d.0.(10+i); its gateway is
     /// 10.d.0.1. Choosing a WAN path: send to the peer's path address
@@ -55,7 +55,7 @@ enum Cmd {
     Status(inspect::StatusArgs),
     /// Change a path of a running testbed (rate, delay, loss, cut/restore).
     ///
-    /// Example: `causeway-netsim set --path 0 --rate-mbit 50`, `causeway-netsim set --path 1 --cut`.
+    /// Example: `causeway-netsim set --path 0 --rate 50mbit`, `causeway-netsim set --path 1 --cut`.
     Set(inspect::SetArgs),
     /// Measure the emulator's fidelity: rate, RTT, loss, highest sustained rate.
     Bench(bench::BenchArgs),
@@ -64,7 +64,11 @@ enum Cmd {
     Wanem(wanem_cmd::WanemArgs),
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    causeway_core::cli_main::run(run)
+}
+
+fn run() -> Result<()> {
     match Cli::parse().command {
         Cmd::Up(a) => up_down::up(a),
         Cmd::Down(a) => up_down::down(a),

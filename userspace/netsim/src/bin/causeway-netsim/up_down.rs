@@ -7,11 +7,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use causeway_core::units::parse_bytes;
 use causeway_netsim::control::{self, Request};
 use causeway_netsim::params::default_queue_bytes;
 use causeway_netsim::{netns, network, sys, LinkParams, Plan, Profile};
 use clap::Args;
 
+use crate::link_args::{duration_ns, parse_link_rate};
 use crate::state::{self, EmulatorProc, State};
 
 #[derive(Debug, Args)]
@@ -29,15 +31,16 @@ pub struct UpArgs {
     #[arg(long, default_value = "wan40")]
     pub profile: Profile,
     /// Explicit path instead of the profile (repeat for several paths per domain
-    /// pair, the first is the default): delay_ms=20,rate_mbit=200[,jitter_ms=1][,loss=0.001][,queue_bytes=N][,reorder=0.01]
-    #[arg(long = "path", value_parser = parse_path_spec)]
-    pub paths: Vec<LinkParams>,
+    /// pair, the first is the default): delay=20ms,rate=200mbit[,jitter=1ms][,loss=0.001][,queue=1mb][,reorder=0.01]
+    #[arg(long = "path")]
+    pub paths: Vec<String>,
     /// Seed of the emulators' loss/jitter generators.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
 
-/// Parse `key=value,...` into link parameters (delay is one-way).
+/// Parse `key=value,...` into link parameters (delay is one-way); rates,
+/// sizes and durations with units (`delay=20ms,rate=200mbit,queue=1mb`).
 pub fn parse_path_spec(spec: &str) -> Result<LinkParams, String> {
     let mut p = LinkParams::default();
     let mut queue = None;
@@ -45,20 +48,28 @@ pub fn parse_path_spec(spec: &str) -> Result<LinkParams, String> {
         let (k, v) = item
             .split_once('=')
             .ok_or(format!("{item:?} is not key=value"))?;
-        let num: f64 = v
-            .parse()
-            .map_err(|_| format!("{k}: {v:?} is not a number"))?;
-        if !(num.is_finite() && num >= 0.0) {
-            return Err(format!("{k}: {v} must be a finite number ≥ 0"));
-        }
+        let unit_err = |e: causeway_core::units::UnitError| format!("{k}: {e}");
+        let probability = || -> Result<f64, String> {
+            let num: f64 = v
+                .parse()
+                .map_err(|_| format!("{k}: {v:?} is not a number"))?;
+            if !(num.is_finite() && num >= 0.0) {
+                return Err(format!("{k}: {v} must be a finite number ≥ 0"));
+            }
+            Ok(num)
+        };
         match k {
-            "delay_ms" => p.delay_ns = (num * 1e6).round() as u64,
-            "jitter_ms" => p.jitter_ns = (num * 1e6).round() as u64,
-            "rate_mbit" => p.rate_bps = (num * 1e6).round() as u64,
-            "loss" => p.loss = num,
-            "reorder" => p.reorder = num,
-            "queue_bytes" => queue = Some(num as u64),
-            other => return Err(format!("unknown key {other:?} (delay_ms, jitter_ms, rate_mbit, loss, queue_bytes, reorder)")),
+            "delay" => p.delay_ns = duration_ns(v).map_err(unit_err)?,
+            "jitter" => p.jitter_ns = duration_ns(v).map_err(unit_err)?,
+            "rate" => p.rate_bps = parse_link_rate(v).map_err(unit_err)?,
+            "loss" => p.loss = probability()?,
+            "reorder" => p.reorder = probability()?,
+            "queue" => queue = Some(parse_bytes(v).map_err(unit_err)?),
+            other => {
+                return Err(format!(
+                    "unknown key {other:?} (delay, jitter, rate, loss, queue, reorder)"
+                ))
+            }
         }
     }
     p.queue_bytes = queue.unwrap_or_else(|| default_queue_bytes(p.rate_bps, p.delay_ns));
@@ -67,15 +78,18 @@ pub fn parse_path_spec(spec: &str) -> Result<LinkParams, String> {
 }
 
 pub fn up(args: UpArgs) -> Result<()> {
+    let paths = if args.paths.is_empty() {
+        args.profile.paths()
+    } else {
+        args.paths
+            .iter()
+            .map(|spec| parse_path_spec(spec).map_err(|e| anyhow::anyhow!("--path {spec}: {e}")))
+            .collect::<Result<_>>()?
+    };
     anyhow::ensure!(
         sys::is_root(),
         "causeway-netsim up needs root (network namespaces, raw sockets)"
     );
-    let paths = if args.paths.is_empty() {
-        args.profile.paths()
-    } else {
-        args.paths.clone()
-    };
     let plan = Plan::new(&args.tag, args.domains, args.hosts, &paths)?;
     if State::load(&args.tag)?.is_some()
         || netns::list()?.iter().any(|n| n.starts_with(&plan.prefix))
@@ -253,7 +267,7 @@ mod tests {
 
     #[test]
     fn path_specs_parse_with_defaults_and_reject_bad_keys_and_values() {
-        let p = parse_path_spec("delay_ms=20,rate_mbit=200").unwrap();
+        let p = parse_path_spec("delay=20ms,rate=200mbit").unwrap();
         assert_eq!(
             (p.delay_ns, p.rate_bps, p.loss),
             (20_000_000, 200_000_000, 0.0)
@@ -262,24 +276,47 @@ mod tests {
             p.queue_bytes, 1_000_000,
             "default queue = one RTT at the rate"
         );
-        let p = parse_path_spec(
-            "delay_ms=1.5,jitter_ms=0.5,loss=0.001,queue_bytes=100000,reorder=0.01",
-        )
-        .unwrap();
+        let p = parse_path_spec("delay=1.5ms,jitter=500us,loss=0.001,queue=100000,reorder=0.01")
+            .unwrap();
         assert_eq!(
             (p.delay_ns, p.jitter_ns, p.queue_bytes),
             (1_500_000, 500_000, 100_000)
         );
-        assert!(parse_path_spec("delay=20")
+        // The old spellings are refused, not ignored.
+        for old in [
+            "delay_ms=20",
+            "rate_mbit=200",
+            "jitter_ms=1",
+            "queue_bytes=100000",
+        ] {
+            assert!(
+                parse_path_spec(old).unwrap_err().contains("unknown key"),
+                "{old}"
+            );
+        }
+        assert!(parse_path_spec("delay").unwrap_err().contains("key=value"));
+        // A unit error names the key, the value and what was expected.
+        let e = parse_path_spec("delay=20").unwrap_err();
+        assert!(
+            e.starts_with("delay: '20' is not a duration") && e.contains("needs a unit"),
+            "{e}"
+        );
+        let e = parse_path_spec("rate=200mbps").unwrap_err();
+        assert!(e.starts_with("rate: '200mbps' is not a rate"), "{e}");
+        assert!(parse_path_spec("queue=1xb")
             .unwrap_err()
-            .contains("unknown key"));
-        assert!(parse_path_spec("delay_ms")
-            .unwrap_err()
-            .contains("key=value"));
-        assert!(parse_path_spec("delay_ms=abc")
+            .starts_with("queue: '1xb' is not a size"));
+        assert!(parse_path_spec("delay=-1ms").is_err());
+        assert!(parse_path_spec("loss=abc")
             .unwrap_err()
             .contains("not a number"));
-        assert!(parse_path_spec("delay_ms=-1").is_err());
         assert!(parse_path_spec("loss=1.5").unwrap_err().contains("loss"));
+        assert_eq!(
+            parse_path_spec("rate=unlimited,delay=1ms")
+                .unwrap()
+                .rate_bps,
+            0,
+            "unlimited = no rate limit"
+        );
     }
 }

@@ -28,9 +28,9 @@ pub struct WanemArgs {
     /// Seed of the loss/jitter/reorder generators.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Wake this many µs before each departure and busy-wait up to it (0 = sleep only).
-    #[arg(long, default_value_t = causeway_netsim::emulator::DEFAULT_SPIN_NS / 1000)]
-    pub spin_us: u64,
+    /// Wake this long before each departure and busy-wait up to it (e.g. 50us; 0us = sleep only).
+    #[arg(long, default_value_t = default_spin())]
+    pub spin: String,
     /// Share of one core each direction may spend spinning (0–1; 1 = unlimited).
     #[arg(long, default_value_t = causeway_netsim::emulator::DEFAULT_SPIN_SHARE)]
     pub spin_share: f64,
@@ -43,6 +43,11 @@ pub struct WanemArgs {
     /// Serve the control socket (JSON lines: stats, set) at this path.
     #[arg(long)]
     pub control: Option<PathBuf>,
+}
+
+/// The default of `--spin`, as text.
+pub fn default_spin() -> String {
+    format!("{}us", causeway_netsim::emulator::DEFAULT_SPIN_NS / 1000)
 }
 
 /// Run until SIGINT/SIGTERM; print the final counters as JSON on stdout.
@@ -60,7 +65,7 @@ pub fn run(args: WanemArgs) -> Result<()> {
     let mut cfg = EmulatorConfig::new(&args.iface_a, &args.iface_b, params);
     cfg.netns = args.netns.clone();
     cfg.seed = args.seed;
-    cfg.spin_ns = args.spin_us * 1000;
+    cfg.spin_ns = super::link_args::duration_ns(&args.spin).context("--spin")?;
     anyhow::ensure!(
         (0.0..=1.0).contains(&args.spin_share),
         "--spin-share {} is not within 0..=1",
