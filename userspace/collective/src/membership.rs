@@ -146,6 +146,14 @@ impl Seat {
         self.listener.take();
     }
 
+    /// `Err(Retired)` once shrunk or grown (successfully or not: no second try).
+    fn usable(&self) -> Result<()> {
+        if self.retired {
+            return Err(self.closed_error());
+        }
+        Ok(())
+    }
+
     pub fn retire(&mut self) {
         self.retired = true;
     }
@@ -195,6 +203,7 @@ impl Communicator {
     /// order, epoch + 1). `self` is retired whatever the outcome. See the
     /// module docs of `membership` for the protocol and its limits.
     pub fn shrink(&mut self) -> Result<Communicator> {
+        self.seat().usable()?;
         let out = shrink::shrink(self);
         self.retire();
         out
@@ -205,6 +214,7 @@ impl Communicator {
     /// [`CommunicatorBuilder::join`] and returns the grown communicator:
     /// members keep their ranks, joiners follow. `self` is retired.
     pub fn grow(&mut self, joiners: usize) -> Result<Communicator> {
+        self.seat().usable()?;
         let out = grow::grow(self, joiners);
         self.retire();
         out

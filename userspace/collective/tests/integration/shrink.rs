@@ -250,6 +250,11 @@ fn killed_domain_leaves_a_working_single_domain_communicator() {
             matches!(old, Err(CollectiveError::Retired { epoch: 0 })),
             "{old:?}"
         );
+        let again = c.shrink().map(|_| ());
+        assert!(
+            matches!(again, Err(CollectiveError::Retired { epoch: 0 })),
+            "a retired communicator does not shrink twice: {again:?}"
+        );
         assert_eq!(next.world_size(), 2);
         assert_eq!(next.topology().domains().len(), 1, "{:?}", next.topology());
         exact_allreduces(&next, 100);
