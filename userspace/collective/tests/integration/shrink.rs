@@ -333,3 +333,53 @@ fn joiner_grows_a_shrunk_communicator_back() {
         }
     });
 }
+
+/// A healthy two-rank communicator grows by exactly the one joiner it asks
+/// for; a second joiner is refused with a typed error, not admitted.
+#[test]
+fn grow_admits_exactly_the_joiners_asked_for() {
+    let opts = test_options();
+    let (addr_tx, addr_rx) = channel::<std::net::SocketAddr>();
+    std::thread::scope(|s| {
+        let opts2 = opts.clone();
+        let joiners = s.spawn(move || {
+            let addr = addr_rx.recv().expect("grow address");
+            let hs: Vec<_> = (0..2)
+                .map(|j| {
+                    let b = Communicator::joiner()
+                        .domain("d0")
+                        .host_id(format!("j{j}"))
+                        .options(opts2.clone());
+                    std::thread::spawn(move || {
+                        b.join(addr).map(|c| {
+                            exact_allreduces(&c, 5);
+                            c.rank()
+                        })
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("joiner"))
+                .collect::<Vec<_>>()
+        });
+        let addr_tx = std::sync::Mutex::new(addr_tx);
+        spawn(&["d0", "d0"], &opts, |mut c| {
+            exact_allreduces(&c, 2);
+            if c.rank() == 0 {
+                let a = c.grow_address();
+                addr_tx.lock().expect("lock").send(a).expect("send");
+            }
+            let grown = c.grow(1).expect("grow");
+            assert_eq!((grown.world_size(), grown.epoch()), (3, 1));
+            exact_allreduces(&grown, 5);
+        });
+        let out = joiners.join().expect("joiners");
+        let admitted: Vec<_> = out.iter().filter_map(|r| r.as_ref().ok()).collect();
+        assert_eq!(admitted, vec![&2], "{out:?}");
+        assert!(
+            out.iter()
+                .any(|r| matches!(r, Err(CollectiveError::Membership { .. }))),
+            "{out:?}"
+        );
+    });
+}
