@@ -383,3 +383,23 @@ fn grow_admits_exactly_the_joiners_asked_for() {
         );
     });
 }
+
+/// With nobody lost, a shrink is a resynchronisation: same ranks, epoch + 1.
+#[test]
+fn shrink_without_losses_keeps_every_rank() {
+    let out = spawn(&["d0", "d1", "d0"], &test_options(), |mut c| {
+        exact_allreduces(&c, 2);
+        let next = c.shrink().expect("shrink");
+        exact_allreduces(&next, 5);
+        (
+            c.rank(),
+            next.rank(),
+            next.world_size(),
+            next.membership().clone(),
+        )
+    });
+    for (old, new, world, m) in out {
+        assert_eq!((old, world, m.epoch), (new, 3, 1));
+        assert!(m.lost.is_empty(), "{m:?}");
+    }
+}
