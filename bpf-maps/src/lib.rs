@@ -4,7 +4,8 @@
 //! Every type is `#[repr(C)]`, has no implicit padding (checked by the
 //! `assert_no_padding!` constants below) and implements `aya::Pod` when the
 //! `user` feature is on. This crate holds no logic beyond constructors that
-//! encode a documented key layout (both sides must build keys alike).
+//! encode a documented key layout (both sides must build keys alike) and
+//! the token-bucket arithmetic both sides run ([`gcra`]).
 #![no_std]
 #![deny(unsafe_code)]
 
@@ -18,6 +19,7 @@ pub const MAPS_DIR: &str = "maps";
 pub mod classifier;
 pub mod clock;
 pub mod counters;
+pub mod gcra;
 pub mod programs;
 pub mod shaper;
 

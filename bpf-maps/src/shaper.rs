@@ -1,10 +1,11 @@
 //! The TC egress shaper's maps: per-class shaping configuration, the shared
 //! token-bucket state and per-CPU egress counters.
 //!
-//! Each class has a GCRA token bucket (see `ebpf/src/shaper.rs` and its
-//! userspace twin `userspace/causeway/src/shaper/bucket.rs`, which implement
-//! the same integer arithmetic): one `u64` "theoretical arrival time" per
-//! class in [`MAP_EGRESS_BUCKETS`], updated with compare-and-swap.
+//! Each class has a GCRA token bucket (arithmetic in [`crate::gcra`], run
+//! by `ebpf/src/shaper.rs` and by the userspace model
+//! `userspace/causeway/src/shaper/bucket.rs`): one `u64` "theoretical
+//! arrival time" per class in [`MAP_EGRESS_BUCKETS`], updated with
+//! compare-and-swap.
 //!
 //! Atomic replacement: [`MAP_EGRESS_CLASSES`] holds [`SHAPER_SETS`] complete
 //! configurations side by side (`set * MAX_CLASSES + class`); userspace
@@ -23,6 +24,32 @@ pub const NS_PER_BYTE_SHIFT: u32 = 16;
 /// Frames are charged at most this many bytes (GSO frames stay below it);
 /// keeps `len * ns_per_byte_q16` inside a `u64` at the slowest rate.
 pub const MAX_CHARGED_LEN: u32 = 1 << 20;
+/// The burst (bytes) of the qdisc class that Causeway puts behind a class
+/// shaped at `rate_bits` with a `burst_bytes` burst: HTB's `burst` at the
+/// class rate and its `cburst` at the ceiling. The class's own burst capped
+/// at 10 ms of the rate (HTB bursts let a class run ahead of its rate; the
+/// program's bucket is what polices), at least 1 ms and ten full frames
+/// (HTB's default of one timer tick starves fast classes).
+///
+/// The TC program's bucket counts frames as they enter the qdisc, which
+/// sends up to this much ahead of the rate; so the bucket tolerates this
+/// plus the class's burst (see `ShaperClassConfig::burst_ns`).
+pub const fn qdisc_burst_bytes(rate_bits: u64, burst_bytes: u64) -> u64 {
+    let at_10ms = rate_bits / 8 / 100;
+    let mut b = if burst_bytes < at_10ms {
+        burst_bytes
+    } else {
+        at_10ms
+    };
+    if b < rate_bits / 8 / 1000 {
+        b = rate_bits / 8 / 1000;
+    }
+    if b < 15_140 {
+        b = 15_140;
+    }
+    b
+}
+
 /// Compare-and-swap attempts before a frame is treated as over the limit.
 pub const MAX_CAS_ATTEMPTS: u32 = 8;
 
@@ -57,7 +84,13 @@ pub struct ShaperClassConfig {
     /// Nanoseconds of transmission time per byte at the rate, in 48.16
     /// fixed point: a frame of `len` bytes costs `len * q16 >> 16` ns.
     pub ns_per_byte_q16: u64,
-    /// Burst tolerance: the transmission time of `burst_bytes`, in ns.
+    /// Bucket tolerance, ns: the transmission time of `burst_bytes` plus
+    /// [`qdisc_burst_bytes`]. The program sits in front of the qdisc and
+    /// sees frames as they arrive there; the qdisc itself may send its own
+    /// burst ahead of the rate, so arrivals run ahead of the rate by that
+    /// burst plus whatever backlog waits in the qdisc. `burst_bytes` is the
+    /// backlog tolerated above the qdisc's burst before the over-limit
+    /// action applies.
     pub burst_ns: u64,
     /// Configured burst, bytes (informational).
     pub burst_bytes: u64,

@@ -20,9 +20,6 @@ use crate::{
     parse::ParsedFrame,
 };
 
-/// `Classification::rule` when no rule matched.
-pub const NO_RULE: u32 = u32::MAX;
-
 /// Outcome of classifying one parsed frame.
 #[derive(Clone, Copy)]
 pub struct Classification {
@@ -30,15 +27,11 @@ pub struct Classification {
     pub class: u32,
     /// `VERDICT_PASS` or `VERDICT_DROP`.
     pub verdict: u32,
-    /// Index of the winning rule in the active set, or [`NO_RULE`].
-    #[allow(dead_code)] // part of the shared result; XDP ingress does not need it
-    pub rule: u32,
 }
 
 const UNMATCHED: Classification = Classification {
     class: DEFAULT_CLASS,
     verdict: VERDICT_PASS,
-    rule: NO_RULE,
 };
 
 /// Classifies `frame` with the active rule set.
@@ -97,7 +90,6 @@ pub fn classify(frame: &ParsedFrame) -> Classification {
             } else {
                 VERDICT_PASS
             },
-            rule,
         },
         _ => UNMATCHED,
     }

@@ -82,9 +82,6 @@ pub struct ParsedFrame {
     pub dscp: u8,
     /// `FLAG_*` bits.
     pub flags: u8,
-    /// VLAN tags skipped (0..=2).
-    #[allow(dead_code)] // part of the shared result; XDP ingress does not need it
-    pub vlan_tags: u8,
     /// Host byte order; 0 unless [`FLAG_HAS_PORTS`].
     pub src_port: u16,
     pub dst_port: u16,
@@ -172,15 +169,12 @@ pub fn parse_frame(
 ) -> Result<ParsedFrame, ParseError> {
     let mut ethertype = load_be16(data, data_end, 12).ok_or(ParseError::Truncated)?;
     let mut l3 = ETH_HLEN;
-    let mut vlan_tags = 0u8;
     if ethertype == ETH_P_8021AD || ethertype == ETH_P_8021Q {
         ethertype = load_be16(data, data_end, l3 + 2).ok_or(ParseError::Truncated)?;
         l3 += 4;
-        vlan_tags = 1;
         if ethertype == ETH_P_8021Q {
             ethertype = load_be16(data, data_end, l3 + 2).ok_or(ParseError::Truncated)?;
             l3 += 4;
-            vlan_tags = 2;
         }
     }
     let mut frame = ParsedFrame {
@@ -191,7 +185,6 @@ pub fn parse_frame(
         proto: 0,
         dscp: 0,
         flags: 0,
-        vlan_tags,
         src_port: 0,
         dst_port: 0,
         src_addr: [0; 4],

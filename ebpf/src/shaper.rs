@@ -1,6 +1,6 @@
 //! The egress shaper's maps and per-class GCRA token bucket.
 //!
-//! The arithmetic is exactly that of the userspace model
+//! The arithmetic is `bpf_maps::gcra`, shared with the userspace model
 //! `userspace/causeway/src/shaper/bucket.rs`, which documents the algorithm
 //! and why the compare-and-swap loop below is not racy: the decision is a
 //! pure function of the `tat` value loaded, and it is published only if `tat`
@@ -14,9 +14,10 @@ use aya_ebpf::{
 use bpf_maps::{
     classifier::MAX_CLASSES,
     counters::COUNTER_SLOTS,
+    gcra::{decide, Decision},
     shaper::{
         BucketState, EgressCounters, ShaperClassConfig, ShaperControl, MAX_CAS_ATTEMPTS,
-        MAX_CHARGED_LEN, NS_PER_BYTE_SHIFT, SHAPER_CLASS_SLOTS,
+        SHAPER_CLASS_SLOTS,
     },
 };
 
@@ -47,31 +48,6 @@ pub fn class_config(class: u32) -> Option<&'static ShaperClassConfig> {
     EG_CLASSES.get((control.active_set & 1) * MAX_CLASSES + class)
 }
 
-/// Transmission time of a `len`-byte frame, ns (model: `frame_cost`).
-#[inline(always)]
-fn frame_cost(len: u32, ns_per_byte_q16: u64) -> u64 {
-    let len = if len > MAX_CHARGED_LEN {
-        MAX_CHARGED_LEN
-    } else {
-        len
-    };
-    (len as u64 * ns_per_byte_q16) >> NS_PER_BYTE_SHIFT
-}
-
-/// The GCRA decision (model: `decide`): the new `tat` when the frame
-/// conforms.
-#[inline(always)]
-fn decide(tat: u64, now: u64, len: u32, ns_per_byte_q16: u64, burst_ns: u64) -> Option<u64> {
-    let cost = frame_cost(len, ns_per_byte_q16);
-    let start = if tat > now { tat } else { now };
-    let wait = start - now;
-    if wait == 0 || (cost <= burst_ns && wait <= burst_ns - cost) {
-        Some(start.saturating_add(cost))
-    } else {
-        None
-    }
-}
-
 /// Whether a `len`-byte frame of `class` conforms to its bucket now; takes
 /// its tokens when it does (model: `SharedBucket::admit`).
 #[inline(always)]
@@ -86,7 +62,9 @@ pub fn admit(class: u32, len: u32, cfg: &ShaperClassConfig) -> bool {
         // SAFETY: `tat` points at the 8-byte aligned first field of a live
         // array map value; a volatile load is a single 64-bit BPF load.
         let seen = unsafe { core::ptr::read_volatile(tat) };
-        let Some(new_tat) = decide(seen, now, len, cfg.ns_per_byte_q16, cfg.burst_ns) else {
+        let Decision::Conform { new_tat } =
+            decide(seen, now, len, cfg.ns_per_byte_q16, cfg.burst_ns)
+        else {
             return false;
         };
         // SAFETY: as above; the intrinsic compiles to BPF_CMPXCHG, which

@@ -25,6 +25,8 @@ const APT_PACKAGES: &[(&str, Option<&str>)] = &[
     ("bpftool", Some("bpftool")),
     ("iproute2", Some("ip")),
     ("iperf3", Some("iperf3")),
+    // The policer matrix test turns offloads on and off.
+    ("ethtool", Some("ethtool")),
     ("util-linux", Some("chrt")),
     // The clock bench's outside reference (run as `chronyd -x` in namespaces).
     ("chrony", Some("chronyd")),

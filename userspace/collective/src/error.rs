@@ -79,12 +79,26 @@ pub enum CollectiveError {
     PeerFailed { peer: Rank, detail: String },
     #[error("no progress from peer rank(s) {peers:?} within {after:?}")]
     PeerTimeout { peers: Vec<Rank>, after: Duration },
+    /// Rank `peer` stopped responding, as rank `observer` saw it waiting on it
+    /// directly (`how`): this rank, or the one named in `reported_by`.
+    #[error("peer rank {peer} stopped responding: {}", match reported_by {
+        None => how.to_string(),
+        Some(by) if by == observer => format!("reported by rank {by} ({how})"),
+        Some(by) => format!("reported by rank {observer} via rank {by} ({how})"),
+    })]
+    Unresponsive {
+        peer: Rank,
+        how: crate::blame::How,
+        observer: Rank,
+        reported_by: Option<Rank>,
+    },
     #[error("frame from peer rank {peer}: {source}")]
     Frame { peer: Rank, source: FrameError },
     #[error("peer rank {peer} sent data that does not match this operation: {detail}")]
     Mismatch { peer: Rank, detail: String },
-    /// Ranks made different calls as operation `op`: rank `me` (this one, or
-    /// the one that noticed, `reported_by`) called `mine`, rank `peer` `theirs`.
+    /// Ranks made different calls as operation `op`: rank `me` (this one, or,
+    /// when `reported_by` is set, one that made this rank's call) called
+    /// `mine`, rank `peer` (blamed) `theirs`.
     /// Nothing of the operation is returned.
     #[error("operation {op} differs between ranks: rank {peer} called {theirs}, rank {me} {mine}{}",
         reported_by.map_or(String::new(), |r| format!(" (reported by rank {r})")))]
@@ -131,7 +145,8 @@ impl CollectiveError {
             CollectiveError::PeerFailed { peer, .. }
             | CollectiveError::Frame { peer, .. }
             | CollectiveError::Mismatch { peer, .. }
-            | CollectiveError::CallMismatch { peer, .. } => Some(*peer),
+            | CollectiveError::CallMismatch { peer, .. }
+            | CollectiveError::Unresponsive { peer, .. } => Some(*peer),
             CollectiveError::PeerTimeout { peers, .. } => peers.first().copied(),
             _ => None,
         }

@@ -191,15 +191,8 @@ impl<'p, P> Executor<'p, P> {
         if self.finished || now < self.deadline {
             return Ok(());
         }
-        let mut peers: Vec<Rank> = self
-            .lanes
-            .iter()
-            .flat_map(|l| l.recvs.iter().filter(|p| p.left() > 0).map(|p| p.peer))
-            .collect();
-        peers.sort_unstable();
-        peers.dedup();
         let e = ExecError::Timeout {
-            peers,
+            peers: self.waiting_for(),
             after: self.cfg.idle_timeout,
         };
         self.settle(Err(e))
@@ -212,6 +205,21 @@ impl<'p, P> Executor<'p, P> {
 
     pub fn is_done(&self) -> bool {
         self.finished
+    }
+
+    /// Every peer a started lane waits for bytes from, ascending (none once done).
+    pub fn waiting_for(&self) -> Vec<Rank> {
+        if self.finished {
+            return Vec::new();
+        }
+        let mut peers: Vec<Rank> = self
+            .lanes
+            .iter()
+            .flat_map(|l| l.recvs.iter().filter(|p| p.left() > 0).map(|p| p.peer))
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        peers
     }
 
     /// The first lane still waiting, its step and a peer it waits for (deadlock reports).

@@ -34,7 +34,7 @@
 //! | `CAUSEWAY_DOMAIN` / `CAUSEWAY_TOPOLOGY` | this rank's domain, or a file of `RANKS DOMAIN` lines (`0-3 east`) |
 //! | `CAUSEWAY_HOST_ID` | ranks with the same host id use shared memory (default: hostname + network namespace) |
 //! | `CAUSEWAY_ADDR` | IP to accept peers on (default: the one that reaches the master) |
-//! | `CAUSEWAY_TIMEOUT` | an operation fails when a peer it waits for is silent this long (`60s`) |
+//! | `CAUSEWAY_TIMEOUT` | an operation fails when a peer it waits for is silent this long (`60s`); the error names the rank that stopped ([`blame`]) |
 //! | `CAUSEWAY_RENDEZVOUS_TIMEOUT` | bootstrap deadline (`120s`) |
 //! | `CAUSEWAY_ALGO` | force `ring`, `tree` or `hier` where it applies (default: α-β model) |
 //! | `CAUSEWAY_COST` | link costs `CLASS=LATENCY:BANDWIDTH`, e.g. `wan=20ms:200mbit,domain=50us:10gbit,host=5us:40gbit`, applied over the probe |
@@ -73,7 +73,8 @@
 //! ## Layout
 //!
 //! Pure parts: [`schedule`] (plans as data), [`exec`] (the plan executor, a
-//! sans-IO state machine with time as an input), [`schedule::sim`] (drives that
+//! sans-IO state machine with time as an input), [`blame`] (who is named when
+//! an operation stops: direct evidence over downstream stalls), [`schedule::sim`] (drives that
 //! executor on a virtual clock), [`cost`] (α-β model; the one algorithm choice),
 //! [`wire`] (frames), [`dtype`] (kernels).
 //! I/O: [`store`] and the rendezvous, the mesh of [`transport`]s, one reader and one
@@ -86,6 +87,7 @@
 //! estimates the Causeway agent pins: offset, drift, error bound, source.
 #![deny(unsafe_code)]
 
+pub mod blame;
 mod builder;
 #[cfg(feature = "cli")]
 #[doc(hidden)]

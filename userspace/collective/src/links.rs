@@ -1,10 +1,17 @@
 //! One reader and one writer thread per connection. Readers decode frames into
 //! pooled buffers and hand them to the engine as events; writers drain a queue.
+//!
+//! Liveness: once told to ([`PeerLink::keep_alive`]), a writer whose queue was
+//! idle for the interval sends a Heartbeat frame; readers note when anything
+//! last arrived from the peer ([`PeerLink::last_heard`]) and keep heartbeats
+//! to themselves. A peer that is alive but blocked is heard; one that stopped is not.
 
 use std::io::{BufWriter, Write};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::error::{CollectiveError, Rank, Result};
 use crate::mesh::Conn;
@@ -28,6 +35,8 @@ pub(crate) enum Event {
 
 pub(crate) enum Out {
     Frame(FrameHeader, PooledBuf),
+    /// From now on, send a heartbeat whenever the queue was idle this long.
+    KeepAlive(Duration),
     /// Close the connection once everything queued before has been written.
     Close,
 }
@@ -42,6 +51,20 @@ pub(crate) struct PeerLink {
     writers: Vec<thread::JoinHandle<()>>,
     /// Connections not yet closed by the peer.
     pub open: usize,
+    heard: Arc<Heard>,
+}
+
+/// When a frame last arrived on any of one peer's connections.
+struct Heard {
+    epoch: Instant,
+    nanos: AtomicU64,
+}
+
+impl Heard {
+    fn now(&self) {
+        let n = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.fetch_max(n, Ordering::Relaxed);
+    }
 }
 
 impl PeerLink {
@@ -68,6 +91,19 @@ impl PeerLink {
     /// True once every writer has written its queue and closed (or failed).
     pub fn flushed(&self) -> bool {
         self.writers.iter().all(|w| w.is_finished())
+    }
+
+    /// When anything (a heartbeat included) last arrived from the peer; the
+    /// link's start if nothing has.
+    pub fn last_heard(&self) -> Instant {
+        self.heard.epoch + Duration::from_nanos(self.heard.nanos.load(Ordering::Relaxed))
+    }
+
+    /// Every connection sends a heartbeat when idle for `every`.
+    pub fn keep_alive(&self, every: Duration) {
+        for s in &self.all {
+            let _ = s.send(Out::KeepAlive(every));
+        }
     }
 
     pub fn connections(&self) -> usize {
@@ -97,6 +133,10 @@ pub(crate) fn start(
         next: 0,
         writers: Vec::new(),
         open: conns.len(),
+        heard: Arc::new(Heard {
+            epoch: Instant::now(),
+            nanos: AtomicU64::new(0),
+        }),
     };
     for (i, c) in conns.into_iter().enumerate() {
         let what = c.transport.describe();
@@ -106,6 +146,7 @@ pub(crate) fn start(
             .map_err(|e| CollectiveError::io(format!("split {what}"), e))?;
         let (tx, rx) = channel();
         let (ev, ev2, pool, c2) = (events.clone(), events.clone(), pool.clone(), closer.clone());
+        let heard = link.heard.clone();
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             thread::Builder::new()
                 .name(name)
@@ -114,7 +155,7 @@ pub(crate) fn start(
         };
         spawn(
             format!("cw-rx-{peer}-{i}"),
-            Box::new(move || reader(peer, r, ev, pool, max_frame, c2)),
+            Box::new(move || reader(peer, r, ev, pool, max_frame, c2, &heard)),
         )?;
         let c3 = closer.clone();
         link.writers.push(spawn(
@@ -138,9 +179,15 @@ fn reader(
     pool: BufferPool,
     max: u32,
     closer: Arc<dyn Closer>,
+    heard: &Heard,
 ) {
     loop {
-        let ev = match read_frame(&mut r, max, &pool) {
+        let got = read_frame(&mut r, max, &pool);
+        if got.is_ok() {
+            heard.now();
+        }
+        let ev = match got {
+            Ok(f) if f.header.kind == FrameKind::Heartbeat => continue,
             Ok(f) if f.header.kind == FrameKind::Goodbye => Event::Closed {
                 peer,
                 graceful: true,
@@ -201,7 +248,20 @@ fn writer(
             detail: format!("write failed: {e}"),
         });
     };
-    while let Ok(first) = rx.recv() {
+    let mut idle: Option<Duration> = None;
+    loop {
+        let first = match idle {
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(every) => rx.recv_timeout(every),
+        };
+        let first = match first {
+            Ok(out) => out,
+            Err(RecvTimeoutError::Timeout) => {
+                let h = FrameHeader::control(FrameKind::Heartbeat, 0);
+                Out::Frame(h, PooledBuf::unpooled(Vec::new()))
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
         let mut next = Some(first);
         while let Some(out) = next.take() {
             match out {
@@ -210,6 +270,7 @@ fn writer(
                         return fail(e);
                     }
                 }
+                Out::KeepAlive(every) => idle = Some(every),
                 Out::Close => {
                     let _ = w.flush();
                     closer.finish();

@@ -43,10 +43,12 @@ pub enum FrameKind {
     Hello = 1,
     /// A chunk of an operation's buffer.
     Data = 2,
-    /// The sender gives up on the communicator; payload: failed rank (u32) + reason (UTF-8).
+    /// The sender gives up on the communicator; payload: [`Abort`] (who failed, how that was decided, why).
     Abort = 3,
     /// Orderly close: no more frames will follow.
     Goodbye = 4,
+    /// The sender is alive (sent on a connection idle for a while; no payload).
+    Heartbeat = 5,
 }
 
 /// Malformed input. Any of these closes the connection it came from.
@@ -157,6 +159,7 @@ impl FrameHeader {
             2 => FrameKind::Data,
             3 => FrameKind::Abort,
             4 => FrameKind::Goodbye,
+            5 => FrameKind::Heartbeat,
             k => return Err(FrameError::UnknownKind(k)),
         };
         let reserved = u16::from_le_bytes(le(b, 6));

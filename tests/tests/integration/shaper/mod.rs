@@ -3,4 +3,5 @@
 mod htb;
 mod isolation;
 mod live;
+mod policer_matrix;
 mod rate;

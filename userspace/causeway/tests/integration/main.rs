@@ -9,6 +9,7 @@
 mod bad_policy;
 mod classifier_harness;
 mod clock_stamp_testrun;
+mod gcra_testrun;
 mod policy_apply_undo;
 mod probe_codec;
 mod program_table;

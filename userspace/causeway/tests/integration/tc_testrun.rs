@@ -227,9 +227,10 @@ fn kernel_bucket_charges_exactly_what_the_model_computes() {
             "tat - cost = {start} outside [{before}, {after}]"
         );
     }
-    // A full burst back to back, then over the limit: 43 frames of 1500
-    // bytes fit in 64 KiB, plus one per frame time (12 ms at 1 Mbit/s)
-    // that passes during the runs.
+    // A full bucket back to back, then over the limit: frames of 1500 bytes
+    // while the bucket has credit (64 KiB plus HTB's burst of 15 140 bytes:
+    // 54 frames, the last one into debt), plus one per frame time (12 ms at
+    // 1 Mbit/s) that passes during the runs.
     let slow = BucketParams::new(1_000_000, 64 * 1024, 1514).expect("bucket");
     let table = ShapingTable::new([(
         0,
@@ -244,9 +245,12 @@ fn kernel_bucket_charges_exactly_what_the_model_computes() {
     let frame = ipv4_udp(0, 1500 - 42);
     let before = monotonic_ns();
     let admitted = (0..100).take_while(|_| h.run(&frame, 0).0 == PASS).count() as u64;
-    let refilled = (monotonic_ns() - before) / frame_cost(1500, slow.ns_per_byte_q16());
+    let cost = frame_cost(1500, slow.ns_per_byte_q16());
+    let refilled = (monotonic_ns() - before) / cost;
+    let full = slow.burst_ns().div_ceil(cost);
+    assert_eq!(full, 54);
     assert!(
-        (43..=43 + refilled).contains(&admitted),
+        (full..=full + refilled).contains(&admitted),
         "{admitted} frames of a 64 KiB burst"
     );
 }

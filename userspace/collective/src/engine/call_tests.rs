@@ -203,3 +203,21 @@ fn matching_calls_after_matching_calls_still_work() {
         assert_eq!(res.expect("matching calls"), (6.0, 2));
     }
 }
+
+#[test]
+fn a_count_mismatch_blames_the_odd_rank_on_every_other_rank() {
+    // Issue 19: a size mismatch used to blame the rank that was right. Rank 2
+    // alone calls with 4000 elements: every other rank's error names rank 2.
+    for _ in 0..3 {
+        let out = world(|r, c| {
+            let n = if r == 2 { 4000 } else { 4096 };
+            c.allreduce_async(vec![1.0f32; n], ReduceOp::Sum)
+                .wait()
+                .map(|_| ())
+        });
+        for (r, res) in out.iter().enumerate().filter(|(r, _)| *r != 2) {
+            let e = res.as_ref().expect_err("mismatched counts never return Ok");
+            assert_eq!(e.peer(), Some(2), "rank {r}: {e}");
+        }
+    }
+}

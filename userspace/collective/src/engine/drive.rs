@@ -2,19 +2,23 @@
 //! turns connection events into executor inputs, performs its outputs (copies a
 //! send's bytes into a pooled frame, reduces or copies a received chunk into the
 //! working buffer) and feeds it the clock. Frames of the wire protocol that are
-//! not chunks of this operation (aborts, later operations) are handled here.
+//! not chunks of this operation (aborts, later operations) are handled here, and
+//! what goes wrong with peers (silent links, stalls, closed connections, Aborts)
+//! is weighed by a [`Judge`] before the operation fails naming one rank.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use super::{progress_add, Engine, Job, Progress};
+use crate::blame::{Decision, How, Judge, JudgeConfig, Link, Verdict};
 use crate::config::Options;
 use crate::dtype::{reduce_into, DType, ReduceOp};
 use crate::error::{CollectiveError, Rank, Result};
 use crate::exec::trace::Message;
-use crate::exec::{ApplyChunk, ChunkId, ExecConfig, Executor, Output, SendChunk};
+use crate::exec::{ApplyChunk, ChunkId, ExecConfig, ExecError, Executor, Output, SendChunk};
 use crate::links::Event;
 use crate::pool::PooledBuf;
 use crate::schedule::confirm::scratch_elems;
@@ -45,6 +49,8 @@ struct Driver<'a, 'p> {
     e: &'a mut Engine,
     ex: Executor<'p, PooledBuf>,
     seq: u64,
+    /// This rank's call (a reported mismatch blames the rank that differs from it).
+    call: Call,
     buf: &'a mut [u8],
     /// Bytes the plan uses past the working buffer (a confirmation lane).
     scratch: Vec<u8>,
@@ -54,6 +60,11 @@ struct Driver<'a, 'p> {
     epoch: Instant,
     /// What was sent and applied, in order, when the job asked for it.
     trace: Option<Vec<Message>>,
+    /// Whom to blame if the operation stops ([`crate::blame`]).
+    judge: Judge,
+    /// Why each peer's first connection ended, and what each Abort said.
+    closed_why: BTreeMap<Rank, String>,
+    reasons: BTreeMap<Rank, String>,
 }
 
 pub(super) fn execute(
@@ -79,10 +90,12 @@ pub(super) fn execute(
         record,
         ..
     } = job;
+    let judge = Judge::new(JudgeConfig::new(e.me, e.opts.timeout));
     let mut d = Driver {
         e,
         ex,
         seq,
+        call,
         buf: buf.bytes(),
         scratch,
         dtype: *dtype,
@@ -90,6 +103,9 @@ pub(super) fn execute(
         progress,
         epoch: Instant::now(),
         trace: record.as_ref().map(|_| Vec::new()),
+        judge,
+        closed_why: BTreeMap::new(),
+        reasons: BTreeMap::new(),
     };
     let res = d.run();
     if let (Some(t), Some(r)) = (d.trace.take(), record.as_ref()) {
@@ -97,7 +113,7 @@ pub(super) fn execute(
             r.extend(t);
         }
     }
-    res.map_err(|err| refine(d.e, err))
+    res
 }
 
 impl Driver<'_, '_> {
@@ -128,24 +144,113 @@ impl Driver<'_, '_> {
             let now = self.now();
             self.ex.peer_left(q, now)?;
         }
-        let now = self.now();
-        self.ex.start(now)?;
-        self.flush()?;
-        while !self.ex.is_done() {
-            let left = self
-                .ex
-                .poll_timeout()
-                .map_or(self.e.opts.timeout, |t| t.saturating_sub(self.now()));
+        if !self.judge.is_failing() {
+            let now = self.now();
+            self.ex.start(now)?;
+            self.flush()?;
+        }
+        loop {
+            let now = self.now();
+            let links = self.links();
+            self.judge.check_links(&links, now);
+            if let Some(d) = self.judge.decision(&links, now) {
+                return Err(self.blame(d));
+            }
+            let failing = self.judge.is_failing();
+            if !failing && self.ex.is_done() {
+                return Ok(());
+            }
+            let exec_due = if failing {
+                None
+            } else {
+                self.ex.poll_timeout()
+            };
+            let wake = [exec_due, self.judge.poll_timeout(&links, now)]
+                .into_iter()
+                .flatten()
+                .min();
+            let left = wake.map_or(self.e.opts.timeout, |t| t.saturating_sub(now));
             match self.e.events.recv_timeout(left) {
                 Ok(ev) => self.on_event(ev)?,
-                Err(RecvTimeoutError::Timeout) => {
+                Err(RecvTimeoutError::Timeout) if !failing => {
                     let now = self.now();
-                    self.ex.handle_timeout(now)?;
+                    match self.ex.handle_timeout(now) {
+                        Ok(()) => {}
+                        Err(ExecError::Timeout { peers, after }) => {
+                            self.judge.stalled(&peers, after, now);
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
                 }
+                Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return Err(CollectiveError::Closed),
             }
         }
-        Ok(())
+    }
+
+    /// The peers the operation waits on, and when each was last heard from.
+    fn links(&self) -> Vec<Link> {
+        self.ex
+            .waiting_for()
+            .into_iter()
+            .filter_map(|peer| {
+                let link = self.e.peers.get(peer)?.as_ref()?;
+                let heard = link.last_heard().saturating_duration_since(self.epoch);
+                Some(Link { peer, heard })
+            })
+            .collect()
+    }
+
+    /// The error for the decided verdict (kept for this rank's own Abort).
+    fn blame(&mut self, d: Decision) -> CollectiveError {
+        let v = d.verdict;
+        self.e.verdict = Some(v);
+        let peer = v.culprit;
+        match (d.from, v.how) {
+            (reported_by, How::Silent(_)) => CollectiveError::Unresponsive {
+                peer,
+                how: v.how,
+                observer: v.observer,
+                reported_by,
+            },
+            (None, How::NoProgress(after)) => {
+                let stalled = self.judge.stalled_on();
+                CollectiveError::PeerTimeout {
+                    peers: if stalled.is_empty() {
+                        vec![peer]
+                    } else {
+                        stalled.to_vec()
+                    },
+                    after,
+                }
+            }
+            (None, _) => CollectiveError::PeerFailed {
+                peer,
+                detail: self
+                    .closed_why
+                    .get(&peer)
+                    .cloned()
+                    .unwrap_or_else(|| v.how.to_string()),
+            },
+            (Some(by), _) => {
+                let reason = self.reasons.get(&by).cloned().unwrap_or_default();
+                CollectiveError::PeerFailed {
+                    peer,
+                    detail: if by == peer {
+                        reason
+                    } else {
+                        format!("reported by rank {by}: {reason}")
+                    },
+                }
+            }
+        }
+    }
+
+    /// A connection of `peer` ended without a goodbye (or cannot be written).
+    fn lost(&mut self, peer: Rank, detail: String) {
+        self.closed_why.entry(peer).or_insert(detail);
+        let now = self.now();
+        self.judge.closed(peer, now);
     }
 
     fn on_event(&mut self, ev: Event) -> Result<()> {
@@ -156,21 +261,27 @@ impl Driver<'_, '_> {
                 graceful,
                 detail,
             } => {
-                self.e.closed_seen += 1;
+                self.e.note_closed(peer);
                 if !graceful {
-                    return Err(CollectiveError::PeerFailed { peer, detail });
+                    self.lost(peer, detail);
+                    return Ok(());
                 }
                 let now = self.now();
+                let failing = self.judge.is_failing();
                 let link = self.e.peers.get_mut(peer).and_then(Option::as_mut);
                 match link {
                     Some(link) if link.open > 0 => {
                         link.open -= 1;
+                        if failing {
+                            return Ok(());
+                        }
                         if link.open == 0 {
                             self.ex.peer_left(peer, now)?;
                             return self.flush();
                         }
                         Ok(self.ex.note_activity(now)?)
                     }
+                    _ if failing => Ok(()),
                     _ => Ok(self.ex.note_activity(now)?),
                 }
             }
@@ -182,23 +293,33 @@ impl Driver<'_, '_> {
         if h.kind == FrameKind::Abort {
             let a = decode_abort(&f.payload)
                 .map_err(|source| CollectiveError::Frame { peer, source })?;
-            if let Some(e) = call_mismatch(peer, &a, self.e.world) {
+            if let Some(e) = call_mismatch(peer, &a, self.e.world, self.call) {
                 return Err(e);
             }
-            let failed = a.failed as usize;
-            let detail = if failed == peer {
-                a.reason
-            } else {
-                format!("reported by rank {peer}: {}", a.reason)
+            let world = self.e.world;
+            let verdict = match a.verdict {
+                Some(v) if v.culprit < world && v.observer < world => v,
+                _ => Verdict {
+                    culprit: if (a.failed as usize) < world {
+                        a.failed as usize
+                    } else {
+                        peer
+                    },
+                    observer: peer,
+                    how: How::Failed,
+                },
             };
-            return Err(CollectiveError::PeerFailed {
-                peer: failed.min(self.e.world.saturating_sub(1)),
-                detail,
-            });
+            self.reasons.entry(peer).or_insert(a.reason);
+            let now = self.now();
+            self.judge.report(peer, verdict, now);
+            return Ok(());
         }
         let mismatch = |detail: String| CollectiveError::Mismatch { peer, detail };
         if h.kind != FrameKind::Data {
             return Err(mismatch(format!("unexpected {:?} frame", h.kind)));
+        }
+        if self.judge.is_failing() {
+            return Ok(());
         }
         let now = self.now();
         if h.op > self.seq {
@@ -225,6 +346,9 @@ impl Driver<'_, '_> {
     /// Performs the executor's outputs, in order.
     fn flush(&mut self) -> Result<()> {
         while let Some(out) = self.ex.poll() {
+            if self.judge.is_failing() {
+                return Ok(());
+            }
             match out {
                 Output::Send(s) => self.send(&s)?,
                 Output::Apply(a) => self.apply(a),
@@ -259,10 +383,7 @@ impl Driver<'_, '_> {
         }
         let small = s.transfer_len <= self.e.opts.latency_bytes;
         if !link.send_data(h, p, small) {
-            return Err(CollectiveError::PeerFailed {
-                peer,
-                detail: "connection closed".into(),
-            });
+            self.lost(peer, "connection closed".into());
         }
         Ok(())
     }
@@ -289,51 +410,27 @@ fn region<'b>(buf: &'b mut [u8], scratch: &'b mut [u8], r: Range<usize>) -> &'b 
     }
 }
 
-/// The typed error an Abort from `peer` carries when ranks made different calls.
-fn call_mismatch(peer: Rank, a: &Abort, world: usize) -> Option<CollectiveError> {
+/// The typed error an Abort from `peer` carries when ranks made different
+/// calls, blaming the rank whose call differs from `own` (this rank's): the
+/// rank that noticed may be the odd one.
+fn call_mismatch(peer: Rank, a: &Abort, world: usize, own: Call) -> Option<CollectiveError> {
     let r = a.report?;
-    let (me, other) = (r.rank as usize, r.other as usize);
-    (me < world && other < world).then_some(CollectiveError::CallMismatch {
+    let (noticer, other) = (r.rank as usize, r.other as usize);
+    if noticer >= world || other >= world {
+        return None;
+    }
+    let noticer_is_odd = own == r.other_call && own != r.call;
+    let ((me, mine), (odd, theirs)) = if noticer_is_odd {
+        ((other, r.other_call), (noticer, r.call))
+    } else {
+        ((noticer, r.call), (other, r.other_call))
+    };
+    Some(CollectiveError::CallMismatch {
         op: r.op,
         me,
-        mine: r.call,
-        peer: other,
-        theirs: r.other_call,
+        mine,
+        peer: odd,
+        theirs,
         reported_by: Some(peer),
     })
-}
-
-/// A lost connection or a silent peer is often a symptom: the rank that saw the
-/// root cause has sent an Abort naming it. Wait briefly for one before reporting.
-fn refine(e: &mut Engine, err: CollectiveError) -> CollectiveError {
-    if !matches!(
-        err,
-        CollectiveError::PeerFailed { .. } | CollectiveError::PeerTimeout { .. }
-    ) {
-        return err;
-    }
-    let deadline = Instant::now() + Duration::from_millis(100);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match e.events.recv_timeout(left) {
-            Ok(Event::Frame { peer, frame }) if frame.header.kind == FrameKind::Abort => {
-                if let Ok(a) = decode_abort(&frame.payload) {
-                    if let Some(typed) = call_mismatch(peer, &a, e.world) {
-                        return typed;
-                    }
-                    let failed = a.failed as usize;
-                    if failed < e.world && failed != e.me {
-                        let detail = format!("reported by rank {peer}: {}", a.reason);
-                        return CollectiveError::PeerFailed {
-                            peer: failed,
-                            detail,
-                        };
-                    }
-                }
-            }
-            Ok(Event::Frame { .. }) => {}
-            Ok(Event::Closed { .. }) => e.closed_seen += 1,
-            Err(_) => return err,
-        }
-    }
 }

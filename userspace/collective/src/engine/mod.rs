@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
+use crate::blame::{heartbeat_interval, How, Verdict};
 use crate::config::Options;
 use crate::cost::{select, CostModel, Setting};
 use crate::dtype::{finish, DType, ReduceOp};
@@ -83,8 +84,10 @@ pub(crate) struct Engine {
     /// Frames that arrived for operations not started yet.
     future: Vec<(Rank, Frame)>,
     plans: HashMap<(OpKind, usize, usize), Arc<Plan>>,
-    /// Connection-ended events seen so far.
-    pub closed_seen: usize,
+    /// Connection-ended events seen so far, per peer.
+    pub closed: Vec<usize>,
+    /// How the failing operation decided whom to blame (for the Abort).
+    pub verdict: Option<Verdict>,
 }
 
 impl Engine {
@@ -96,6 +99,10 @@ impl Engine {
         events: Receiver<Event>,
         pool: BufferPool,
     ) -> Self {
+        for p in peers.iter().flatten() {
+            p.keep_alive(heartbeat_interval(opts.timeout));
+        }
+        let world = topo.world();
         Engine {
             me,
             world: topo.world(),
@@ -109,7 +116,8 @@ impl Engine {
             failure: None,
             future: Vec::new(),
             plans: HashMap::new(),
-            closed_seen: 0,
+            closed: vec![0; world],
+            verdict: None,
         }
     }
 
@@ -137,19 +145,24 @@ impl Engine {
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
         }
-        self.linger(std::time::Duration::from_secs(2));
+        self.linger(std::time::Duration::from_secs(2), None);
     }
 
     /// Waits (bounded) until every peer has closed its side too. Closing a socket
     /// with unread data makes the kernel send a reset, which can destroy the last
     /// frames (an Abort naming the failed rank) before the peer reads them.
-    fn linger(&mut self, limit: std::time::Duration) {
-        let total: usize = self.peers.iter().flatten().map(PeerLink::connections).sum();
+    /// A `stopped` peer is not waited for: it closes nothing.
+    fn linger(&mut self, limit: std::time::Duration, stopped: Option<Rank>) {
         let deadline = std::time::Instant::now() + limit;
-        while self.closed_seen < total {
+        let open = |e: &Self| {
+            e.peers.iter().enumerate().any(|(q, p)| {
+                Some(q) != stopped && p.as_ref().is_some_and(|p| e.closed[q] < p.connections())
+            })
+        };
+        while open(self) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.events.recv_timeout(left) {
-                Ok(Event::Closed { .. }) => self.closed_seen += 1,
+                Ok(Event::Closed { peer, .. }) => self.note_closed(peer),
                 Ok(Event::Frame { .. }) => {}
                 Err(_) => break,
             }
@@ -234,13 +247,28 @@ impl Engine {
         Ok(plan)
     }
 
+    pub fn note_closed(&mut self, peer: Rank) {
+        if let Some(c) = self.closed.get_mut(peer) {
+            *c += 1;
+        }
+    }
+
     /// Gives up on the communicator: tells every peer who failed, closes everything.
     fn fail(&mut self, e: CollectiveError) {
         if self.failure.is_some() {
             return;
         }
         tracing::warn!(rank = self.me, error = %e, "communicator failed");
-        let blamed = e.peer().unwrap_or(self.me) as u32;
+        let blamed = e.peer().unwrap_or(self.me);
+        let verdict = self.verdict.take().unwrap_or(Verdict {
+            culprit: blamed,
+            observer: self.me,
+            how: match &e {
+                CollectiveError::PeerTimeout { after, .. } => How::NoProgress(*after),
+                CollectiveError::Unresponsive { how, .. } => *how,
+                _ => How::Failed,
+            },
+        });
         let report = match &e {
             CollectiveError::CallMismatch {
                 op,
@@ -259,8 +287,9 @@ impl Engine {
             _ => None,
         };
         let payload = encode_abort(&Abort {
-            failed: blamed,
+            failed: verdict.culprit as u32,
             report,
+            verdict: Some(verdict),
             reason: e.to_string(),
         });
         for p in self.peers.iter().flatten() {
@@ -268,7 +297,11 @@ impl Engine {
             p.close_after_flush();
         }
         self.failure = Some(e);
-        self.linger(self.opts.timeout.min(std::time::Duration::from_secs(1)));
+        let stopped = matches!(verdict.how, How::Silent(_)).then_some(verdict.culprit);
+        self.linger(
+            self.opts.timeout.min(std::time::Duration::from_secs(1)),
+            stopped,
+        );
     }
 }
 

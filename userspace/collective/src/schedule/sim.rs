@@ -385,5 +385,8 @@ impl<'a, 'p, 'd, 't> World<'a, 'p, 'd, 't> {
     }
 }
 
+mod stall;
+pub use stall::{run_stopped, StopEnd};
+
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,7 @@
 use super::*;
+use crate::blame::{How, Verdict};
 use proptest::prelude::*;
+use std::time::Duration;
 
 const MAX: u32 = 1 << 20;
 
@@ -137,9 +139,30 @@ fn hello_round_trip_and_bad_payloads() {
     let plain = Abort {
         failed: 5,
         report: None,
+        verdict: None,
         reason: "gone".into(),
     };
     assert_eq!(decode_abort(&encode_abort(&plain)), Ok(plain));
+    for how in [
+        How::ConnectionClosed,
+        How::Silent(Duration::from_millis(3001)),
+        How::NoProgress(Duration::from_secs(5)),
+        How::Failed,
+    ] {
+        let judged = Abort {
+            failed: 2,
+            report: None,
+            verdict: Some(Verdict {
+                culprit: 2,
+                observer: 0,
+                how,
+            }),
+            reason: "peer rank 2 stopped responding".into(),
+        };
+        let bytes = encode_abort(&judged);
+        assert_eq!(decode_abort(&bytes), Ok(judged));
+        assert!(decode_abort(&bytes[..10]).is_err(), "truncated verdict");
+    }
     let report = CallReport {
         op: 9,
         rank: 0,
@@ -153,6 +176,11 @@ fn hello_round_trip_and_bad_payloads() {
     let typed = Abort {
         failed: 3,
         report: Some(report),
+        verdict: Some(Verdict {
+            culprit: 3,
+            observer: 0,
+            how: How::Failed,
+        }),
         reason: "operation 9 differs".into(),
     };
     let bytes = encode_abort(&typed);

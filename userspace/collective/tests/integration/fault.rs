@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::world::*;
 use causeway_collective::{CollectiveError, ReduceOp};
 
-pub struct Ranks(pub Vec<Child>);
+pub(crate) struct Ranks(pub Vec<Child>);
 
 impl Drop for Ranks {
     fn drop(&mut self) {
@@ -20,7 +20,7 @@ impl Drop for Ranks {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -28,7 +28,7 @@ fn free_port() -> u16 {
 }
 
 /// Spawns `n` worker processes; their stdout lines arrive as (rank, JSON) on the channel.
-pub fn spawn_world(
+pub(crate) fn spawn_world(
     n: usize,
     extra: &[(&str, &str)],
     args: &[&str],

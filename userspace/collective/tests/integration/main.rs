@@ -1,6 +1,6 @@
 //! The collective library's integration tests, one binary: every operation
 //! against a reference (`ops`), rendezvous and its typed errors
-//! (`rendezvous`), a rank that dies (`fault`) and a peer that speaks
+//! (`rendezvous`), a rank that dies (`fault`), a rank that stops (`hang`) and a peer that speaks
 //! garbage (`hostile`). Ranks run as threads of this process (`world`) or
 //! as worker processes.
 //!
@@ -10,6 +10,7 @@
 //! `Command::env`).
 
 mod fault;
+mod hang;
 mod hostile;
 mod ops;
 mod rendezvous;

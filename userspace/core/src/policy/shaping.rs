@@ -22,10 +22,13 @@
 //! arrivals, not departures): size it to the queue you accept; the default
 //! (`default_burst`) leaves room for what one TCP sender queues.
 //! `over_limit`: `"ecn"` (default: CE-mark ECN-capable frames; the rest
-//! pass to HTB, which holds them to the ceiling by queueing), `"drop"`, or `"demote"` with `demote_to = "<class>"`. Note that
-//! `"drop"` discards whole GSO super-frames of TCP flows (tens of segments
-//! at once), which TCP survives badly; `"ecn"` suits TCP, `"drop"` suits
-//! unresponsive UDP. `dscp` rewrites the DSCP of every frame of the class.
+//! pass to HTB, which holds them to the ceiling by queueing), `"drop"`, or
+//! `"demote"` with `demote_to = "<class>"`. The bucket also tolerates HTB's
+//! own burst and lets a frame through while any credit remains (bounded
+//! debt), so a GSO super-frame is never refused whole when part of it fits
+//! and every action keeps a long TCP flow at its rate (the policer matrix
+//! test, `tests/tests/integration/shaper/policer_matrix.rs`). `dscp`
+//! rewrites the DSCP of every frame of the class.
 //! Rates: a number of bit/s or a string with `bit`, `kbit`, `mbit`, `gbit`,
 //! `tbit` (powers of 1000). Sizes: bytes, or `kb`/`mb` (powers of 1024).
 //! Both are read by [`crate::units`].

@@ -1,8 +1,9 @@
 //! The egress token bucket: a pure, deterministic model of the kernel's
 //! per-class GCRA (generic cell rate algorithm), with time as a parameter.
 //!
-//! `ebpf/src/shaper.rs` runs exactly this integer arithmetic on every frame;
-//! the TestRun tests check the two agree on the bytes the kernel writes.
+//! The arithmetic (`frame_cost`, `decide`) is `bpf_maps::gcra`, the one copy
+//! that `ebpf/src/shaper.rs` also runs on every frame; the TestRun tests
+//! check that the kernel's decisions and the model's agree.
 //!
 //! # The algorithm
 //! A class with rate `r` bytes/s and burst `b` bytes keeps one `u64`, the
@@ -13,16 +14,28 @@
 //! ```text
 //! start = max(tat, now)          // an idle bucket refills to full, no more
 //! wait  = start - now            // how far ahead of the rate the class is
-//! conforming  iff  wait == 0  or  (cost <= burst_ns and wait <= burst_ns - cost)
+//! conforming  iff  wait == 0  or  wait < burst_ns
 //! if conforming: tat = start + cost (saturating)
 //! ```
 //!
-//! `burst_ns` is the time `b` bytes take at rate `r`, so a class idle for a
-//! long time may send `b` bytes at once and then `r` bytes/s. A frame larger
-//! than the burst (a GSO super-frame) conforms only when the bucket is full
-//! and then puts the bucket into debt; the long-run rate stays exact. No
-//! expression can overflow: `start - now` cannot underflow, the comparison
-//! is done as a subtraction guarded by `cost <= burst_ns`, and the addition
+//! `burst_ns` is the tolerance: the time `b` bytes plus the qdisc's own
+//! burst (`bpf_maps::shaper::qdisc_burst_bytes`) take at rate `r`. The
+//! program counts frames as they enter the qdisc (HTB at the same
+//! ceiling), which itself sends up to its burst ahead of the rate; a
+//! tolerance of `b` alone would leave no room for any backlog in the qdisc
+//! once the qdisc's burst is as large as `b` (at 200 Mbit/s and above with
+//! the default burst), and every frame queued there would be over the
+//! limit: with `drop`, TCP's sends fail locally until nothing is in flight
+//! and it waits for its probe timer (≥ 200 ms), ~4 % of the rate. So a
+//! class idle for a long time may send the tolerance at once and then `r`
+//! bytes/s; `b` is the backlog it may build in the qdisc.
+//!
+//! A frame conforms while the bucket has any credit left and is charged in
+//! full, so the bucket may go one frame into debt: a GSO super-frame
+//! (charged at its wire length, every segment's headers included) is never
+//! refused whole when the bucket could take part of it, and the long-run
+//! rate stays exact. No expression can overflow: `start - now` cannot
+//! underflow, the cost is computed from clamped inputs, and the addition
 //! saturates. Over-limit frames do not change `tat`.
 //!
 //! # Why the kernel's update is not racy
@@ -52,7 +65,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bpf_maps::shaper::{MAX_CAS_ATTEMPTS, MAX_CHARGED_LEN, NS_PER_BYTE_SHIFT};
+use bpf_maps::shaper::{qdisc_burst_bytes, MAX_CAS_ATTEMPTS, NS_PER_BYTE_SHIFT};
 
 /// Slowest accepted rate, bits per second.
 pub const MIN_RATE_BITS: u64 = 8_000;
@@ -104,8 +117,8 @@ impl BucketParams {
         let rate = u128::from(rate_bits);
         let q = ((8 * NS_PER_SEC) << NS_PER_BYTE_SHIFT) + rate / 2;
         let ns_per_byte_q16 = (q / rate) as u64;
-        let burst_ns = (u128::from(burst_bytes) * u128::from(ns_per_byte_q16)) >> NS_PER_BYTE_SHIFT;
-        if burst_ns > u128::from(MAX_BURST_NS) {
+        let to_ns = |bytes| bytes_to_ns(bytes, ns_per_byte_q16);
+        if to_ns(burst_bytes) > u128::from(MAX_BURST_NS) {
             return Err(BucketError::BurstTooLong {
                 burst_bytes,
                 rate_bits,
@@ -115,7 +128,8 @@ impl BucketParams {
             rate_bits,
             burst_bytes,
             ns_per_byte_q16,
-            burst_ns: burst_ns as u64,
+            burst_ns: to_ns(burst_bytes.saturating_add(qdisc_burst_bytes(rate_bits, burst_bytes)))
+                as u64,
         })
     }
 
@@ -133,38 +147,22 @@ impl BucketParams {
     }
 }
 
-/// The outcome for one frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
-    /// Within the rate; the bucket's `tat` becomes `new_tat`.
-    Conform { new_tat: u64 },
-    /// Over the limit; `tat` is unchanged.
-    OverLimit,
+/// Transmission time of `bytes` at `ns_per_byte_q16`, ns.
+fn bytes_to_ns(bytes: u64, ns_per_byte_q16: u64) -> u128 {
+    (u128::from(bytes) * u128::from(ns_per_byte_q16)) >> NS_PER_BYTE_SHIFT
 }
 
-/// Transmission time of a `len`-byte frame, ns (the kernel's `frame_cost`).
-pub fn frame_cost(len: u32, ns_per_byte_q16: u64) -> u64 {
-    let len = if len > MAX_CHARGED_LEN {
-        MAX_CHARGED_LEN
-    } else {
-        len
-    };
-    (u64::from(len) * ns_per_byte_q16) >> NS_PER_BYTE_SHIFT
-}
-
-/// The GCRA decision for one frame (the kernel's `gcra_decide`).
-pub fn decide(tat: u64, now: u64, len: u32, ns_per_byte_q16: u64, burst_ns: u64) -> Decision {
-    let cost = frame_cost(len, ns_per_byte_q16);
-    let start = if tat > now { tat } else { now };
-    let wait = start - now;
-    if wait == 0 || (cost <= burst_ns && wait <= burst_ns - cost) {
-        Decision::Conform {
-            new_tat: start.saturating_add(cost),
-        }
-    } else {
-        Decision::OverLimit
+#[cfg(test)]
+impl BucketParams {
+    /// The same rate with a tolerance of exactly the burst, no qdisc burst
+    /// on top: the GCRA tests count frames against it.
+    pub(crate) fn without_qdisc_burst(mut self) -> Self {
+        self.burst_ns = bytes_to_ns(self.burst_bytes, self.ns_per_byte_q16) as u64;
+        self
     }
 }
+
+pub use bpf_maps::gcra::{decide, frame_cost, Decision};
 
 /// A bucket shared by threads, updated by the kernel's CAS loop; the
 /// userspace stand-in for one `CW_EG_BUCKETS` slot.

@@ -150,14 +150,9 @@ impl HtbPlan {
     }
 }
 
-/// HTB burst: the class's own burst capped at 10 ms of its rate (HTB
-/// bursts let a class run ahead of its rate; the program's bucket is what
-/// polices), at least 1 ms and ten full frames (HTB's default of one timer
-/// tick starves fast classes).
+/// HTB burst: shared with the TC program's bucket, which must tolerate it.
 fn burst_for(rate_bits: u64, own: u64) -> u64 {
-    own.min(rate_bits / 8 / 100)
-        .max(rate_bits / 8 / 1000)
-        .max(15_140)
+    bpf_maps::shaper::qdisc_burst_bytes(rate_bits, own)
 }
 
 /// DRR quantum: 1 ms at the rate, within HTB's sane range.

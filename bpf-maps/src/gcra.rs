@@ -1,0 +1,60 @@
+//! The GCRA (generic cell rate algorithm) arithmetic of the egress token
+//! bucket: the one copy, compiled into the TC program (`ebpf/src/shaper.rs`)
+//! and into the userspace model (`userspace/causeway/src/shaper/bucket.rs`,
+//! which documents the algorithm and the kernel's compare-and-swap loop).
+//!
+//! Verifier-shaped: no loops, no division, no panicking operation (the
+//! inputs are clamped so that no expression overflows), everything inlined.
+
+use crate::shaper::{MAX_CHARGED_LEN, NS_PER_BYTE_SHIFT};
+
+/// Largest `ns_per_byte_q16` used: `MAX_CHARGED_LEN * q16` stays inside a
+/// `u64` (userspace never writes more: the slowest valid rate is ~2^36).
+pub const MAX_NS_PER_BYTE_Q16: u64 = u64::MAX >> 21;
+
+/// The outcome for one frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Within the rate; the bucket's `tat` becomes `new_tat`.
+    Conform { new_tat: u64 },
+    /// Over the limit; `tat` is unchanged.
+    OverLimit,
+}
+
+/// Transmission time of a `len`-byte frame at `ns_per_byte_q16`, ns.
+#[inline(always)]
+pub fn frame_cost(len: u32, ns_per_byte_q16: u64) -> u64 {
+    let len = if len > MAX_CHARGED_LEN {
+        MAX_CHARGED_LEN
+    } else {
+        len
+    };
+    let q16 = if ns_per_byte_q16 > MAX_NS_PER_BYTE_Q16 {
+        MAX_NS_PER_BYTE_Q16
+    } else {
+        ns_per_byte_q16
+    };
+    (len as u64 * q16) >> NS_PER_BYTE_SHIFT
+}
+
+/// The GCRA decision for a `len`-byte frame at `now` on a bucket whose
+/// theoretical arrival time is `tat`, with tolerance `burst_ns`.
+///
+/// A frame conforms while the bucket holds any credit (`tat - now` below
+/// the tolerance) and is then charged in full: the bucket may go up to one
+/// frame into debt, which the following frames repay. So a GSO super-frame
+/// is never refused whole when the bucket could take part of it, and the
+/// long-run rate stays exact.
+#[inline(always)]
+pub fn decide(tat: u64, now: u64, len: u32, ns_per_byte_q16: u64, burst_ns: u64) -> Decision {
+    let cost = frame_cost(len, ns_per_byte_q16);
+    let start = if tat > now { tat } else { now };
+    let wait = start - now;
+    if wait == 0 || wait < burst_ns {
+        Decision::Conform {
+            new_tat: start.saturating_add(cost),
+        }
+    } else {
+        Decision::OverLimit
+    }
+}
