@@ -182,6 +182,10 @@ fn survivors_of_a_killed_domain_shrink_to_one_domain() {
 fn survivors_of_a_stopped_store_host_shrink_in_bounded_time() {
     let timeout_s = 2.0;
     for v in survivors_shrink(&[0], "STOP", 2000) {
+        assert_eq!(
+            v["failed_peer"], 0,
+            "the failed operation names the hung rank: {v}"
+        );
         let took = v["took_s"].as_f64().expect("took_s");
         // One candidate wait (timeout + the store client's 10 s slack) + set-up.
         assert!(took < timeout_s + 10.0 + 3.0, "shrink took {took}s: {v}");
