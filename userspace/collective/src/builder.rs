@@ -64,6 +64,9 @@ impl CommunicatorBuilder {
         self.host_store = yes;
         self
     }
+    pub(crate) fn into_parts(self) -> (Identity, Options) {
+        (self.id, self.opts)
+    }
     pub fn build(self) -> Result<Communicator> {
         Communicator::start(self.id, self.opts, self.host_store)
     }

@@ -17,6 +17,7 @@ use crate::error::{CollectiveError, Rank, Result};
 use crate::exec::trace::Message;
 use crate::handle::{Finish, Handle};
 use crate::links;
+use crate::membership::Seat;
 use crate::pool::BufferPool;
 use crate::schedule::{Algorithm, OpKind, Plan, Span};
 use crate::store::{StoreClient, StoreServer};
@@ -44,6 +45,8 @@ pub struct Communicator {
     opts: Options,
     pool: BufferPool,
     _server: Option<StoreServer>,
+    /// What a shrink or grow needs (see `membership`).
+    seat: Seat,
 }
 
 impl Communicator {
@@ -87,6 +90,7 @@ impl Communicator {
                 return Err(e);
             }
         };
+        let seat = Seat::new(&id, &opts, joined.addrs.clone(), joined.listener);
         let pool = BufferPool::new(64 + 4 * id.world * opts.window);
         let (ev_tx, ev_rx) = channel();
         // Data frames carry at most one chunk; control frames (aborts) up to a few KiB.
@@ -125,6 +129,7 @@ impl Communicator {
             opts: opts.clone(),
             pool,
             _server: boot.server,
+            seat,
         };
         if opts.probe && id.world > 1 {
             comm.model = crate::probe::measure(&comm, &opts)?;
@@ -227,7 +232,7 @@ impl Communicator {
             .map(|j| j.send(job))
             .is_none_or(|r| r.is_err())
         {
-            let _ = reply.send(Err(CollectiveError::Closed));
+            let _ = reply.send(Err(self.seat.closed_error()));
             progress.finished.store(true, Ordering::Release);
         }
         Handle {
@@ -404,9 +409,28 @@ fn same_len(got: usize, want: usize, what: &str) -> Result<()> {
     Ok(())
 }
 
+impl Communicator {
+    pub(crate) fn seat(&self) -> &Seat {
+        &self.seat
+    }
+    pub(crate) fn seat_mut(&mut self) -> &mut Seat {
+        &mut self.seat
+    }
+    /// Stops the engine without waiting for it (queued operations finish,
+    /// goodbyes to a hung peer may take up to the timeout); every later
+    /// operation fails with [`CollectiveError::Retired`].
+    pub(crate) fn retire(&mut self) {
+        self.seat.retire();
+        self.jobs.take();
+        self.worker.take(); // detached: it exits on its own
+    }
+}
+
 impl Drop for Communicator {
     /// Finishes the queued operations, says goodbye to every peer, stops the worker.
     fn drop(&mut self) {
+        // Refuse shrink probes at once: this rank is leaving (see `membership`).
+        self.seat.close();
         self.jobs.take();
         if let Some(w) = self.worker.take() {
             let _ = w.join();

@@ -138,6 +138,19 @@ pub enum CollectiveError {
     InvalidArgument(String),
     #[error("communicator is closed")]
     Closed,
+    /// The communicator of `epoch` was shrunk or grown; use the one that returned.
+    #[error("communicator of epoch {epoch} is retired (shrunk or grown): use its successor")]
+    Retired { epoch: u64 },
+    /// A shrink or grow towards `epoch` failed.
+    #[error("membership change to epoch {epoch}: {detail}")]
+    Membership { epoch: u64, detail: String },
+    /// The survivors of a failure formed epoch `epoch` without this rank.
+    #[error("rank {rank} was left out of epoch {epoch} (members: old ranks {members:?})")]
+    Excluded {
+        rank: Rank,
+        epoch: u64,
+        members: Vec<Rank>,
+    },
     #[error("shared memory: {0}")]
     Shm(String),
 }

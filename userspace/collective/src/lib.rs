@@ -53,6 +53,29 @@
 //! them at rendezvous and a difference is [`CollectiveError::ConfigMismatch`] on
 //! every rank, naming the option and which ranks set which value.
 //!
+//! ## After a failure: shrink and grow
+//!
+//! An operation that loses a peer fails on every survivor with an error naming
+//! it ([`CollectiveError::peer`]). At that boundary each survivor calls
+//! [`Communicator::shrink`] and continues on the returned communicator (ranks
+//! renumbered densely in old-rank order, [`Communicator::epoch`] + 1); a
+//! newcomer joins with [`CommunicatorBuilder::join`] while the members call
+//! [`Communicator::grow`]. The old communicator is retired: every later call on
+//! it fails with [`CollectiveError::Retired`]. Losing rank 0 (the bootstrap
+//! store) is no special case. Protocol, bounds and limits: [`membership`].
+//!
+//! ```no_run
+//! # use causeway_collective::{Communicator, ReduceOp};
+//! # fn main() -> causeway_collective::Result<()> {
+//! let mut comm = Communicator::from_env()?;
+//! let mut grads = vec![0.0f32; 1 << 20];
+//! if let Err(e) = comm.allreduce(&mut grads, ReduceOp::Sum) {
+//!     eprintln!("lost rank {:?}: {e}", e.peer());
+//!     comm = comm.shrink()?; // the survivors, at this operation boundary
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! ## Layout
 //!
 //! Pure parts: [`schedule`] (plans as data), [`exec`] (the plan executor, a
@@ -85,6 +108,7 @@ pub mod error;
 pub mod exec;
 mod handle;
 mod links;
+pub mod membership;
 mod mesh;
 #[cfg(feature = "peer-clock")]
 pub mod peer_clock;
@@ -106,5 +130,6 @@ pub use dtype::{DType, Element, ReduceOp};
 pub use engine::Progress;
 pub use error::{CollectiveError, ConfigError, Rank, Result, StoreError};
 pub use handle::Handle;
+pub use membership::Membership;
 pub use schedule::Algorithm;
 pub use topology::{LinkClass, Topology};

@@ -56,6 +56,20 @@ impl StoreServer {
             source: Arc::new(e),
         };
         let listener = TcpListener::bind(addr).map_err(|e| io("bind", e))?;
+        Self::serve_on(listener)
+    }
+
+    /// Serves on a listener that is already bound (a communicator's idle mesh
+    /// listener, whose address every peer knows: see `membership`).
+    pub fn serve_on(listener: TcpListener) -> Result<Self, StoreError> {
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let io = |context, e| StoreError::Io {
+            addr: addr.to_string(),
+            context,
+            source: Arc::new(e),
+        };
         listener
             .set_nonblocking(true)
             .map_err(|e| io("set_nonblocking", e))?;
@@ -252,6 +266,18 @@ impl StoreClient {
                 Err(_) => thread::sleep(Duration::from_millis(50)),
             }
         }
+    }
+
+    /// One connection attempt, no retry: `Err` when nothing listens at `addr`
+    /// (a dead process) or it does not answer the handshake within `timeout`.
+    pub fn connect_once(addr: SocketAddr, timeout: Duration) -> Result<Self, StoreError> {
+        let stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| StoreError::Io {
+            addr: addr.to_string(),
+            context: "connect",
+            source: Arc::new(e),
+        })?;
+        let _ = stream.set_nodelay(true);
+        Ok(StoreClient { stream, addr })
     }
 
     /// The local address of the connection: the interface that reaches the master.

@@ -5,16 +5,20 @@
 //! Prints one JSON line per completed iteration and a final line (with the peak
 //! resident set, `peak_rss_bytes`); exits 0 when all
 //! results were right, 3 on a collective error (the line names the blamed peer).
+//! With `--shrink-iters M`, a collective error is followed by `shrink()` (a
+//! `shrunk` line, or `shrink_error` and exit 5) and M more checked allreduces
+//! on the survivors.
 
 use std::time::Instant;
 
 use anyhow::{bail, Result};
 use causeway_collective::cli;
-use causeway_collective::{Communicator, ReduceOp};
+use causeway_collective::{CollectiveError, Communicator, ReduceOp};
 use serde_json::json;
 
-const USAGE: &str = "causeway-collective-worker [--elems N] [--iters K] [--op sum|max]\n\
+const USAGE: &str = "causeway-collective-worker [--elems N] [--iters K] [--op sum|max] [--shrink-iters M]\n\
   Runs K allreduces of N f32 per rank on known data, checks each result.\n\
+  With M > 0, an allreduce error is followed by shrink() and M checked allreduces on the survivors.\n\
   Example: RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 causeway-collective-worker --elems 1000";
 
 fn main() -> std::process::ExitCode {
@@ -28,16 +32,17 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    let args = cli::Args::parse(&["elems", "iters", "op"], USAGE)?;
+    let args = cli::Args::parse(&["elems", "iters", "op", "shrink-iters"], USAGE)?;
     let elems: usize = args.num("elems", 1 << 16)?;
     let iters: usize = args.num("iters", 3)?;
+    let shrink_iters: usize = args.num("shrink-iters", 0)?;
     let op = match args.get("op").unwrap_or("sum") {
         "sum" => ReduceOp::Sum,
         "max" => ReduceOp::Max,
         o => bail!("--op {o}: expected sum or max"),
     };
     let t = Instant::now();
-    let comm = match Communicator::from_env() {
+    let mut comm = match Communicator::from_env() {
         Ok(c) => c,
         Err(e) => {
             cli::outln(
@@ -51,6 +56,43 @@ fn run() -> Result<()> {
         json!({"event": "ready", "rank": r, "world": n, "domain": comm.domain_of(r),
         "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems)), "init_s": t.elapsed().as_secs_f64()}),
     )?;
+    if let Some(e) = allreduces(&comm, elems, iters, op)? {
+        if shrink_iters == 0 {
+            std::process::exit(3);
+        }
+        let t = Instant::now();
+        let next = match comm.shrink() {
+            Ok(c) => c,
+            Err(e) => {
+                cli::outln(json!({"event": "shrink_error", "rank": r, "error": e.to_string()}))?;
+                std::process::exit(5);
+            }
+        };
+        let old = comm.allreduce(&mut [1.0f32], op);
+        cli::outln(
+            json!({"event": "shrunk", "old_rank": r, "rank": next.rank(), "world": next.world_size(),
+            "epoch": next.epoch(), "lost": next.membership().lost, "domains": next.topology().domains().len(),
+            "took_s": t.elapsed().as_secs_f64(), "old_comm": format!("{old:?}"),
+            "failed_with": e.to_string(), "failed_peer": e.peer()}),
+        )?;
+        comm = next;
+        if allreduces(&comm, elems, shrink_iters, op)?.is_some() {
+            std::process::exit(3);
+        }
+    }
+    cli::outln(json!({"event": "done", "rank": comm.rank(), "peak_rss_bytes": peak_rss_bytes()}))?;
+    Ok(())
+}
+
+/// `iters` checked allreduces, one line each; `Some` after a collective error
+/// (printed); exits 4 on a wrong value.
+fn allreduces(
+    comm: &Communicator,
+    elems: usize,
+    iters: usize,
+    op: ReduceOp,
+) -> Result<Option<CollectiveError>> {
+    let (r, n) = (comm.rank(), comm.world_size());
     for it in 0..iters {
         // Small integers: every sum is exact, so the check is exact too.
         let mut v: Vec<f32> = (0..elems).map(|i| ((i + r * 7 + it) % 13) as f32).collect();
@@ -59,7 +101,7 @@ fn run() -> Result<()> {
             cli::outln(
                 json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64()}),
             )?;
-            std::process::exit(3);
+            return Ok(Some(e));
         }
         let want = |i: usize| -> f32 {
             let vals = (0..n).map(|q| ((i + q * 7 + it) % 13) as f32);
@@ -76,11 +118,10 @@ fn run() -> Result<()> {
             std::process::exit(4);
         }
         cli::outln(
-            json!({"event": "iter", "rank": r, "iter": it, "s": t.elapsed().as_secs_f64()}),
+            json!({"event": "iter", "rank": r, "epoch": comm.epoch(), "iter": it, "s": t.elapsed().as_secs_f64()}),
         )?;
     }
-    cli::outln(json!({"event": "done", "rank": r, "peak_rss_bytes": peak_rss_bytes()}))?;
-    Ok(())
+    Ok(None)
 }
 
 /// The process's peak resident set (`VmHWM` of /proc/self/status), when readable.

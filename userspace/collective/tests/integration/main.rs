@@ -21,4 +21,5 @@ mod ops;
 mod procs;
 mod rendezvous;
 mod setup_failure;
+mod shrink;
 mod world;
