@@ -194,43 +194,33 @@ dst_port = "5201-5210"
 class = "bulk"
 "#;
 
-/// A namespace with a veth pair, deleted on drop (which also removes
-/// what was attached inside: the test detaches first).
-struct Netns(String);
+/// A namespace (test-support's guard) with a veth pair; what was attached
+/// inside is detached on drop, before the namespace goes.
+struct Netns(causeway_test_support::netns::Netns);
 
 impl Netns {
     fn new() -> Self {
-        let name = format!("cwp{}", std::process::id());
-        run("ip", &["netns", "add", &name]);
-        let ns = Self(name);
-        run(
-            "ip",
-            &[
-                "-n", &ns.0, "link", "add", "cwp0", "type", "veth", "peer", "name", "cwp1",
-            ],
-        );
-        for dev in ["lo", "cwp0", "cwp1"] {
-            run("ip", &["-n", &ns.0, "link", "set", dev, "up"]);
+        let ns = causeway_test_support::netns::Netns::new("cwp");
+        ns.ip(&[
+            "link", "add", "cwp0", "type", "veth", "peer", "name", "cwp1",
+        ]);
+        for dev in ["cwp0", "cwp1"] {
+            ns.ip(&["link", "set", dev, "up"]);
         }
-        ns
+        Self(ns)
+    }
+
+    fn name(&self) -> &str {
+        self.0.name()
     }
 }
 
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = Command::new(CAUSEWAY)
-            .args(["--netns", &self.0, "detach", "--iface", "cwp0"])
+            .args(["--netns", self.name(), "detach", "--iface", "cwp0"])
             .output();
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
     }
-}
-
-fn run(program: &str, args: &[&str]) {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-    assert!(out.status.success(), "{program} {args:?}: {out:?}");
 }
 
 /// An agent without interfaces, probing a peer that never answers, for
@@ -274,7 +264,15 @@ fn causeway_state_verbs_exit_quietly_into_head() {
     let policy = policy.to_str().expect("a UTF-8 path");
     let attach = Command::new(CAUSEWAY)
         .args([
-            "--netns", &ns.0, "attach", "--iface", "cwp0", "--mode", "skb", "--policy", policy,
+            "--netns",
+            ns.name(),
+            "attach",
+            "--iface",
+            "cwp0",
+            "--mode",
+            "skb",
+            "--policy",
+            policy,
         ])
         .output()
         .expect("causeway attach");
@@ -290,7 +288,7 @@ fn causeway_state_verbs_exit_quietly_into_head() {
         ),
     )
     .expect("write the agent config");
-    let _agent = Agent::start(&ns.0, &config, &socket);
+    let _agent = Agent::start(ns.name(), &config, &socket);
     let socket = socket.to_str().expect("a UTF-8 path");
 
     let verbs: &[&[&str]] = &[
@@ -307,7 +305,7 @@ fn causeway_state_verbs_exit_quietly_into_head() {
         &["log", "--on"],
     ];
     for verb in verbs {
-        let mut argv = vec![CAUSEWAY, "--netns", &ns.0];
+        let mut argv = vec![CAUSEWAY, "--netns", ns.name()];
         argv.extend_from_slice(verb);
         check(&argv, &scratch.0);
     }

@@ -1,70 +1,12 @@
 //! A rank dies mid-allreduce: every other rank's operation fails within the
 //! timeout with an error naming the dead rank; later operations fail fast.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::procs::{spawn_world, wait_for_iterations};
 use crate::world::*;
 use causeway_collective::{CollectiveError, ReduceOp};
-
-pub(crate) struct Ranks(pub Vec<Child>);
-
-impl Drop for Ranks {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-/// Spawns `n` worker processes; their stdout lines arrive as (rank, JSON) on the channel.
-pub(crate) fn spawn_world(
-    n: usize,
-    extra: &[(&str, &str)],
-    args: &[&str],
-) -> (Ranks, Receiver<(usize, serde_json::Value)>) {
-    let port = free_port().to_string();
-    let (tx, rx) = channel();
-    let mut kids = Vec::new();
-    for r in 0..n {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_causeway-collective-worker"));
-        cmd.args(args)
-            .env("RANK", r.to_string())
-            .env("WORLD_SIZE", n.to_string())
-            .env("MASTER_ADDR", "127.0.0.1")
-            .env("MASTER_PORT", &port)
-            .env("CAUSEWAY_DOMAIN", format!("d{}", r % 2))
-            .env("CAUSEWAY_HOST_ID", format!("host{r}"))
-            .env("CAUSEWAY_PROBE", "0")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in extra {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn worker");
-        let out = child.stdout.take().expect("stdout");
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str(&line) {
-                    let _ = tx.send((r, v));
-                }
-            }
-        });
-        kids.push(child);
-    }
-    (Ranks(kids), rx)
-}
 
 #[test]
 fn killed_rank_is_named_by_every_survivor() {
@@ -76,17 +18,7 @@ fn killed_rank_is_named_by_every_survivor() {
         &["--elems", "2000000", "--iters", "100000"],
     );
     // Wait until every rank has completed an allreduce, so the kill lands mid-stream.
-    let mut iterated = vec![false; n];
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !iterated.iter().all(|x| *x) {
-        let (r, v) = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("ranks make progress");
-        assert_ne!(v["event"], "wrong", "rank {r}: {v}");
-        if v["event"] == "iter" {
-            iterated[r] = true;
-        }
-    }
+    wait_for_iterations(&rx, n, 1);
     ranks.0[victim].kill().expect("kill");
     let killed_at = Instant::now();
     let mut errors = vec![None; n];

@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::fault::spawn_world;
+use crate::procs::{spawn_world, wait_for_iterations};
 
 const TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -28,17 +28,7 @@ fn stopped_rank_is_named(victim: usize, algo: &str) {
         &[("CAUSEWAY_TIMEOUT", &ms), ("CAUSEWAY_ALGO", algo)],
         &["--elems", "2000000", "--iters", "100000"],
     );
-    let mut iterated = vec![false; n];
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !iterated.iter().all(|x| *x) {
-        let (r, v) = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("ranks make progress");
-        assert_ne!(v["event"], "wrong", "rank {r}: {v}");
-        if v["event"] == "iter" {
-            iterated[r] = true;
-        }
-    }
+    wait_for_iterations(&rx, n, 1);
     let pid = ranks.0[victim].id();
     signal(pid, "-STOP");
     let stopped_at = Instant::now();

@@ -82,6 +82,38 @@ pub fn spawn_ranks(
     (Procs(kids), rx)
 }
 
+/// Spawns a world of `n` workers in two domains (`d{r % 2}`), with `extra`
+/// environment on every rank, on a fresh port.
+pub fn spawn_world(
+    n: usize,
+    extra: &[(&str, &str)],
+    args: &[&str],
+) -> (Procs, Receiver<(usize, serde_json::Value)>) {
+    let ranks: Vec<usize> = (0..n).collect();
+    let env = |r: usize| {
+        let mut env = vec![("CAUSEWAY_DOMAIN".to_string(), format!("d{}", r % 2))];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        env
+    };
+    spawn_ranks(n, &ranks, free_port(), env, args)
+}
+
+/// Waits until each of the `n` ranks has printed `count` `iter` lines (so a
+/// fault injected next lands mid-sequence); a `wrong` line fails the test.
+pub fn wait_for_iterations(rx: &Receiver<(usize, serde_json::Value)>, n: usize, count: usize) {
+    let mut iterated = vec![0; n];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while iterated.iter().any(|k| *k < count) {
+        let (r, v) = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("ranks make progress");
+        assert_ne!(v["event"], "wrong", "rank {r}: {v}");
+        if v["event"] == "iter" {
+            iterated[r] += 1;
+        }
+    }
+}
+
 /// The first `error` or `done` line of each of `ranks`, with when it arrived
 /// (relative to `since`); panics if one does not come within `limit`.
 pub fn outcomes(

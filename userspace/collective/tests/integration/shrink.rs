@@ -5,7 +5,7 @@
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
-use crate::fault::spawn_world;
+use crate::procs::{spawn_world, wait_for_iterations};
 use crate::world::test_options;
 use causeway_collective::store::StoreServer;
 use causeway_collective::{CollectiveError, Communicator, Options, Rank, ReduceOp};
@@ -86,17 +86,7 @@ fn survivors_shrink(victims: &[Rank], signal: &str, timeout_ms: u64) -> Vec<serd
             "100",
         ],
     );
-    let mut iterated = vec![0; n];
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while iterated.iter().any(|k| *k < 3) {
-        let (r, v) = rx
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("ranks make progress");
-        assert_ne!(v["event"], "wrong", "rank {r}: {v}");
-        if v["event"] == "iter" {
-            iterated[r] += 1;
-        }
-    }
+    wait_for_iterations(&rx, n, 3);
     for &v in victims {
         let pid = ranks.0[v].id().to_string();
         let st = std::process::Command::new("kill")
