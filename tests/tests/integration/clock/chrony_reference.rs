@@ -20,6 +20,11 @@ fn programs_or_skip(test: &str) -> Option<Programs> {
     match chrony::installed() {
         Ok(p) => Some(p),
         Err(e) => {
+            // `cargo xtask setup` installs chrony: missing under CI is a failure.
+            assert!(
+                !causeway_test_support::root::under_ci(),
+                "{test}: chrony unavailable under CI: {e}"
+            );
             eprintln!("SKIP: {test}: chrony unavailable: {e}");
             None
         }
