@@ -230,3 +230,55 @@ fn address_cache_never_serves_a_replaced_rule_set() {
         (3, 0, 1)
     );
 }
+
+/// The kernel answers tabled tries from the address table, not the LPM
+/// tries: with the live set's LPM entries removed behind the handle's back,
+/// first frames (cache off) are classified as before.
+#[test]
+fn first_frames_are_answered_by_the_address_table() {
+    require_root!("first_frames_are_answered_by_the_address_table");
+    let mut h = Harness::load();
+    h.maps.set_address_cache(false).expect("cache off");
+    let narrow = RuleSet::new(vec![
+        Rule {
+            src: net("10.1.2.0/24"),
+            ..rule(1, 3, Verdict::Drop)
+        },
+        Rule {
+            src: net("10.1.0.0/16"),
+            ..rule(2, 4, Verdict::Pass)
+        },
+    ])
+    .expect("rule set");
+    h.maps.apply(&narrow).expect("apply");
+    let set = h.maps.config().expect("config").active_set;
+    let other = v4_udp(&[], V4::new([10, 1, 9, 9], LOCAL, 17), 1000, 29501, 16);
+    assert_eq!(h.run(&peer_frame()), XDP_DROP, "10.1.2.x: the /24");
+    assert_eq!(h.run(&other), XDP_PASS);
+    let before = h.counters();
+    assert_eq!((before[3].drops, before[4].packets), (1, 1));
+
+    let map = h.ebpf.map_mut(MAP_SRC_V4).expect("map");
+    let mut trie = LpmTrie::<_, Ipv4LpmData, RuleBitmap>::try_from(map).expect("trie");
+    let keys: Vec<_> = trie
+        .keys()
+        .map(|k| k.expect("key"))
+        .filter(|k| k.data().set == set)
+        .collect();
+    assert_eq!(keys.len(), 3, "/0, /16 and /24");
+    for key in &keys {
+        trie.remove(key).expect("remove an entry");
+    }
+    assert_eq!(
+        h.run(&peer_frame()),
+        XDP_DROP,
+        "still the /24, from the table"
+    );
+    assert_eq!(h.run(&other), XDP_PASS);
+    let after = h.counters();
+    assert_eq!(
+        (after[3].drops, after[4].packets),
+        (2, 2),
+        "both frames were classified into their rules' classes, not the default"
+    );
+}
