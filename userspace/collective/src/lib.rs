@@ -99,6 +99,7 @@ mod builder;
 #[cfg(feature = "cli")]
 #[doc(hidden)]
 pub mod cli;
+pub mod codec;
 mod comm;
 pub mod config;
 pub mod cost;
