@@ -12,7 +12,7 @@
 //! stochastic rounding takes its random bits from a counter hash of (seed,
 //! element index), so there is no loop-carried state.
 
-use super::{f32_at, need_f32, open, write_header, Codec, CodecError, CodecSpec, Rounding};
+use super::{need_f32, open, write_header, Codec, CodecError, CodecSpec, Rounding};
 use crate::dtype::DType;
 
 /// The scale that marks a raw block (a NaN bit pattern).
@@ -85,16 +85,18 @@ impl Codec for Int8 {
             let q = &mut out[at + 4..];
             match self.rounding {
                 Rounding::Nearest => {
-                    for (k, o) in q.iter_mut().enumerate() {
-                        let v = round_ne(f32_at(x, k) * inv).clamp(-127.0, 127.0);
+                    for (o, b) in q.iter_mut().zip(x.chunks_exact(4)) {
+                        let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                        let v = round_ne(v * inv).clamp(-127.0, 127.0);
                         *o = (v as i32 as i8) as u8;
                     }
                 }
                 Rounding::Stochastic => {
                     let base = (bi * block) as u32;
-                    for (k, o) in q.iter_mut().enumerate() {
+                    for (k, (o, b)) in q.iter_mut().zip(x.chunks_exact(4)).enumerate() {
                         let u = uniform(seed, base.wrapping_add(k as u32));
-                        let v = round_ne(f32_at(x, k) * inv + u - 0.5).clamp(-127.0, 127.0);
+                        let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                        let v = round_ne(v * inv + u - 0.5).clamp(-127.0, 127.0);
                         *o = (v as i32 as i8) as u8;
                     }
                 }
