@@ -46,7 +46,19 @@ impl Codec for Bf16 {
         write_header(self.spec(), src.len(), out)?;
         let at = out.len();
         out.resize(at + 2 * n, 0);
-        for (o, i) in out[at..].chunks_exact_mut(2).zip(src.chunks_exact(4)) {
+        let dst = &mut out[at..];
+        // Aligned (the usual case, and little-endian): typed slices vectorise best.
+        #[cfg(target_endian = "little")]
+        if let (Ok(x), Ok(o)) = (
+            bytemuck::try_cast_slice::<u8, u32>(src),
+            bytemuck::try_cast_slice_mut::<u8, u16>(dst),
+        ) {
+            for (o, &b) in o.iter_mut().zip(x) {
+                *o = bf16_bits(b);
+            }
+            return Ok(());
+        }
+        for (o, i) in dst.chunks_exact_mut(2).zip(src.chunks_exact(4)) {
             let b = u32::from_le_bytes([i[0], i[1], i[2], i[3]]);
             o.copy_from_slice(&bf16_bits(b).to_le_bytes());
         }
@@ -86,6 +98,14 @@ impl Codec for Fp16 {
         write_header(self.spec(), src.len(), out)?;
         let at = out.len();
         out.resize(at + 2 * n, 0);
+        #[cfg(target_endian = "little")]
+        if let (Ok(x), Ok(o)) = (
+            bytemuck::try_cast_slice::<u8, f32>(src),
+            bytemuck::try_cast_slice_mut::<u8, f16>(&mut out[at..]),
+        ) {
+            o.convert_from_f32_slice(x);
+            return Ok(());
+        }
         let mut xs = [0f32; BLOCK];
         let mut hs = [f16::ZERO; BLOCK];
         for (o, i) in out[at..].chunks_mut(2 * BLOCK).zip(src.chunks(4 * BLOCK)) {
@@ -109,6 +129,14 @@ impl Codec for Fp16 {
                 codec: self.spec(),
                 reason: "body is not two bytes per element",
             });
+        }
+        #[cfg(target_endian = "little")]
+        if let (Ok(h), Ok(o)) = (
+            bytemuck::try_cast_slice::<u8, f16>(body),
+            bytemuck::try_cast_slice_mut::<u8, f32>(dst),
+        ) {
+            h.convert_to_f32_slice(o);
+            return Ok(());
         }
         let mut xs = [0f32; BLOCK];
         let mut hs = [f16::ZERO; BLOCK];

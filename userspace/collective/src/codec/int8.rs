@@ -45,6 +45,10 @@ fn uniform(seed: u32, i: u32) -> f32 {
 }
 
 fn max_abs_bits(x: &[u8]) -> u32 {
+    #[cfg(target_endian = "little")]
+    if let Ok(w) = bytemuck::try_cast_slice::<u8, u32>(x) {
+        return w.iter().map(|b| b & 0x7fff_ffff).fold(0, u32::max);
+    }
     x.chunks_exact(4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff)
         .fold(0, u32::max)
@@ -85,6 +89,13 @@ impl Codec for Int8 {
             let q = &mut out[at + 4..];
             match self.rounding {
                 Rounding::Nearest => {
+                    #[cfg(target_endian = "little")]
+                    if let Ok(xs) = bytemuck::try_cast_slice::<u8, f32>(x) {
+                        for (o, v) in q.iter_mut().zip(xs) {
+                            *o = (round_ne(v * inv).clamp(-127.0, 127.0) as i32 as i8) as u8;
+                        }
+                        continue;
+                    }
                     for (o, b) in q.iter_mut().zip(x.chunks_exact(4)) {
                         let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                         let v = round_ne(v * inv).clamp(-127.0, 127.0);

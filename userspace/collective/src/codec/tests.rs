@@ -438,3 +438,25 @@ fn specs_parse_and_print() {
         assert!(CodecSpec::parse(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn unaligned_chunks_encode_and_decode_like_aligned_ones() {
+    let x: Vec<f32> = (0..777)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
+        .collect();
+    let raw = bytes(&x);
+    let mut shifted = vec![0u8; raw.len() + 1];
+    shifted[1..].copy_from_slice(&raw);
+    for spec in ALL {
+        let c = spec.codec().unwrap().unwrap();
+        let (mut a, mut b) = (Vec::new(), vec![0u8]);
+        c.encode(&raw, DType::F32, 3, &mut a).unwrap();
+        c.encode(&shifted[1..], DType::F32, 3, &mut b).unwrap();
+        assert_eq!(a, b[1..], "{spec}: encoded bytes");
+        let mut d1 = vec![0u8; raw.len()];
+        let mut d2 = vec![0u8; raw.len() + 1];
+        c.decode(&a, DType::F32, &mut d1).unwrap();
+        c.decode(&b[1..], DType::F32, &mut d2[1..]).unwrap();
+        assert_eq!(d1, d2[1..], "{spec}: decoded bytes");
+    }
+}
