@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_allreduce;
+mod bench_codecs;
 mod build;
 mod cmd;
 mod demo;

@@ -59,6 +59,12 @@ impl CommunicatorBuilder {
         self.opts = o;
         self
     }
+    /// The codec of payloads that cross domains when a call names none
+    /// (as `CAUSEWAY_WAN_CODEC`).
+    pub fn wan_codec(mut self, c: crate::codec::CodecSpec) -> Self {
+        self.opts.wan_codec = c;
+        self
+    }
     /// `false`: rank 0 does not start a store (one is already running at `master`).
     pub fn host_store(mut self, yes: bool) -> Self {
         self.host_store = yes;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::builder::CommunicatorBuilder;
+use crate::calls::CallCodec;
 use crate::config::{Identity, Options};
 use crate::cost::CostModel;
 use crate::dtype::{DType, Element, ReduceOp};
@@ -146,6 +147,9 @@ impl Communicator {
     pub fn rank(&self) -> Rank {
         self.rank
     }
+    pub(crate) fn options(&self) -> &Options {
+        &self.opts
+    }
     pub fn world_size(&self) -> usize {
         self.world
     }
@@ -200,15 +204,15 @@ impl Communicator {
                 .map(|v| map(*v))
                 .map_err(|_| CollectiveError::Closed)
         });
-        self.submit_work(kind, T::DTYPE, op, Box::new(buf), record, map)
+        let codec = self.default_codec(&kind);
+        self.submit_work(kind, (T::DTYPE, op, codec), Box::new(buf), record, map)
     }
 
     /// Queues a job on any working buffer; `map` turns it back into the result.
     fn submit_work<R: 'static>(
         &self,
         kind: JobKind,
-        dtype: DType,
-        op: ReduceOp,
+        (dtype, op, codec): (DType, ReduceOp, CallCodec),
         buf: Box<dyn WorkBuf>,
         record: Option<Arc<Mutex<Vec<Message>>>>,
         map: Finish<R>,
@@ -225,12 +229,13 @@ impl Communicator {
             reply: reply.clone(),
             waker: waker.clone(),
             record,
+            codec,
         };
         if self
             .jobs
             .as_ref()
-            .map(|j| j.send(job))
-            .is_none_or(|r| r.is_err())
+            .map(|j| j.send(job).is_ok())
+            .is_none_or(|sent| !sent)
         {
             let _ = reply.send(Err(self.seat.closed_error()));
             progress.finished.store(true, Ordering::Release);
@@ -252,12 +257,23 @@ impl Communicator {
     /// Runs `kind` in `buf` itself: the engine works in the caller's memory
     /// (lent for the duration, see [`Loan`]), no copy in or out.
     fn in_place<T: Element>(&self, kind: JobKind, op: ReduceOp, buf: &mut [T]) -> Result<()> {
+        let codec = self.default_codec(&kind);
+        self.in_place_with(kind, op, buf, codec)
+    }
+
+    /// [`in_place`](Self::in_place) with this call's codec.
+    pub(crate) fn in_place_with<T: Element>(
+        &self,
+        kind: JobKind,
+        op: ReduceOp,
+        buf: &mut [T],
+        codec: CallCodec,
+    ) -> Result<()> {
         let (loan, lent) = Loan::new(buf);
         let res = self
             .submit_work(
                 kind,
-                T::DTYPE,
-                op,
+                (T::DTYPE, op, codec),
                 Box::new(lent),
                 None,
                 Box::new(|_| Ok(())),

@@ -76,6 +76,10 @@ pub struct Options {
     /// unpaced, for transfers of at most `latency_bytes`.
     pub wan_latency_stream: bool,
     pub latency_bytes: usize,
+    /// Codec of the payloads that cross domains when a call names none
+    /// (`CAUSEWAY_WAN_CODEC`; a lossy one applies to allreduce and
+    /// reduce-scatter only, see [`crate::CallOptions`]).
+    pub wan_codec: crate::codec::CodecSpec,
 }
 
 impl Default for Options {
@@ -99,6 +103,7 @@ impl Default for Options {
             wan_rate_bps: None,
             wan_latency_stream: true,
             latency_bytes: 256 << 10,
+            wan_codec: crate::codec::CodecSpec::None,
         }
     }
 }
@@ -171,7 +176,9 @@ impl Options {
     /// across domains, `default` = the system's), `CAUSEWAY_WAN_RATE` (WAN rate per
     /// direction, e.g. `200mbit`: pace connections across domains; unset = off),
     /// `CAUSEWAY_LATENCY_STREAM` (0/1) and `CAUSEWAY_LATENCY_BYTES` (a size: transfers
-    /// up to it take the extra loss-based connection across domains). Sizes and
+    /// up to it take the extra loss-based connection across domains),
+    /// `CAUSEWAY_WAN_CODEC` (`none`, `bf16`, `fp16`, `int8[:BLOCK[:stochastic]]`,
+    /// `topk:1%`, `lz4`, `zstd[:LEVEL]`: [`crate::codec::CodecSpec::parse`]). Sizes and
     /// rates are read by `causeway_core::units` (sizes in powers of 1024, bare
     /// numbers are bytes and bit/s). A variable of [`RENAMED_VARS`] that is set is
     /// an error.
@@ -227,6 +234,14 @@ impl Options {
         o.latency_bytes = size("CAUSEWAY_LATENCY_BYTES")?.unwrap_or(o.latency_bytes);
         if let Some(bps) = unit_var("CAUSEWAY_WAN_RATE", parse_rate_bps)? {
             o.wan_rate_bps = Some(bps);
+        }
+        if let Some(c) = var("CAUSEWAY_WAN_CODEC") {
+            o.wan_codec =
+                crate::codec::CodecSpec::parse(&c).map_err(|e| ConfigError::InvalidVar {
+                    name: "CAUSEWAY_WAN_CODEC".into(),
+                    value: c.clone(),
+                    reason: e.to_string(),
+                })?;
         }
         o.validate()?;
         Ok(o)

@@ -118,6 +118,12 @@ pub enum CollectiveError {
     },
     #[error("frame from peer rank {peer}: {source}")]
     Frame { peer: Rank, source: FrameError },
+    /// A payload from `peer` that does not decode with this call's codec.
+    #[error("payload from peer rank {peer}: {source}")]
+    Codec {
+        peer: Rank,
+        source: crate::codec::CodecError,
+    },
     #[error("peer rank {peer} sent data that does not match this operation: {detail}")]
     Mismatch { peer: Rank, detail: String },
     /// Ranks made different calls as operation `op`: rank `me` (this one, or,
@@ -168,6 +174,7 @@ impl CollectiveError {
         match self {
             CollectiveError::PeerFailed { peer, .. }
             | CollectiveError::Frame { peer, .. }
+            | CollectiveError::Codec { peer, .. }
             | CollectiveError::Mismatch { peer, .. }
             | CollectiveError::CallMismatch { peer, .. }
             | CollectiveError::Unresponsive { peer, .. } => Some(*peer),

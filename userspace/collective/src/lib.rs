@@ -46,6 +46,7 @@
 //! | `CAUSEWAY_WAN_RATE` | WAN rate per direction when known, e.g. `200mbit`: the bulk streams of a domain are paced (SO_MAX_PACING_RATE) to share 96 % of it (unset = not paced) |
 //! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |
 //! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (`1mb`) and lanes in flight (4) |
+//! | `CAUSEWAY_WAN_CODEC` | codec of what crosses domains when a call names none (`none`; `bf16`, `fp16`, `int8[:BLOCK[:stochastic]]`, `topk:1%`, `lz4`, `zstd[:LEVEL]`; lossy ones apply to allreduce and reduce-scatter: [`CallOptions`]) |
 //!
 //! The options that change the wire (streams, shared memory, chunk size, window,
 //! the latency stream and its size, `CAUSEWAY_ALGO`, the probe, `CAUSEWAY_COST`:
@@ -96,9 +97,11 @@
 mod agree;
 pub mod blame;
 mod builder;
+mod calls;
 #[cfg(feature = "cli")]
 #[doc(hidden)]
 pub mod cli;
+pub mod codec;
 mod comm;
 pub mod config;
 pub mod cost;
@@ -123,6 +126,8 @@ pub mod transport;
 pub mod wire;
 
 pub use builder::CommunicatorBuilder;
+pub use calls::CallOptions;
+pub use codec::CodecSpec;
 pub use comm::Communicator;
 pub use config::{DomainClaim, Identity, Options};
 pub use cost::CostModel;

@@ -1,4 +1,5 @@
 //! The collective library on the agent's clock maps and the emulated WAN.
 
+mod convergence;
 mod peer_clock;
 mod testbed;

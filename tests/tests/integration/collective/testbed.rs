@@ -18,6 +18,12 @@ const WORLD: usize = 4;
 
 /// Builds the worker binary with the profile this test was built with and returns its path.
 fn worker_binary() -> PathBuf {
+    collective_binary("causeway-collective-worker", false)
+}
+
+/// Builds binary `name` of causeway-collective with this test's profile (or
+/// release, when `release`); its path.
+pub(super) fn collective_binary(name: &str, release: bool) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable");
     // target/<profile>/deps/<test> → target/<profile>
     let profile_dir = exe
@@ -26,17 +32,15 @@ fn worker_binary() -> PathBuf {
         .expect("target/<profile>")
         .to_path_buf();
     let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
-    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    let release = release || profile_dir.file_name().is_some_and(|n| n == "release");
+    let profile_dir = if release {
+        target_dir.join("release")
+    } else {
+        profile_dir
+    };
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args([
-        "build",
-        "-q",
-        "-p",
-        "causeway-collective",
-        "--bin",
-        "causeway-collective-worker",
-    ]);
+    cmd.args(["build", "-q", "-p", "causeway-collective", "--bin", name]);
     if release {
         cmd.arg("--release");
     }
@@ -44,19 +48,16 @@ fn worker_binary() -> PathBuf {
         .env("CARGO_TARGET_DIR", &target_dir)
         .status()
         .expect("run cargo build");
-    assert!(
-        status.success(),
-        "building causeway-collective-worker failed"
-    );
-    profile_dir.join("causeway-collective-worker")
+    assert!(status.success(), "building {name} failed");
+    profile_dir.join(name)
 }
 
-struct World {
-    ranks: Vec<Option<NsChild>>,
-    lines: Receiver<(usize, Value)>,
+pub(super) struct World {
+    pub ranks: Vec<Option<NsChild>>,
+    pub lines: Receiver<(usize, Value)>,
 }
 
-fn start(tb: &Testbed, bin: &Path, port: u16, args: &[&str]) -> World {
+pub(super) fn start(tb: &Testbed, bin: &Path, port: u16, args: &[&str]) -> World {
     let master = tb.host(0, 0).ip.to_string();
     let (tx, lines) = channel();
     let mut ranks = Vec::new();
@@ -94,7 +95,7 @@ fn start(tb: &Testbed, bin: &Path, port: u16, args: &[&str]) -> World {
     World { ranks, lines }
 }
 
-fn next(w: &World, deadline: Instant) -> (usize, Value) {
+pub(super) fn next(w: &World, deadline: Instant) -> (usize, Value) {
     w.lines
         .recv_timeout(deadline.saturating_duration_since(Instant::now()))
         .expect("a rank reports before the deadline")

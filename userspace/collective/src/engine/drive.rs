@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
+use super::wan::{seed, WanCodec};
 use super::{progress_add, Engine, Job, Progress};
 use crate::blame::{Decision, How, Judge, JudgeConfig, Link, Verdict};
 use crate::config::Options;
@@ -23,6 +24,7 @@ use crate::links::Event;
 use crate::pool::PooledBuf;
 use crate::schedule::confirm::scratch_elems;
 use crate::schedule::Plan;
+use crate::topology::LinkClass;
 use crate::wire::{decode_abort, Abort, Call, Frame, FrameHeader, FrameKind};
 
 /// How the engine configures the executor for operation `op` (`rank`'s `call`)
@@ -65,6 +67,8 @@ struct Driver<'a, 'p> {
     /// Why each peer's first connection ended, and what each Abort said.
     closed_why: BTreeMap<Rank, String>,
     reasons: BTreeMap<Rank, String>,
+    /// What crosses domains is encoded with this ([`crate::calls`]).
+    wan: Option<WanCodec>,
 }
 
 pub(super) fn execute(
@@ -91,6 +95,8 @@ pub(super) fn execute(
         ..
     } = job;
     let judge = Judge::new(JudgeConfig::new(e.me, e.opts.timeout));
+    let max_raw = exec_config(&e.opts, seq, e.me, call, esize).frame_bytes;
+    let wan = WanCodec::new(job.codec, max_raw)?;
     let mut d = Driver {
         e,
         ex,
@@ -106,6 +112,7 @@ pub(super) fn execute(
         judge,
         closed_why: BTreeMap::new(),
         reasons: BTreeMap::new(),
+        wan,
     };
     let res = d.run();
     if let (Some(t), Some(r)) = (d.trace.take(), record.as_ref()) {
@@ -337,9 +344,13 @@ impl Driver<'_, '_> {
             step: h.step as usize,
             offset: h.offset,
         };
-        let len = f.payload.len();
-        self.ex
-            .chunk_arrived(peer, h.call, id, len, f.payload, now)?;
+        let payload = if h.call == Some(self.call) && self.crosses(peer) {
+            self.decode(peer, &f.payload)?
+        } else {
+            f.payload
+        };
+        let len = payload.len();
+        self.ex.chunk_arrived(peer, h.call, id, len, payload, now)?;
         self.flush()
     }
 
@@ -360,22 +371,27 @@ impl Driver<'_, '_> {
 
     fn send(&mut self, s: &SendChunk) -> Result<()> {
         let peer = s.peer;
+        let p = if self.crosses(peer) {
+            self.encode(s)?
+        } else {
+            let bytes = region(self.buf, &mut self.scratch, s.range.clone());
+            let mut p = self.e.pool.take(bytes.len());
+            p.copy_from_slice(bytes);
+            p
+        };
         let link = self.e.peers.get_mut(peer).and_then(Option::as_mut).ok_or(
             CollectiveError::PeerFailed {
                 peer,
                 detail: "no connection".into(),
             },
         )?;
-        let bytes = region(self.buf, &mut self.scratch, s.range.clone());
-        let mut p = self.e.pool.take(bytes.len());
-        p.copy_from_slice(bytes);
         let h = FrameHeader {
             kind: FrameKind::Data,
             op: self.seq,
             lane: s.lane as u32,
             step: s.step as u32,
             offset: s.offset,
-            len: bytes.len() as u32,
+            len: p.len() as u32,
             call: Some(s.call),
         };
         if let Some(t) = &mut self.trace {
@@ -386,6 +402,40 @@ impl Driver<'_, '_> {
             self.lost(peer, "connection closed".into());
         }
         Ok(())
+    }
+
+    /// Whether payloads to and from `peer` are encoded (a codec, another domain).
+    fn crosses(&self, peer: Rank) -> bool {
+        self.wan.is_some() && self.e.topo.class(self.e.me, peer) == LinkClass::InterDomain
+    }
+
+    /// The encoded payload of send `s` ([`WanCodec::encode`]).
+    fn encode(&mut self, s: &SendChunk) -> Result<PooledBuf> {
+        let Some(w) = self.wan.as_mut() else {
+            return Err(CollectiveError::InvalidArgument("no codec".into()));
+        };
+        let seed = seed(self.seq, s, self.e.me);
+        let total = self.buf.len() / 4;
+        let part = (s.range.end <= self.buf.len()).then_some(s.range.start / 4);
+        let bytes = region(self.buf, &mut self.scratch, s.range.clone());
+        let part = part.map(|at| (total, at));
+        w.encode(
+            bytes,
+            part,
+            self.dtype,
+            seed,
+            &mut self.e.feedback,
+            &self.e.pool,
+        )
+        .map_err(|e| CollectiveError::InvalidArgument(format!("encoding for rank {}: {e}", s.peer)))
+    }
+
+    fn decode(&mut self, peer: Rank, payload: &[u8]) -> Result<PooledBuf> {
+        let Some(w) = self.wan.as_ref() else {
+            return Err(CollectiveError::InvalidArgument("no codec".into()));
+        };
+        w.decode(payload, self.dtype, &self.e.pool)
+            .map_err(|source| CollectiveError::Codec { peer, source })
     }
 
     fn apply(&mut self, a: ApplyChunk<PooledBuf>) {

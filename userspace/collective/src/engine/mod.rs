@@ -9,6 +9,8 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
 use crate::blame::{heartbeat_interval, How, Verdict};
+use crate::calls::CallCodec;
+use crate::codec::{CodecSpec, ErrorFeedback};
 use crate::config::Options;
 use crate::cost::{select, CostModel, Setting};
 use crate::dtype::{finish, DType, ReduceOp};
@@ -16,7 +18,7 @@ use crate::error::{CollectiveError, Rank, Result};
 use crate::exec::trace::Message;
 use crate::links::{Event, PeerLink};
 use crate::pool::BufferPool;
-use crate::schedule::{build_all, OpKind, Plan, Span};
+use crate::schedule::{build_all, Algorithm, OpKind, Plan, Span};
 use crate::topology::Topology;
 use crate::wire::{encode_abort, Abort, Call, CallKind, CallReport, Codec, Frame, FrameKind};
 
@@ -26,6 +28,7 @@ mod drive;
 pub(crate) mod lent;
 #[cfg(test)]
 mod tests;
+mod wan;
 
 /// A working buffer the engine can view as bytes (a `Vec<T>` of some element type).
 pub(crate) trait WorkBuf: Send {
@@ -56,6 +59,8 @@ pub(crate) enum JobKind {
     /// A fixed plan (start-up probes); the reply carries the time it took.
     Plan(Plan),
     SetCost(CostModel),
+    /// Forget error-feedback residuals (one tensor's, or all).
+    ResetFeedback(Option<crate::codec::TensorKey>),
 }
 
 pub(crate) struct Job {
@@ -69,6 +74,8 @@ pub(crate) struct Job {
     pub waker: Arc<std::sync::Mutex<Option<std::task::Waker>>>,
     /// When set, every chunk sent and applied is recorded here (tests).
     pub record: Option<Arc<std::sync::Mutex<Vec<Message>>>>,
+    /// The codec across domains and the error-feedback key.
+    pub codec: CallCodec,
 }
 
 pub(crate) struct Engine {
@@ -84,7 +91,9 @@ pub(crate) struct Engine {
     failure: Option<CollectiveError>,
     /// Frames that arrived for operations not started yet.
     future: Vec<(Rank, Frame)>,
-    plans: HashMap<(OpKind, usize, usize), Arc<Plan>>,
+    plans: HashMap<(OpKind, usize, usize, Option<Algorithm>), Arc<Plan>>,
+    /// Residuals of lossy calls with a feedback key.
+    pub feedback: ErrorFeedback,
     /// Connection-ended events seen so far, per peer.
     pub closed: Vec<usize>,
     /// How the failing operation decided whom to blame (for the Abort).
@@ -117,6 +126,7 @@ impl Engine {
             failure: None,
             future: Vec::new(),
             plans: HashMap::new(),
+            feedback: ErrorFeedback::new(),
             closed: vec![0; world],
             verdict: None,
         }
@@ -177,9 +187,19 @@ impl Engine {
                 self.plans.clear();
                 return Ok(());
             }
+            JobKind::ResetFeedback(key) => {
+                match key {
+                    Some(k) => {
+                        self.feedback.reset(*k);
+                    }
+                    None => self.feedback.clear(),
+                }
+                return Ok(());
+            }
             JobKind::Op(k) => Some(*k),
             JobKind::Plan(_) => None,
         };
+        let force = codec_plan(&self.topo, kind, job.dtype, job.codec.spec)?;
         let esize = job.dtype.size();
         let bytes = job.buf.bytes();
         if !bytes.len().is_multiple_of(esize) {
@@ -195,7 +215,7 @@ impl Engine {
         }
         let plan = match (&job.kind, kind) {
             (JobKind::Plan(p), _) => Arc::new(p.clone()),
-            (_, Some(k)) => match self.plan(k, count, esize) {
+            (_, Some(k)) => match self.plan(k, count, esize, force) {
                 Ok(p) => p,
                 Err(e) => {
                     self.fail(e.clone());
@@ -204,7 +224,8 @@ impl Engine {
             },
             _ => return Ok(()),
         };
-        let call = call_of(kind, job.dtype, job.op, count);
+        let mut call = call_of(kind, job.dtype, job.op, count);
+        call.codec = Codec::of(job.codec.spec);
         let res = drive::execute(self, seq, call, &plan, job, esize);
         if let Err(e) = &res {
             self.fail(e.clone());
@@ -227,12 +248,19 @@ impl Engine {
 
     /// The plan for `kind` on `count` elements: the algorithm is chosen once per
     /// (operation, size, element size) by [`select`], then cached.
-    fn plan(&mut self, kind: OpKind, count: usize, esize: usize) -> Result<Arc<Plan>> {
-        if let Some(p) = self.plans.get(&(kind, count, esize)) {
+    /// `force` overrides the configured algorithm (a lossy codec's shape).
+    fn plan(
+        &mut self,
+        kind: OpKind,
+        count: usize,
+        esize: usize,
+        force: Option<Algorithm>,
+    ) -> Result<Arc<Plan>> {
+        if let Some(p) = self.plans.get(&(kind, count, esize, force)) {
             return Ok(p.clone());
         }
         let s = Setting::new(&self.topo, &self.model, &self.opts, esize);
-        let algo = select(kind, count, esize, self.opts.algorithm, &s);
+        let algo = force.unwrap_or_else(|| select(kind, count, esize, self.opts.algorithm, &s));
         let mut plans = build_all(kind, count, &self.topo, algo, s.chunk).ok_or_else(|| {
             CollectiveError::InvalidArgument(format!(
                 "{algo:?} cannot run {kind:?} on this topology"
@@ -244,7 +272,7 @@ impl Engine {
             self.plans.clear();
         }
         let plan = Arc::new(plan);
-        self.plans.insert((kind, count, esize), plan.clone());
+        self.plans.insert((kind, count, esize, force), plan.clone());
         Ok(plan)
     }
 
@@ -303,6 +331,41 @@ impl Engine {
             self.opts.timeout.min(std::time::Duration::from_secs(1)),
             stopped,
         );
+    }
+}
+
+/// Refuses a lossy codec where it would not leave every rank bit-identical
+/// ([`crate::calls`]) and returns the algorithm it needs: a lossy allreduce
+/// across domains runs the hierarchical exchange between two equal domains.
+fn codec_plan(
+    topo: &Topology,
+    kind: Option<OpKind>,
+    dtype: DType,
+    spec: CodecSpec,
+) -> Result<Option<Algorithm>> {
+    if spec.is_lossless() {
+        return match kind {
+            None | Some(OpKind::Barrier) if spec != CodecSpec::None => Err(
+                CollectiveError::InvalidArgument(format!("{spec} does not apply to a barrier")),
+            ),
+            _ => Ok(None),
+        };
+    }
+    let refuse = |why: &str| Err(CollectiveError::InvalidArgument(format!("{spec}: {why}")));
+    if dtype != DType::F32 {
+        return refuse("lossy codecs take f32 buffers only");
+    }
+    let single = topo.domains().len() < 2;
+    match kind {
+        Some(OpKind::ReduceScatter) => Ok(None),
+        Some(OpKind::Allreduce) if single => Ok(None),
+        Some(OpKind::Allreduce) if topo.is_uniform_multi_domain() && topo.domains().len() == 2 => {
+            Ok(Some(Algorithm::Hierarchical))
+        }
+        Some(OpKind::Allreduce) => {
+            refuse("a lossy allreduce needs two domains of equal size (or one domain)")
+        }
+        _ => refuse("lossy codecs apply to allreduce and reduce-scatter only"),
     }
 }
 

@@ -23,13 +23,42 @@ pub enum CallKind {
     Plan = 6,
 }
 
-/// How chunk payloads are encoded.
+/// How chunk payloads that cross domains are encoded ([`crate::codec`]; the
+/// codec's parameters travel in each payload's own header). Inside a domain
+/// payloads are always raw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum Codec {
     /// Little-endian elements as they are.
     #[default]
     Raw = 0,
+    Bf16 = 1,
+    Fp16 = 2,
+    Int8 = 3,
+    TopK = 4,
+    Lz4 = 5,
+    Zstd = 6,
+}
+
+impl Codec {
+    const ALL: [Codec; 7] = [
+        Codec::Raw,
+        Codec::Bf16,
+        Codec::Fp16,
+        Codec::Int8,
+        Codec::TopK,
+        Codec::Lz4,
+        Codec::Zstd,
+    ];
+
+    /// The signature's codec for `spec` (same id as the payload header's).
+    pub fn of(spec: crate::codec::CodecSpec) -> Codec {
+        let id = spec.id();
+        Codec::ALL
+            .into_iter()
+            .find(|c| *c as u8 == id)
+            .unwrap_or_default()
+    }
 }
 
 /// One collective call as every rank must make it.
@@ -96,10 +125,10 @@ impl Call {
             .into_iter()
             .find(|r| reduce_code(*r) == b[2])
             .ok_or(bad("unknown reduction"))?;
-        let codec = match b[3] {
-            0 => Codec::Raw,
-            _ => return Err(bad("unknown codec")),
-        };
+        let codec = Codec::ALL
+            .into_iter()
+            .find(|c| *c as u8 == b[3])
+            .ok_or(bad("unknown codec"))?;
         let mut root = [0u8; 4];
         root.copy_from_slice(&b[4..8]);
         let mut count = [0u8; 8];
@@ -130,6 +159,7 @@ impl fmt::Display for Call {
         }
         match self.codec {
             Codec::Raw => Ok(()),
+            c => write!(f, " with {c:?} across domains"),
         }
     }
 }

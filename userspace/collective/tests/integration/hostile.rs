@@ -70,6 +70,14 @@ fn fake_rank_one(store_addr: SocketAddr, poison: &[u8]) -> Vec<TcpStream> {
 }
 
 fn rank_zero_sees(poison: Vec<u8>) -> CollectiveError {
+    rank_zero_calling(poison, |c, v| c.allreduce(v, ReduceOp::Sum))
+}
+
+/// Rank 0 runs `call` (twice) while the fake rank 1 sends `poison`; the first error.
+pub fn rank_zero_calling(
+    poison: Vec<u8>,
+    call: impl Fn(&Communicator, &mut [f32]) -> causeway_collective::Result<()> + Send,
+) -> CollectiveError {
     let server = StoreServer::bind("127.0.0.1:0".parse().expect("addr")).expect("store");
     let addr = server.addr();
     let b = Communicator::builder(0, 2)
@@ -82,12 +90,8 @@ fn rank_zero_sees(poison: Vec<u8>) -> CollectiveError {
         let real = s.spawn(move || {
             let c = b.build().expect("rank 0 joins");
             let mut v = vec![1.0f32; 1000];
-            let err = c
-                .allreduce(&mut v, ReduceOp::Sum)
-                .expect_err("peer is hostile");
-            let later = c
-                .allreduce(&mut v, ReduceOp::Sum)
-                .expect_err("communicator stays failed");
+            let err = call(&c, &mut v).expect_err("peer is hostile");
+            let later = call(&c, &mut v).expect_err("communicator stays failed");
             assert_eq!(later.peer(), Some(1));
             err
         });
