@@ -12,6 +12,7 @@ mod gloo;
 mod setup;
 mod test;
 mod testbed;
+mod vm;
 
 use causeway_core::cli_main;
 use clap::{Parser, Subcommand};
@@ -47,6 +48,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Benchmarks (not tests): classifier, shaper, netsim, allreduce, clock.
     Bench(bench::BenchArgs),
+    /// Run the test binaries inside qemu guests booting Debian's 6.1, 6.12 and 7.x kernels.
+    VmTest(vm::VmTestArgs),
     /// Bring the namespace testbed up or down: `cargo xtask netsim up|down|status ...`.
     Netsim {
         /// Arguments passed to `causeway-netsim`.
@@ -86,6 +89,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Lint => test::lint(),
         Command::Demo(args) => demo::run(&args.resolve()?),
         Command::Bench(args) => bench::run(&args),
+        Command::VmTest(args) => {
+            setup::run(setup::Mode::Install)?;
+            vm::run(&args)
+        }
         Command::Netsim { args } => {
             setup::run(setup::Mode::Install)?;
             build::package_bin("causeway-netsim", "causeway-netsim", true)?;

@@ -1,0 +1,210 @@
+//! Which tests run in each guest, and building their binaries once on the
+//! host (`cargo test --no-run`, paths read from cargo's JSON messages).
+//!
+//! The selection keeps the stage within ~5 minutes per kernel under TCG:
+//! the BPF_PROG_TEST_RUN suites, load + attach/detach, the netns CLI
+//! tests, HTB shaping, clock sync and one collective run. The tests are
+//! listed on the host (`--list`) and passed to the guest by exact name, so
+//! the guest runs what the host chose and `--filter` narrows it further.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{bail, Context, Result};
+
+use super::guest::Suite;
+use crate::cmd;
+
+/// One selection: a package's integration binary and name prefixes of the
+/// tests to run from it.
+struct Selection {
+    name: &'static str,
+    package: &'static str,
+    dir: &'static str,
+    prefixes: &'static [&'static str],
+    threads: u32,
+}
+
+const SELECTIONS: &[Selection] = &[
+    Selection {
+        name: "bpf-test-run",
+        package: "causeway",
+        dir: "userspace/causeway",
+        prefixes: &[
+            "program_table::",
+            "xdp_testrun::",
+            "tc_testrun::",
+            "clock_stamp_testrun::",
+            "gcra_testrun::",
+            "xdp_differential::",
+            "probe_codec::",
+            "bad_policy::",
+            "policy_apply_undo::",
+        ],
+        threads: 2,
+    },
+    Selection {
+        name: "netns",
+        package: "causeway-tests",
+        dir: "tests",
+        prefixes: &[
+            "cli::",
+            "vm::",
+            "shaper::htb::",
+            "clock::agent::",
+            "clock::testbed::",
+            "collective::testbed::",
+        ],
+        threads: 1,
+    },
+];
+
+/// Builds the test binaries and returns the suites to run, narrowed by
+/// `filter`.
+pub fn build_and_select(filter: Option<&str>) -> Result<Vec<Suite>> {
+    let binaries = build()?;
+    let mut suites = Vec::new();
+    for sel in SELECTIONS {
+        let binary = binaries
+            .iter()
+            .find(|(pkg, _)| pkg == sel.package)
+            .map(|(_, path)| path.clone())
+            .with_context(|| {
+                format!("cargo built no integration test binary for {}", sel.package)
+            })?;
+        let dir = cmd::root().join(sel.dir);
+        let names: Vec<String> = list(&binary, &dir)?
+            .into_iter()
+            .filter(|t| sel.prefixes.iter().any(|p| t.starts_with(p)))
+            .filter(|t| filter.is_none_or(|f| t.contains(f)))
+            .collect();
+        if names.is_empty() {
+            continue;
+        }
+        eprintln!("vm: suite {}: {} tests", sel.name, names.len());
+        suites.push(Suite {
+            name: sel.name.to_string(),
+            binary,
+            cwd: dir,
+            filters: names,
+            exact: true,
+            threads: sel.threads,
+            env: Vec::new(),
+        });
+    }
+    Ok(suites)
+}
+
+/// `cargo test --no-run` for the packages' integration binaries; returns
+/// (package name, executable).
+fn build() -> Result<Vec<(String, PathBuf)>> {
+    let mut c = cmd::cargo();
+    c.args([
+        "test",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]);
+    for sel in SELECTIONS {
+        c.args(["--package", sel.package]);
+    }
+    c.args(["--test", "integration"]);
+    eprintln!("+ cargo test --no-run (the VM stage's test binaries)");
+    let out = c
+        .current_dir(cmd::root())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("building the test binaries failed: {}", out.status);
+    }
+    Ok(executables(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The (package, executable) of every `compiler-artifact` message with one.
+fn executables(json_lines: &str) -> Vec<(String, PathBuf)> {
+    json_lines
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["reason"] == "compiler-artifact")
+        .filter_map(|v| {
+            let exe = v["executable"].as_str()?;
+            let name = v["target"]["name"].as_str()?;
+            (name == "integration").then_some(())?;
+            let pkg = package_name(v["package_id"].as_str()?)?;
+            Some((pkg, PathBuf::from(exe)))
+        })
+        .collect()
+}
+
+/// The package name in a cargo package id (`path+file:///w/tests#causeway-tests@0.1.0`
+/// or the older `causeway-tests 0.1.0 (path+file:///w/tests)`).
+fn package_name(id: &str) -> Option<String> {
+    if let Some((_, rest)) = id.rsplit_once('#') {
+        let name = rest.split('@').next()?;
+        // `#0.1.0` alone means the name is the last path segment.
+        if name.starts_with(|c: char| c.is_ascii_digit()) {
+            let path = id.rsplit_once('#')?.0;
+            return path.rsplit('/').next().map(str::to_string);
+        }
+        return Some(name.to_string());
+    }
+    id.split_whitespace().next().map(str::to_string)
+}
+
+/// The test names in `binary` (`--list --format terse`).
+fn list(binary: &Path, dir: &Path) -> Result<Vec<String>> {
+    let out = Command::new(binary)
+        .args(["--list", "--format", "terse"])
+        .current_dir(dir)
+        .output()
+        .with_context(|| format!("listing the tests of {}", binary.display()))?;
+    if !out.status.success() {
+        bail!("{} --list failed: {}", binary.display(), out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_string)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_names_are_read_from_both_id_forms() {
+        assert_eq!(
+            package_name("path+file:///w/tests#causeway-tests@0.1.0").as_deref(),
+            Some("causeway-tests")
+        );
+        assert_eq!(
+            package_name("path+file:///w/userspace/causeway#0.1.0").as_deref(),
+            Some("causeway")
+        );
+        assert_eq!(
+            package_name("causeway 0.1.0 (path+file:///w)").as_deref(),
+            Some("causeway")
+        );
+    }
+
+    #[test]
+    fn only_integration_executables_are_taken() {
+        let lines = concat!(
+            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/tests#causeway-tests@0.1.0","target":{"name":"integration"},"executable":"/w/target/debug/deps/integration-1"}"#,
+            "\n",
+            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/tests#causeway-tests@0.1.0","target":{"name":"causeway_tests"},"executable":"/w/target/debug/deps/causeway_tests-2"}"#,
+            "\n",
+            r#"{"reason":"build-finished","success":true}"#,
+        );
+        assert_eq!(
+            executables(lines),
+            [(
+                "causeway-tests".to_string(),
+                PathBuf::from("/w/target/debug/deps/integration-1")
+            )]
+        );
+    }
+}
