@@ -48,6 +48,19 @@ pub struct VmTestArgs {
     pub memory: u32,
 }
 
+impl VmTestArgs {
+    /// The VM stage of `cargo xtask test`: every kernel, the default selection.
+    pub fn stage() -> Self {
+        Self {
+            kernel: KernelChoice::All,
+            filter: None,
+            keep: false,
+            timeout: 900,
+            memory: 2048,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum KernelChoice {
     #[value(name = "6.1")]
