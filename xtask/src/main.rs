@@ -9,6 +9,7 @@ mod cmd;
 mod demo;
 mod deny_service_starts;
 mod gloo;
+mod load;
 mod setup;
 mod test;
 mod testbed;
@@ -48,6 +49,14 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Benchmarks (not tests): classifier, shaper, netsim, allreduce, clock.
     Bench(bench::BenchArgs),
+    /// Build (if needed) and attach Causeway to an interface, optionally applying a policy.
+    #[command(
+        after_help = "Example:\n  cargo xtask load --iface wan0 --netns dc1 --policy policy.toml"
+    )]
+    Load(load::LoadArgs),
+    /// Detach Causeway from an interface (everything `load` made goes).
+    #[command(after_help = "Example:\n  cargo xtask unload --iface wan0 --netns dc1")]
+    Unload(load::UnloadArgs),
     /// Run the test binaries inside qemu guests booting Debian's 6.1, 6.12 and 7.x kernels.
     VmTest(vm::VmTestArgs),
     /// Bring the namespace testbed up or down: `cargo xtask netsim up|down|status ...`.
@@ -89,6 +98,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Lint => test::lint(),
         Command::Demo(args) => demo::run(&args.resolve()?),
         Command::Bench(args) => bench::run(&args),
+        Command::Load(args) => load::load(&args),
+        Command::Unload(args) => load::unload(&args),
         Command::VmTest(args) => {
             setup::run(setup::Mode::Install)?;
             vm::run(&args)

@@ -216,7 +216,7 @@ fn boot_and_test(
     Ok((outcome, failed))
 }
 
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| cmd::root().join("target"))
