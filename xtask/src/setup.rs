@@ -38,6 +38,8 @@ const APT_PACKAGES: &[(&str, Option<&str>)] = &[
     ("cpio", Some("cpio")),
     ("zstd", Some("zstd")),
     ("xz-utils", Some("xz")),
+    // vm::netem measures the netem WAN's RTT with ping.
+    ("iputils-ping", Some("ping")),
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13";

@@ -4,6 +4,7 @@
 //! that docs/KERNELS.md tabulates.
 
 mod attach_modes;
+mod netem;
 mod verifier;
 
 /// `uname -r` as (major, minor).
