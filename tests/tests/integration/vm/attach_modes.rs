@@ -7,7 +7,10 @@
 use causeway_test_support::{netns::Netns, require_root};
 use causeway_tests::causeway_cli::{causeway_ok, Attachment};
 use serde_json::Value;
-use std::time::{Duration, Instant};
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
 
 use super::{fact, kernel_version};
 
@@ -32,6 +35,20 @@ fn status_of(ns: &str, iface: &str) -> Value {
 
 fn json(ns: &Netns, args: &[&str]) -> Value {
     let out = ns.exec(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+/// `args` run in the root namespace, as JSON.
+fn root_json(args: &[&str]) -> Value {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .expect("run");
     assert!(
         out.status.success(),
         "{args:?}: {}",
@@ -92,10 +109,12 @@ fn tc_egress_is_tcx_from_6_6_and_clsact_before_and_detach_removes_it() {
         "/sys/fs/bpf/causeway/netns-{}/{iface}/prog/causeway_tc_egress",
         ns.name()
     );
-    let prog = json(&ns, &["bpftool", "-j", "prog", "show", "pinned", &pin])["id"]
+    // bpftool runs outside the namespace: `ip netns exec` mounts a fresh
+    // /sys without the bpffs that holds the pins.
+    let prog = root_json(&["bpftool", "-j", "prog", "show", "pinned", &pin])["id"]
         .as_u64()
         .expect("the pinned TC program has an id");
-    let links = json(&ns, &["bpftool", "-j", "link", "show"]);
+    let links = root_json(&["bpftool", "-j", "link", "show"]);
     const BPF_LINK_TYPE_TCX: u64 = 11;
     let as_tcx = links.as_array().is_some_and(|a| {
         a.iter().any(|l| {
@@ -108,7 +127,8 @@ fn tc_egress_is_tcx_from_6_6_and_clsact_before_and_detach_removes_it() {
         (tcx, !tcx),
         "prog {prog}: links {links}"
     );
-    verifier_counts();
+    let xdp = s["prog_id"].as_u64().expect("XDP program id in status");
+    verifier_counts(&[xdp, prog]);
 
     drop(attached); // causeway detach
     assert!(
@@ -121,10 +141,10 @@ fn tc_egress_is_tcx_from_6_6_and_clsact_before_and_detach_removes_it() {
         .is_some_and(|a| a.iter().any(|q| q["kind"] == "clsact"));
     assert!(!clsact_left, "clsact qdisc left: {qdiscs}");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while ns
-        .exec(&["bpftool", "prog", "show", "id", &prog.to_string()])
-        .status
-        .success()
+    while Command::new("bpftool")
+        .args(["prog", "show", "id", &prog.to_string()])
+        .output()
+        .is_ok_and(|o| o.status.success())
     {
         assert!(
             Instant::now() < deadline,
@@ -142,11 +162,14 @@ fn egress_filter_runs(ns: &Netns, iface: &str, prog: u64) -> bool {
     })
 }
 
-/// Prints translated/jited sizes and verified instructions of Causeway's
-/// loaded programs (read with aya: bpftool 7.1 does not print the count).
-fn verifier_counts() {
+/// Prints translated/jited sizes and verified instructions of the programs
+/// `ids` (read with aya: bpftool 7.1 does not print the count).
+fn verifier_counts(ids: &[u64]) {
     for info in aya::programs::loaded_programs().flatten() {
-        let Some(name) = info.name_as_str().filter(|n| n.starts_with("causeway")) else {
+        if !ids.contains(&u64::from(info.id())) {
+            continue;
+        }
+        let Some(name) = info.name_as_str() else {
             continue;
         };
         fact(
