@@ -5,7 +5,9 @@
 //! BPF_PROG_TEST_RUN suites, load + attach/detach (XDP generic and native,
 //! TC as TCX or clsact), the netns CLI tests, HTB shaping, the agent's clock
 //! sync, netem as the WAN, and the verifier's rejection of a broken program.
-//! Left out as too slow under TCG (they run on the host): the random
+//! Left out (they run on the host): the agent's clock test (its 20 µs
+//! bound on a direct veth assumes native timing; under TCG its status
+//! polls time out), and as too slow under TCG: the random
 //! differential classifier test, the fault-injection sweep of policy
 //! apply, and the collective/clock testbeds on the userspace emulator
 //! (which also needs cargo inside the guest to build its worker). The tests are
@@ -64,7 +66,6 @@ const SELECTIONS: &[Selection] = &[
             "cli::attach_lifecycle::reattach_is_idempotent_and_detach_leaves_nothing",
             "cli::classify_traffic::",
             "shaper::htb::",
-            "clock::agent::",
         ],
         skip: &[],
         threads: 1,

@@ -14,37 +14,20 @@ use super::fact;
 /// well over the bandwidth-delay product (200 Mbit/s × 40 ms ≈ 700 frames).
 const WAN40: &[&str] = &["delay", "20ms", "rate", "200mbit", "limit", "10000"];
 
-/// The RTTs (ms) of `ping -c count` from `ns` to `ip`: (min, avg, max, loss %).
-fn ping(ns: &Netns, ip: &str, count: u32) -> (f64, f64, f64, f64) {
-    let out = ns.exec(&[
-        "ping",
-        "-q",
-        "-n",
-        "-c",
-        &count.to_string(),
-        "-i",
-        "0.2",
-        ip,
-    ]);
+/// The RTTs (ms) of `ping -c count` from `ns` to `ip`, sorted, and how
+/// many replies were missing.
+fn ping(ns: &Netns, ip: &str, count: usize) -> (Vec<f64>, usize) {
+    let out = ns.exec(&["ping", "-n", "-c", &count.to_string(), "-i", "0.2", ip]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "ping failed:\n{text}");
-    let loss = text
-        .split(',')
-        .find(|p| p.contains("packet loss"))
-        .and_then(|p| p.trim().split('%').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(100.0);
-    let stats = text
+    let mut rtts: Vec<f64> = text
         .lines()
-        .find(|l| l.contains("min/avg/max"))
-        .and_then(|l| l.split('=').nth(1))
-        .unwrap_or_else(|| panic!("no ping summary in:\n{text}"));
-    let v: Vec<f64> = stats
-        .trim()
-        .split(['/', ' '])
-        .filter_map(|x| x.parse().ok())
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.trim_end_matches(" ms").trim().parse().ok())
         .collect();
-    (v[0], v[1], v[2], loss)
+    rtts.sort_by(f64::total_cmp);
+    let lost = count.saturating_sub(rtts.len());
+    (rtts, lost)
 }
 
 #[test]
@@ -77,15 +60,20 @@ fn netem_wan40_rtt_matches_the_profile() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let (min, avg, max, loss) = ping(&a, "10.99.0.2", 20);
+    let (rtts, lost) = ping(&a, "10.99.0.2", 30);
+    assert_eq!(lost, 0, "no loss in the profile");
+    let (min, median, max) = (rtts[0], rtts[rtts.len() / 2], rtts[rtts.len() - 1]);
     fact(
         "netem-wan40-rtt-ms",
-        format!("min={min:.2} avg={avg:.2} max={max:.2} loss={loss}%"),
+        format!(
+            "min={min:.2} median={median:.2} max={max:.2} n={}",
+            rtts.len()
+        ),
     );
-    assert_eq!(loss, 0.0, "no loss in the profile");
-    // Each direction adds 20 ms; the emulator's test allows 40 ± 1 ms for
-    // its median. A guest under TCG adds timer slack: the floor is exact
-    // (netem never delivers early), the average gets 5 ms.
+    // Each direction adds 20 ms; netem never delivers early, so the floor
+    // is exact. The emulator's test allows its median 40 ± 1 ms on the
+    // host; a guest under TCG on a loaded host adds timer slack (outliers
+    // past 100 ms were seen), so the median here gets 40 + 5 ms.
     assert!(min >= 40.0 - 0.5, "RTT {min} ms below the profile's 40 ms");
-    assert!(avg <= 45.0, "average RTT {avg} ms too far above 40 ms");
+    assert!(median <= 45.0, "median RTT {median} ms too far above 40 ms");
 }
