@@ -198,6 +198,12 @@ fn boot_and_test(
         echo: true,
     };
     let outcome = qemu::run(&boot)?;
+    // Facts the tests recorded for docs/KERNELS.md, kept beside the kernels.
+    if let Ok(facts) = std::fs::read_to_string(out_dir.join("facts.txt")) {
+        eprint!("{facts}");
+        let kept = vm_dir.join(format!("facts-{}.txt", k.line.name()));
+        let _ = std::fs::write(kept, facts);
+    }
     let console = std::fs::read_to_string(&boot.console_log).unwrap_or_default();
     let failed = guest::failed_suites(&console, suites);
     eprintln!(
