@@ -70,10 +70,19 @@ fn netem_wan40_rtt_matches_the_profile() {
             rtts.len()
         ),
     );
-    // Each direction adds 20 ms; netem never delivers early, so the floor
-    // is exact. The emulator's test allows its median 40 ± 1 ms on the
-    // host; a guest under TCG on a loaded host adds timer slack (outliers
-    // past 100 ms were seen), so the median here gets 40 + 5 ms.
+    // Each direction adds 20 ms and netem never delivers early, so the
+    // minimum is at least 40 ms; a guest under TCG only adds to it. The
+    // emulator's test holds its median to 40 ± 1 ms on the host, but under
+    // TCG on a loaded host the median drifts with the load (45.3 ms seen at
+    // load ~12, one outlier past 130 ms), so the profile is checked on the
+    // minimum (41.0 ms seen on every run) and the median only for gross error.
     assert!(min >= 40.0 - 0.5, "RTT {min} ms below the profile's 40 ms");
-    assert!(median <= 45.0, "median RTT {median} ms too far above 40 ms");
+    assert!(
+        min <= 43.0,
+        "minimum RTT {min} ms: more delay than the profile's 40 ms"
+    );
+    assert!(
+        median <= 60.0,
+        "median RTT {median} ms far above the profile's 40 ms"
+    );
 }

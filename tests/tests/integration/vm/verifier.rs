@@ -37,6 +37,11 @@ fn a_program_reading_past_the_packet_is_rejected_with_the_verifier_log() {
                 log.contains("invalid access to packet"),
                 "unexpected verifier log:\n{log}"
             );
+            // The harness shows the log on every kernel (facts are printed
+            // by the host after the run, even for a passing test).
+            for line in log.lines().filter(|l| !l.trim().is_empty()).take(12) {
+                fact("verifier-log", line.trim());
+            }
             fact("verifier-rejects-unchecked-packet-read", "yes");
         }
         Err(other) => panic!("expected a verifier rejection, got: {other}"),
