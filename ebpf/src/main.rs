@@ -15,6 +15,8 @@ mod maps;
 mod parse;
 mod shaper;
 mod tc_egress;
+#[cfg(feature = "verifier-reject-test")]
+mod verifier_reject;
 mod xdp_ingress;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};

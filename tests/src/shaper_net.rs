@@ -94,6 +94,13 @@ pub fn attach(ns: &Netns, iface: &str) -> Shaped {
     let ebpf = std::thread::spawn(move || {
         enter_ns();
         let mut ebpf = bpf::load(causeway::ebpf_object::EBPF_OBJECT, &[], &[TC_EGRESS]);
+        // Without TCX (before 6.6) aya attaches through a clsact qdisc,
+        // which must exist; it goes with the test's namespace.
+        let tcx = aya::util::KernelVersion::current()
+            .is_ok_and(|v| v >= aya::util::KernelVersion::new(6, 6, 0));
+        if !tcx {
+            aya::programs::tc::qdisc_add_clsact(&iface_owned).expect("add clsact");
+        }
         bpf::tc_mut(&mut ebpf, TC_EGRESS)
             .attach(&iface_owned, TcAttachType::Egress)
             .expect("attach TC egress");

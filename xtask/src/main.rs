@@ -10,9 +10,11 @@ mod cmd;
 mod demo;
 mod deny_service_starts;
 mod gloo;
+mod load;
 mod setup;
 mod test;
 mod testbed;
+mod vm;
 
 use causeway_core::cli_main;
 use clap::{Parser, Subcommand};
@@ -48,6 +50,16 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Benchmarks (not tests): classifier, shaper, netsim, allreduce, clock.
     Bench(bench::BenchArgs),
+    /// Build (if needed) and attach Causeway to an interface, optionally applying a policy.
+    #[command(
+        after_help = "Example:\n  cargo xtask load --iface wan0 --netns dc1 --policy policy.toml"
+    )]
+    Load(load::LoadArgs),
+    /// Detach Causeway from an interface (everything `load` made goes).
+    #[command(after_help = "Example:\n  cargo xtask unload --iface wan0 --netns dc1")]
+    Unload(load::UnloadArgs),
+    /// Run the test binaries inside qemu guests booting Debian's 6.1, 6.12 and 7.x kernels.
+    VmTest(vm::VmTestArgs),
     /// Bring the namespace testbed up or down: `cargo xtask netsim up|down|status ...`.
     Netsim {
         /// Arguments passed to `causeway-netsim`.
@@ -87,6 +99,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Lint => test::lint(),
         Command::Demo(args) => demo::run(&args.resolve()?),
         Command::Bench(args) => bench::run(&args),
+        Command::Load(args) => load::load(&args),
+        Command::Unload(args) => load::unload(&args),
+        Command::VmTest(args) => {
+            setup::run(setup::Mode::Install)?;
+            vm::run(&args)
+        }
         Command::Netsim { args } => {
             setup::run(setup::Mode::Install)?;
             build::package_bin("causeway-netsim", "causeway-netsim", true)?;

@@ -30,6 +30,16 @@ const APT_PACKAGES: &[(&str, Option<&str>)] = &[
     ("util-linux", Some("chrt")),
     // The clock bench's outside reference (run as `chronyd -x` in namespaces).
     ("chrony", Some("chronyd")),
+    // The VM stage (`cargo xtask vm-test`): qemu boots Debian kernels with an
+    // initramfs of busybox + kmod; cpio packs it, dpkg-deb unpacks kernels.
+    ("qemu-system-x86", Some("qemu-system-x86_64")),
+    ("busybox-static", None),
+    ("kmod", Some("modprobe")),
+    ("cpio", Some("cpio")),
+    ("zstd", Some("zstd")),
+    ("xz-utils", Some("xz")),
+    // vm::netem measures the netem WAN's RTT with ping.
+    ("iputils-ping", Some("ping")),
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13";

@@ -6,7 +6,9 @@
 //! - `collective`: the collective library over the agent's maps and the
 //!   emulated WAN;
 //! - `netsim`: the WAN emulator and testbed;
-//! - `shaper`: TC egress shaping with HTB (rates, isolation, live changes).
+//! - `shaper`: TC egress shaping with HTB (rates, isolation, live changes);
+//! - `vm`: what differs per kernel (attach modes, verifier), run on the host
+//!   and in the VM stage on 6.1, 6.12 and 7.x.
 //!
 //! These tests measure rates and delays, so `cargo xtask test` runs them
 //! with `--test-threads=1`. One area: `cargo test -p causeway-tests --test
@@ -17,3 +19,4 @@ mod clock;
 mod collective;
 mod netsim;
 mod shaper;
+mod vm;

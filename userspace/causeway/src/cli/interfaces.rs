@@ -90,8 +90,8 @@ pub fn status(ctx: &Context, json: bool, only_this_netns: bool) -> Result<()> {
         "{}",
         table::render(
             &[
-                "SCOPE", "IFACE", "HEALTH", "MODE", "IFINDEX", "PROG", "LINK", "GEN", "RULES",
-                "POLICY"
+                "SCOPE", "IFACE", "HEALTH", "MODE", "TC", "IFINDEX", "PROG", "LINK", "GEN",
+                "RULES", "POLICY"
             ],
             &rows
         )
@@ -105,6 +105,7 @@ fn row(s: &InterfaceStatus) -> Vec<String> {
         s.iface.clone(),
         s.health.clone(),
         table::opt(s.mode),
+        table::opt(s.tc_mode),
         table::opt(s.ifindex),
         table::opt(s.prog_id),
         table::opt(s.link_id),

@@ -248,7 +248,7 @@ fn attach_fresh(
         generation = rules.map(|r| rules::apply(maps_dir, r)).transpose()?;
         Ok(())
     };
-    let link = load::load_pin_attach(
+    let attached = load::load_pin_attach(
         paths,
         iface,
         &XDP_CLASSIFIER_SPEC,
@@ -258,7 +258,17 @@ fn attach_fresh(
         },
         MapSource::Fresh(&mut fill),
     )?;
-    Ok((link, generation))
+    match attached {
+        load::Attached::Link(link) => Ok((link, generation)),
+        // Only a TC hook attaches without a link (a clsact filter).
+        load::Attached::Clsact(_) => Err(load::LoadError {
+            step: load::LoadStep::TakeLink,
+            program: XDP_CLASSIFIER_SPEC.name,
+            iface: iface.to_string(),
+            cause: load::LoadCause::NotBpfLink { needs: "5.9" },
+        }
+        .into()),
+    }
 }
 
 /// What [`detach`] removed.

@@ -13,7 +13,8 @@
 use std::{fmt, path::Path};
 
 use aya::{
-    programs::{links::FdLink, SchedClassifier, TcAttachType, Xdp, XdpMode},
+    programs::{links::FdLink, tc, SchedClassifier, TcAttachType, Xdp, XdpMode},
+    util::KernelVersion,
     Ebpf, EbpfLoader,
 };
 use bpf_maps::programs::{ProgramKind, ProgramSpec};
@@ -26,8 +27,36 @@ use crate::ebpf_object::EBPF_OBJECT;
 pub(crate) enum Hook {
     /// XDP on `ifindex` in `mode`.
     Xdp { ifindex: u32, mode: XdpMode },
-    /// TC egress (a TCX link) on the interface.
+    /// TC egress on the interface: a TCX link on Linux 6.6+, else a
+    /// `bpf` filter on a `clsact` qdisc (see [`tc_uses_tcx`]).
     TcEgress { ifindex: u32 },
+}
+
+/// Whether TC programs attach as TCX links (Linux 6.6+, as aya decides):
+/// older kernels get a netlink filter on a `clsact` qdisc instead.
+pub(crate) fn tc_uses_tcx() -> bool {
+    KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
+}
+
+/// A TC program attached as a netlink `bpf` filter on the egress hook of a
+/// `clsact` qdisc (kernels without TCX). It has no bpf_link to pin: the
+/// filter itself keeps the program attached after this process exits, and
+/// these numbers find it again to detach it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClsactFilter {
+    pub ifindex: u32,
+    pub prog_id: u32,
+    pub priority: u16,
+    pub handle: u32,
+    /// The `clsact` qdisc was added for this filter (and goes with it).
+    pub added_qdisc: bool,
+}
+
+/// What the sequence attached: a pinned bpf_link, or a clsact filter.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Attached {
+    Link(LinkState),
+    Clsact(ClsactFilter),
 }
 
 /// Which maps the loaded object uses.
@@ -50,6 +79,7 @@ pub enum LoadStep {
     FindProgram,
     LoadProgram,
     PinProgram,
+    AddClsact,
     Attach,
     TakeLink,
     ReadLink,
@@ -68,6 +98,7 @@ impl fmt::Display for LoadStep {
             Self::FindProgram => "finding the program",
             Self::LoadProgram => "loading the program into the kernel",
             Self::PinProgram => "pinning the program",
+            Self::AddClsact => "adding the clsact qdisc",
             Self::Attach => "attaching the program",
             Self::TakeLink => "taking the link",
             Self::ReadLink => "reading the link",
@@ -112,6 +143,8 @@ pub enum LoadCause {
     NotBpfLink { needs: &'static str },
     #[error(transparent)]
     Datapath(Box<DatapathError>),
+    #[error(transparent)]
+    Tc(Box<tc::TcError>),
 }
 
 impl From<LoadError> for DatapathError {
@@ -120,14 +153,15 @@ impl From<LoadError> for DatapathError {
     }
 }
 
-/// Runs the sequence for `spec` on `iface`; returns the pinned link.
+/// Runs the sequence for `spec` on `iface`; returns the pinned link (or,
+/// for TC on a kernel without TCX, the clsact filter).
 pub(crate) fn load_pin_attach(
     paths: &IfacePaths,
     iface: &str,
     spec: &'static ProgramSpec,
     hook: Hook,
     maps: MapSource<'_>,
-) -> Result<LinkState, LoadError> {
+) -> Result<Attached, LoadError> {
     let fail = |step: LoadStep| {
         move |cause: LoadCause| LoadError {
             step,
@@ -196,7 +230,7 @@ pub(crate) fn load_pin_attach(
             FdLink::try_from(link)
                 .map_err(|_| fail(LoadStep::TakeLink)(LoadCause::NotBpfLink { needs: "5.9" }))?
         }
-        (ProgramKind::SchedClassifier, Hook::TcEgress { .. }) => {
+        (ProgramKind::SchedClassifier, Hook::TcEgress { ifindex }) => {
             let p: &mut SchedClassifier = program
                 .try_into()
                 .map_err(|_| fail(LoadStep::FindProgram)(LoadCause::MissingProgram))?;
@@ -206,6 +240,11 @@ pub(crate) fn load_pin_attach(
             p.pin(&prog_path)
                 .map_err(pin_cause)
                 .map_err(fail(LoadStep::PinProgram))?;
+            if !tc_uses_tcx() {
+                return attach_clsact(p, iface, ifindex)
+                    .map(Attached::Clsact)
+                    .map_err(|(step, cause)| fail(step)(cause));
+            }
             let id = p
                 .attach(iface, TcAttachType::Egress)
                 .map_err(program_cause)
@@ -225,7 +264,77 @@ pub(crate) fn load_pin_attach(
     link.pin(&link_path)
         .map_err(pin_cause)
         .map_err(fail(LoadStep::PinLink))?;
-    Ok(state)
+    Ok(Attached::Link(state))
+}
+
+/// Attaches `p` as a `bpf` filter on the egress hook of `iface`'s clsact
+/// qdisc, adding the qdisc if it is not there.
+fn attach_clsact(
+    p: &mut SchedClassifier,
+    iface: &str,
+    ifindex: u32,
+) -> Result<ClsactFilter, (LoadStep, LoadCause)> {
+    let has_clsact = super::tc::has_clsact(iface);
+    if !has_clsact {
+        tc::qdisc_add_clsact(iface)
+            .map_err(|e| (LoadStep::AddClsact, LoadCause::Tc(Box::new(e))))?;
+    }
+    let undo_qdisc = |step, cause| {
+        if !has_clsact {
+            super::tc::remove_clsact(iface);
+        }
+        (step, cause)
+    };
+    let program_cause = |e| LoadCause::Program(Box::new(e));
+    let prog_id = p
+        .info()
+        .map(|i| i.id())
+        .map_err(|e| undo_qdisc(LoadStep::Attach, program_cause(e)))?;
+    let id = p
+        .attach(iface, TcAttachType::Egress)
+        .map_err(|e| undo_qdisc(LoadStep::Attach, program_cause(e)))?;
+    let link = p
+        .take_link(id)
+        .map_err(|e| undo_qdisc(LoadStep::TakeLink, program_cause(e)))?;
+    let (priority, handle) = match (link.priority(), link.handle()) {
+        (Ok(priority), Ok(handle)) => (priority, u32::from(handle)),
+        (Err(e), _) | (_, Err(e)) => return Err(undo_qdisc(LoadStep::TakeLink, program_cause(e))),
+    };
+    // Dropping the link would detach the filter: it must outlive this
+    // process (as a pinned link does), and `detach_clsact` removes it.
+    std::mem::forget(link);
+    Ok(ClsactFilter {
+        ifindex,
+        prog_id,
+        priority,
+        handle,
+        added_qdisc: !has_clsact,
+    })
+}
+
+/// Removes the clsact filter `f` from `iface` (and its qdisc, if it was
+/// added for it). A filter that is already gone (with its interface) is
+/// not an error.
+pub(crate) fn detach_clsact(iface: &str, f: &ClsactFilter) -> Result<(), LoadCause> {
+    let Ok(link) = tc::SchedClassifierLink::attached(
+        iface,
+        TcAttachType::Egress,
+        f.priority,
+        tc::TcHandle::from(f.handle),
+        None,
+    ) else {
+        return Ok(()); // the interface is gone, and the filter with it
+    };
+    let detached = aya::programs::Link::detach(link);
+    if f.added_qdisc {
+        super::tc::remove_clsact(iface);
+    }
+    match detached {
+        Err(e) if super::tc::filter_present(iface, f.prog_id) => {
+            Err(LoadCause::Program(Box::new(e)))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The link's ids; the ifindex of an XDP link from the kernel (fdinfo),

@@ -35,7 +35,7 @@ pub use netns::NetnsScope;
 pub use recorded::RecordedPolicy;
 pub use service::{AttachedWithPolicy, Datapath, DetachedAll, Locked};
 pub use status::{status, InterfaceStatus};
-pub use tc::TcAttached;
+pub use tc::{TcAttached, TcMode};
 
 /// Why a data-path operation failed.
 #[derive(Debug, thiserror::Error)]

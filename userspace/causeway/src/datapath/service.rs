@@ -224,6 +224,11 @@ impl Locked<'_> {
                     source: Box::new(source),
                 })?;
         }
+        if iface_reachable {
+            // A clsact filter (kernels without TCX) is not a pin: remove it.
+            let paths = dp.layout.iface(&dp.scope, iface)?;
+            tc::remove(&paths, iface)?;
+        }
         let detached = attach::detach(&dp.layout, &dp.scope, iface)?;
         Ok(DetachedAll {
             detached,

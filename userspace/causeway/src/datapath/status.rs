@@ -9,6 +9,7 @@ use super::{
     netns::NetnsScope,
     rules,
     state::{self, AttachRecord, PolicyRecord},
+    tc::{self, TcMode},
     DatapathError,
 };
 
@@ -24,6 +25,8 @@ pub struct InterfaceStatus {
     pub health: String,
     pub ifindex: Option<u32>,
     pub mode: Option<AttachMode>,
+    /// How the TC egress program is attached (`tcx` or `clsact`), if it is.
+    pub tc_mode: Option<TcMode>,
     pub prog_id: Option<u32>,
     pub link_id: Option<u32>,
     /// From the classifier's config map.
@@ -65,6 +68,7 @@ pub fn status(
             health,
             ifindex: link.map(|l| l.ifindex),
             mode: record.as_ref().map(|r| r.mode),
+            tc_mode: tc::mode(&paths),
             prog_id: link.map(|l| l.prog_id),
             link_id: link.map(|l| l.link_id),
             generation: config.map(|c| c.generation),

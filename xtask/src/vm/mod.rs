@@ -1,0 +1,229 @@
+//! `cargo xtask vm-test`: the project's own test binaries, built once on the
+//! host, run inside qemu guests booting Debian's 6.1, 6.12 and 7.x kernels.
+//!
+//! ```text
+//! build test binaries (host) → per kernel: resolve + cache the kernel (kernel.rs)
+//!   → initramfs with its modules (initramfs.rs) → guest script (guest.rs)
+//!   → boot under qemu with a timeout (qemu.rs) → exit status + failed suites
+//! ```
+//! Everything it makes lives under `target/vm/`: `apt/` (private apt
+//! state), `kernels/<version>/` (unpacked packages, initramfs), `run/<line>/`
+//! (the guest script, its console log, files the guest writes).
+
+mod guest;
+mod initramfs;
+mod kernel;
+mod qemu;
+mod suites;
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+pub use kernel::KernelLine;
+
+use crate::cmd;
+
+#[derive(Args, Clone)]
+pub struct VmTestArgs {
+    /// Which kernel line to boot (`all`: 6.1, 6.12 and 7.x one after another).
+    #[arg(long, default_value = "all")]
+    pub kernel: KernelChoice,
+    /// Run only the selected tests whose name contains PATTERN.
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Keep `target/vm/run/<kernel>/` (script, console log, guest output)
+    /// after a passing run too (a failing run always keeps it).
+    #[arg(long)]
+    pub keep: bool,
+    /// Seconds a guest may run before it is killed and reported.
+    #[arg(long, default_value_t = 900)]
+    pub timeout: u64,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 2048)]
+    pub memory: u32,
+}
+
+impl VmTestArgs {
+    /// The VM stage of `cargo xtask test`: every kernel, the default selection.
+    pub fn stage() -> Self {
+        Self {
+            kernel: KernelChoice::All,
+            filter: None,
+            keep: false,
+            timeout: 900,
+            memory: 2048,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum KernelChoice {
+    #[value(name = "6.1")]
+    V6_1,
+    #[value(name = "6.12")]
+    V6_12,
+    #[value(name = "7.x")]
+    V7,
+    All,
+}
+
+impl KernelChoice {
+    fn lines(self) -> Vec<KernelLine> {
+        match self {
+            Self::V6_1 => vec![KernelLine::V6_1],
+            Self::V6_12 => vec![KernelLine::V6_12],
+            Self::V7 => vec![KernelLine::V7],
+            Self::All => KernelLine::ALL.to_vec(),
+        }
+    }
+}
+
+/// The result of one kernel.
+struct KernelResult {
+    line: KernelLine,
+    version: String,
+    outcome: Result<(qemu::Outcome, Vec<String>)>,
+}
+
+pub fn run(args: &VmTestArgs) -> Result<()> {
+    if !cmd::is_root() {
+        bail!("vm-test needs root (qemu shares the host root filesystem over 9p, the guest runs root-only tests)");
+    }
+    let started = Instant::now();
+    let vm_dir = target_dir().join("vm");
+    let suites = suites::build_and_select(args.filter.as_deref())?;
+    if suites.is_empty() {
+        bail!(
+            "no test matches --filter {:?}",
+            args.filter.as_deref().unwrap_or("")
+        );
+    }
+    let mut results = Vec::new();
+    for line in args.kernel.lines() {
+        eprintln!("vm: === kernel {} ===", line.name());
+        let result = match kernel::fetch(&vm_dir, line) {
+            Ok(k) => {
+                let outcome = boot_and_test(&vm_dir, &k, &suites, args);
+                KernelResult {
+                    line,
+                    version: k.version,
+                    outcome,
+                }
+            }
+            Err(e) => KernelResult {
+                line,
+                version: "(not fetched)".into(),
+                outcome: Err(e),
+            },
+        };
+        results.push(result);
+    }
+    eprintln!("vm: summary (wall {:.0?}):", started.elapsed());
+    let mut failures = Vec::new();
+    for r in &results {
+        match &r.outcome {
+            Ok((o, failed)) if o.status == 0 && failed.is_empty() => eprintln!(
+                "vm:   {:<5} {:<22} ok     {:>6.0?} ({})",
+                r.line.name(),
+                r.version,
+                o.wall,
+                o.accel
+            ),
+            Ok((o, failed)) => {
+                eprintln!(
+                    "vm:   {:<5} {:<22} FAILED {:>6.0?} ({}): {}",
+                    r.line.name(),
+                    r.version,
+                    o.wall,
+                    o.accel,
+                    failed.join(", ")
+                );
+                failures.push(format!(
+                    "kernel {} ({}): failed suites: {}",
+                    r.line.name(),
+                    r.version,
+                    failed.join(", ")
+                ));
+            }
+            Err(e) => {
+                eprintln!("vm:   {:<5} {:<22} ERROR  {e:#}", r.line.name(), r.version);
+                failures.push(format!("kernel {}: {e:#}", r.line.name()));
+            }
+        }
+    }
+    if !failures.is_empty() {
+        bail!("the VM stage failed:\n  - {}", failures.join("\n  - "));
+    }
+    Ok(())
+}
+
+fn boot_and_test(
+    vm_dir: &Path,
+    k: &kernel::Kernel,
+    suites: &[guest::Suite],
+    args: &VmTestArgs,
+) -> Result<(qemu::Outcome, Vec<String>)> {
+    let initrd =
+        initramfs::build(k).with_context(|| format!("building the initramfs of {}", k.version))?;
+    let run_dir = vm_dir.join("run").join(k.line.name());
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let out_dir = run_dir.join("out");
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let script_path = run_dir.join("guest.sh");
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    let writable = [target_dir().join("tmp")];
+    let script = guest::script(
+        k.line.name(),
+        suites,
+        &writable,
+        &out_dir.display().to_string(),
+        ci,
+    );
+    std::fs::write(&script_path, script)
+        .with_context(|| format!("writing {}", script_path.display()))?;
+    let boot = qemu::Boot {
+        vmlinuz: &k.vmlinuz,
+        initramfs: &initrd,
+        script: &script_path,
+        out_dir: &out_dir,
+        console_log: run_dir.join("console.log"),
+        memory_mib: args.memory,
+        cpus: 2,
+        timeout: Duration::from_secs(args.timeout),
+        echo: true,
+    };
+    let outcome = qemu::run(&boot)?;
+    // Facts the tests recorded for docs/KERNELS.md, kept beside the kernels.
+    if let Ok(facts) = std::fs::read_to_string(out_dir.join("facts.txt")) {
+        eprint!("{facts}");
+        let kept = vm_dir.join(format!("facts-{}.txt", k.line.name()));
+        let _ = std::fs::write(kept, facts);
+    }
+    let console = std::fs::read_to_string(&boot.console_log).unwrap_or_default();
+    let failed = guest::failed_suites(&console, suites);
+    eprintln!(
+        "vm: kernel {} ({}) finished in {:.0?} under {}, exit {}",
+        k.line.name(),
+        k.version,
+        outcome.wall,
+        outcome.accel,
+        outcome.status
+    );
+    if outcome.status == 0 && failed.is_empty() && !args.keep {
+        let _ = std::fs::remove_dir_all(&run_dir);
+    } else {
+        eprintln!("vm: kept {}", run_dir.display());
+    }
+    Ok((outcome, failed))
+}
+
+pub(crate) fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cmd::root().join("target"))
+}
