@@ -9,6 +9,7 @@ mod cmd;
 mod demo;
 mod deny_service_starts;
 mod gloo;
+mod python;
 mod setup;
 mod test;
 mod testbed;

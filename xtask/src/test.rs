@@ -12,9 +12,15 @@ pub struct TestArgs {
     /// Skip the fmt --check and clippy -D warnings that run first.
     #[arg(long)]
     pub no_lint: bool,
+    /// Run only the `causeway` Python package's stage (venv, wheel, pytest).
+    #[arg(long)]
+    pub python_only: bool,
 }
 
 pub fn run(args: &TestArgs) -> Result<()> {
+    if args.python_only {
+        return crate::python::test();
+    }
     setup::run(setup::Mode::Install)?;
     if !cmd::is_root() {
         eprintln!("NOTE: not root: eBPF, namespace and testbed tests will print SKIP and not run (with CI=true they fail instead)");
@@ -43,10 +49,16 @@ pub fn run(args: &TestArgs) -> Result<()> {
         "--",
         "--test-threads=1",
     ]));
-    match (crates, netns) {
-        (Ok(()), Ok(())) => Ok(()),
-        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
-        (Err(a), Err(b)) => anyhow::bail!("{a:#}\n{b:#}"),
+    // The `causeway` Python package: venv (torch, maturin, pytest), wheel, pytest.
+    let python = crate::python::test();
+    let failed: Vec<String> = [crates, netns, python]
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| format!("{e:#}")))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("{}", failed.join("\n"))
     }
 }
 
