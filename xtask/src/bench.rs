@@ -27,6 +27,8 @@ pub enum Which {
     Clock,
     /// Allreduce on the two-domain testbed, Causeway vs PyTorch Gloo side by side.
     Allreduce,
+    /// DDP training on the two-domain testbed, causeway vs gloo backend side by side.
+    Torch,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -36,6 +38,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Which::Shaper => cargo_bench("causeway-tests", "shaper", &args.args),
         Which::Clock => cargo_bench("causeway-tests", "clock", &args.args),
         Which::Allreduce => crate::bench_allreduce::run(&args.args),
+        Which::Torch => crate::bench_torch::run(&args.args),
         Which::Netsim => {
             build::package_bin("causeway-netsim", "causeway-netsim", true)?;
             cmd::run(

@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_allreduce;
+mod bench_torch;
 mod build;
 mod cmd;
 mod demo;

@@ -1,5 +1,9 @@
-"""Runs a function on every rank of a small world, each rank its own process
-(spawned), under torchrun's environment variables on loopback."""
+"""Runs a function on every rank of a small world, each rank its own process,
+under torchrun's environment variables on loopback.
+
+The processes are forked from the test process, which has imported torch but
+run nothing on it (no threads yet), as torch.multiprocessing does by default
+on Linux: a spawned process would import torch again (seconds per rank)."""
 
 import multiprocessing as mp
 import os
@@ -27,11 +31,11 @@ def _child(fn, rank, world, env, args, results):
 
 
 def run_raw(fn, world, *args, env=None, per_rank_env=None, timeout=120.0, expect=None):
-    """Runs ``fn(rank, world, *args)`` on ``world`` spawned processes and
+    """Runs ``fn(rank, world, *args)`` on ``world`` forked processes and
     returns ``{rank: ("ok", result) | ("err", (type name, message, traceback))}``
     for the ranks that reported within ``timeout`` (waiting for ``expect``
     reports, all ranks by default). Leftover processes are killed."""
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")
     results = ctx.Queue()
     base = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "CAUSEWAY_PROBE": "0"}
     base.update(env or {})
