@@ -24,7 +24,7 @@ fn parse(extra: &[String]) -> Result<Args> {
     let mut a = Args {
         profiles: Vec::new(),
         runs: 3,
-        steps: 20,
+        steps: 24,
     };
     let mut it = extra.iter();
     while let Some(x) = it.next() {
@@ -100,6 +100,7 @@ fn train(
             ])
             .arg(script)
             .args(["--backend", backend, "--steps", &steps.to_string()])
+            .args(["--eval-every", "3"])
             .env("GLOO_SOCKET_IFNAME", "eth0")
             .env("OMP_NUM_THREADS", "1");
         children.push(c.spawn().with_context(|| format!("starting rank {rank}"))?);

@@ -33,7 +33,7 @@ def parse_args():
     p.add_argument("--batch", type=int, default=64, help="examples per rank per step")
     p.add_argument("--hidden", type=int, default=2048, help="width (2048: 17 MiB of gradients)")
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--target-accuracy", type=float, default=0.8)
+    p.add_argument("--target-accuracy", type=float, default=0.6)
     p.add_argument("--eval-every", type=int, default=5)
     return p.parse_args()
 
