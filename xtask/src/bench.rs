@@ -29,6 +29,8 @@ pub enum Which {
     Allreduce,
     /// WAN codecs: GB/s per core, ratio on real gradients, 64 MiB allreduce per codec.
     Codecs,
+    /// DDP training on the two-domain testbed, causeway vs gloo backend side by side.
+    Torch,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -39,6 +41,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Which::Clock => cargo_bench("causeway-tests", "clock", &args.args),
         Which::Allreduce => crate::bench_allreduce::run(&args.args),
         Which::Codecs => crate::bench_codecs::run(&args.args),
+        Which::Torch => crate::bench_torch::run(&args.args),
         Which::Netsim => {
             build::package_bin("causeway-netsim", "causeway-netsim", true)?;
             cmd::run(

@@ -65,7 +65,7 @@ pub fn run(extra: &[String]) -> Result<()> {
 /// between them (the barrier): without this, Linux restarts every WAN flow from
 /// its initial window after an idle RTO. Set in every host namespace, so it
 /// applies to Gloo and Causeway alike.
-fn tune_hosts(bed: &Testbed) -> Result<()> {
+pub(crate) fn tune_hosts(bed: &Testbed) -> Result<()> {
     for h in &bed.hosts {
         cmd::run(Command::new("ip").args([
             "netns",

@@ -5,12 +5,14 @@
 mod bench;
 mod bench_allreduce;
 mod bench_codecs;
+mod bench_torch;
 mod build;
 mod cmd;
 mod demo;
 mod deny_service_starts;
 mod gloo;
 mod load;
+mod python;
 mod setup;
 mod test;
 mod testbed;

@@ -16,9 +16,15 @@ pub struct TestArgs {
     /// 7.x): for quick local runs only; CI never passes it.
     #[arg(long)]
     pub no_vm: bool,
+    /// Run only the `causeway` Python package's stage (venv, wheel, pytest).
+    #[arg(long)]
+    pub python_only: bool,
 }
 
 pub fn run(args: &TestArgs) -> Result<()> {
+    if args.python_only {
+        return crate::python::test();
+    }
     setup::run(setup::Mode::Install)?;
     if !cmd::is_root() {
         eprintln!("NOTE: not root: eBPF, namespace and testbed tests will print SKIP and not run (with CI=true they fail instead)");
@@ -59,7 +65,9 @@ pub fn run(args: &TestArgs) -> Result<()> {
     } else {
         crate::vm::run(&crate::vm::VmTestArgs::stage())
     };
-    let failed: Vec<String> = [crates, netns, vm]
+    // The `causeway` Python package: venv (torch, maturin, pytest), wheel, pytest.
+    let python = crate::python::test();
+    let failed: Vec<String> = [crates, netns, python, vm]
         .into_iter()
         .filter_map(|r| r.err().map(|e| format!("{e:#}")))
         .collect();
