@@ -159,11 +159,7 @@ fn lookup(frame: &ParsedFrame, set: u32, src: bool) -> Option<&'static RuleBitma
             return Some(bitmap);
         }
         if defaults.tabled & (1 << trie) != 0 {
-            return if v4 {
-                table_lookup::<4>(set, trie as u32, addr)
-            } else {
-                table_lookup::<16>(set, trie as u32, addr)
-            };
+            return table_lookup(set, trie as u32, addr, if v4 { 4 } else { 16 });
         }
     }
     match (v4, src) {
@@ -175,16 +171,11 @@ fn lookup(frame: &ParsedFrame, set: u32, src: bool) -> Option<&'static RuleBitma
 }
 
 /// The bitmap of `addr`'s longest prefix from the address table: one block
-/// per address byte until an entry names a bitmap (`BYTES` is 4 or 16, so
-/// the walk is unrolled per family).
+/// per address byte until an entry names a bitmap (`bytes` is 4 or 16).
 #[inline(always)]
-fn table_lookup<const BYTES: usize>(
-    set: u32,
-    trie: u32,
-    addr: &[u32; 4],
-) -> Option<&'static RuleBitmap> {
+fn table_lookup(set: u32, trie: u32, addr: &[u32; 4], bytes: usize) -> Option<&'static RuleBitmap> {
     let mut block = ADDR_BLOCKS_MAP.get(root_block(set, trie))?;
-    for i in 0..BYTES {
+    for i in 0..16usize {
         // Address words hold the wire's bytes: byte 0 is the low byte of
         // word 0 on this little-endian target.
         let byte = (addr[i / 4] >> ((i % 4) * 8)) & 0xff;
@@ -192,8 +183,8 @@ fn table_lookup<const BYTES: usize>(
         if entry & ADDR_CHILD == 0 {
             return ADDR_BITMAPS_MAP.get(bitmap_index(set, entry));
         }
-        if i + 1 == BYTES {
-            break; // a child below the last byte: a malformed table
+        if i + 1 >= bytes {
+            return None; // a child below the last byte: a malformed table
         }
         block = ADDR_BLOCKS_MAP.get(entry & !ADDR_CHILD)?;
     }
