@@ -147,9 +147,7 @@ pub struct ClassifierConfig {
 pub struct TrieDefaults {
     /// Bit `TRIE_*` set: that trie is trivial and its bitmap is `bitmaps[TRIE_*]`.
     pub trivial: u32,
-    /// Bit `TRIE_*` set: that trie's addresses are looked up in the address
-    /// table ([`crate::addr_table`]) instead of its LPM trie.
-    pub tabled: u32,
+    pub reserved: u32,
     pub bitmaps: [RuleBitmap; 4],
 }
 
@@ -158,10 +156,6 @@ pub struct TrieDefaults {
 /// the rule set *and* generation it was computed under (a rule set's contents
 /// change only together with the generation, so a stale slot never matches).
 /// Indexed by a hash of the addresses; an all-zero slot (family 0) is empty.
-///
-/// The slot also remembers the verdict of the last flow classified through
-/// it (`flow_ports`, `flow_meta` → `class`, `verdict`), so that the frames of
-/// a steady flow skip the field lookups too; `flow_meta` 0 means none.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AddrCacheEntry {
@@ -173,19 +167,6 @@ pub struct AddrCacheEntry {
     pub family: u32,
     pub set: u32,
     pub bitmap: RuleBitmap,
-    /// The flow's `src_port << 16 | dst_port` (0 without ports).
-    pub flow_ports: u32,
-    /// [`flow_meta`] of the flow, or 0 when the slot holds no flow verdict.
-    pub flow_meta: u32,
-    pub class: u32,
-    pub verdict: u32,
-}
-
-/// The non-address, non-port inputs of a classification in one word, never
-/// 0: a valid bit, whether the frame has ports, the protocol and the DSCP.
-#[inline(always)]
-pub const fn flow_meta(proto: u8, dscp: u8, has_ports: bool) -> u32 {
-    1 << 31 | (has_ports as u32) << 16 | (proto as u32) << 8 | (dscp as u32 & 0x3f)
 }
 
 crate::assert_no_padding!(RuleBitmap, [u64; BITMAP_WORDS]);
@@ -200,11 +181,7 @@ crate::assert_no_padding!(
     [u32; 4],
     u32,
     u32,
-    RuleBitmap,
-    u32,
-    u32,
-    u32,
-    u32
+    RuleBitmap
 );
 crate::impl_pod!(
     RuleBitmap,

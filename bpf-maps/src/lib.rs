@@ -16,7 +16,6 @@ pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/causeway";
 /// The directory of an interface's pinned maps, under its pin directory.
 pub const MAPS_DIR: &str = "maps";
 
-pub mod addr_table;
 pub mod classifier;
 pub mod clock;
 pub mod counters;

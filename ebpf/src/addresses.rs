@@ -3,12 +3,8 @@
 //! On a miss, a trie that holds only its `/0` entry for the active set (no
 //! rule constrains that field for that family) is not walked: its bitmap is
 //! read from `CW_TRIE_DFLT`, written by userspace with the rest of the set.
-//! Other tries are answered from the address table (`CW_ADDR_BLK`: one
-//! array lookup per address byte a prefix reaches into), and walked as
-//! kernel LPM tries only when their table did not fit.
 //!
-//! A cache slot holds the ANDed bitmap for one address pair (and the verdict
-//! of the last flow between them, see `classify`), tagged with the
+//! A cache slot holds the ANDed bitmap for one address pair, tagged with the
 //! rule set and the generation it was computed under. Userspace changes a
 //! rule set's contents only together with a new generation, and a frame uses
 //! a slot only when the slot's (set, generation) equal what the frame read
@@ -20,7 +16,6 @@
 use core::mem::size_of;
 
 use aya_ebpf::maps::{lpm_trie::Key, LpmTrie};
-use bpf_maps::addr_table::{bitmap_index, root_block, ADDR_CHILD};
 use bpf_maps::classifier::{
     AddrCacheEntry, Ipv4LpmData, Ipv6LpmData, RuleBitmap, TrieDefaults, ADDR_CACHE_SLOTS,
     BITMAP_WORDS, LPM_SET_BITS, TRIE_DST_V4, TRIE_DST_V6, TRIE_SRC_V4, TRIE_SRC_V6,
@@ -28,7 +23,7 @@ use bpf_maps::classifier::{
 
 use crate::{
     classify::is_empty,
-    maps::{ADDR_BITMAPS_MAP, ADDR_BLOCKS_MAP, ADDR_CACHE, DST_V4, DST_V6, SRC_V4, SRC_V6, TRIE_DEFAULTS},
+    maps::{ADDR_CACHE, DST_V4, DST_V6, SRC_V4, SRC_V6, TRIE_DEFAULTS},
     parse::ParsedFrame,
 };
 
@@ -40,46 +35,15 @@ pub struct ConfigSnapshot {
     pub use_cache: bool,
 }
 
-/// The frame's address-cache slot (none when the cache is off), and
-/// whether it holds this frame's address pair under the live set.
-#[inline(always)]
-pub fn cache_slot(
-    frame: &ParsedFrame,
-    config: ConfigSnapshot,
-) -> Option<(&'static mut AddrCacheEntry, bool)> {
-    if !config.use_cache {
-        return None;
-    }
-    let slot = ADDR_CACHE.get_ptr_mut(slot_index(frame))?;
-    // SAFETY: a valid per-CPU map value that only this CPU touches, and not
-    // re-entrantly (see the module comment).
-    let slot = unsafe { &mut *slot };
-    let hit = holds_pair(slot, frame, config);
-    Some((slot, hit))
-}
-
-/// Whether `slot` holds the frame's address pair under the live set.
-#[inline(always)]
-pub fn holds_pair(slot: &AddrCacheEntry, frame: &ParsedFrame, config: ConfigSnapshot) -> bool {
-    slot.family == u32::from(frame.ip_version)
-        && slot.generation == config.generation
-        && slot.set == config.set
-        && slot.src == frame.src_addr
-        && slot.dst == frame.dst_addr
-}
-
 /// ANDs the frame's source and destination bitmaps into `acc`; false when
-/// nothing is left (or the tries hold nothing for this set yet). With a
-/// `slot` from [`cache_slot`], a hit is served from it and a miss fills it
-/// (its flow verdict cleared).
+/// nothing is left (or the tries hold nothing for this set yet).
 #[inline(always)]
 pub fn and_address_bitmaps(
     frame: &ParsedFrame,
     config: ConfigSnapshot,
-    slot: Option<(&mut AddrCacheEntry, bool)>,
     acc: &mut [u64; BITMAP_WORDS],
 ) -> bool {
-    let Some((slot, hit)) = slot else {
+    if !config.use_cache {
         let Some(src) = lookup(frame, config.set, true) else {
             return false;
         };
@@ -92,7 +56,19 @@ pub fn and_address_bitmaps(
         };
         and(acc, dst);
         return !is_empty(acc);
+    }
+    let Some(slot) = ADDR_CACHE.get_ptr_mut(slot_index(frame)) else {
+        return false;
     };
+    // SAFETY: a valid per-CPU map value that only this CPU touches, and not
+    // re-entrantly (see the module comment).
+    let slot = unsafe { &mut *slot };
+    let family = u32::from(frame.ip_version);
+    let hit = slot.family == family
+        && slot.generation == config.generation
+        && slot.set == config.set
+        && slot.src == frame.src_addr
+        && slot.dst == frame.dst_addr;
     if !hit {
         let (Some(src), Some(dst)) = (
             lookup(frame, config.set, true),
@@ -108,13 +84,9 @@ pub fn and_address_bitmaps(
             generation: config.generation,
             src: frame.src_addr,
             dst: frame.dst_addr,
-            family: u32::from(frame.ip_version),
+            family,
             set: config.set,
             bitmap: both,
-            flow_ports: 0,
-            flow_meta: 0,
-            class: 0,
-            verdict: 0,
         };
     }
     and(acc, &slot.bitmap);
@@ -158,9 +130,6 @@ fn lookup(frame: &ParsedFrame, set: u32, src: bool) -> Option<&'static RuleBitma
         if let Some(bitmap) = trivial_bitmap(defaults, trie) {
             return Some(bitmap);
         }
-        if defaults.tabled & (1 << trie) != 0 {
-            return table_lookup(set, trie as u32, addr, if v4 { 4 } else { 16 });
-        }
     }
     match (v4, src) {
         (true, true) => lookup_v4(&SRC_V4, set, addr),
@@ -168,27 +137,6 @@ fn lookup(frame: &ParsedFrame, set: u32, src: bool) -> Option<&'static RuleBitma
         (false, true) => lookup_v6(&SRC_V6, set, addr),
         (false, false) => lookup_v6(&DST_V6, set, addr),
     }
-}
-
-/// The bitmap of `addr`'s longest prefix from the address table: one block
-/// per address byte until an entry names a bitmap (`bytes` is 4 or 16).
-#[inline(always)]
-fn table_lookup(set: u32, trie: u32, addr: &[u32; 4], bytes: usize) -> Option<&'static RuleBitmap> {
-    let mut block = ADDR_BLOCKS_MAP.get(root_block(set, trie))?;
-    for i in 0..16usize {
-        // Address words hold the wire's bytes: byte 0 is the low byte of
-        // word 0 on this little-endian target.
-        let byte = (addr[i / 4] >> ((i % 4) * 8)) & 0xff;
-        let entry = block.entries[byte as usize];
-        if entry & ADDR_CHILD == 0 {
-            return ADDR_BITMAPS_MAP.get(bitmap_index(set, entry));
-        }
-        if i + 1 >= bytes {
-            return None; // a child below the last byte: a malformed table
-        }
-        block = ADDR_BLOCKS_MAP.get(entry & !ADDR_CHILD)?;
-    }
-    None
 }
 
 #[inline(always)]

@@ -10,7 +10,7 @@
 use core::ptr::read_volatile;
 
 use bpf_maps::classifier::{
-    flow_meta, BITMAP_WORDS, CLS_FLAG_NO_ADDR_CACHE, DEFAULT_CLASS, MAX_CLASSES, MAX_RULES, NO_PORTS,
+    BITMAP_WORDS, CLS_FLAG_NO_ADDR_CACHE, DEFAULT_CLASS, MAX_CLASSES, MAX_RULES, NO_PORTS,
     PORT_SLOTS, PROTO_DSCP_SLOTS, VERDICT_DROP, VERDICT_PASS,
 };
 
@@ -51,18 +51,6 @@ pub fn classify(frame: &ParsedFrame) -> Classification {
         }
     };
     let set = config.set;
-    let flow_ports = u32::from(frame.src_port) << 16 | u32::from(frame.dst_port);
-    let flow_meta = flow_meta(frame.proto, frame.dscp, frame.has_ports());
-    // A steady flow: its address pair's slot holds its verdict.
-    let mut slot = addresses::cache_slot(frame, config);
-    if let Some((cached, true)) = &slot {
-        if cached.flow_meta == flow_meta && cached.flow_ports == flow_ports {
-            return Classification {
-                class: cached.class,
-                verdict: cached.verdict,
-            };
-        }
-    }
     // The array lookups are inlined by the verifier and cheap: do them first,
     // and walk the LPM tries only while some rule is still in the running.
     let proto_dscp =
@@ -87,30 +75,11 @@ pub fn classify(frame: &ParsedFrame) -> Classification {
         return UNMATCHED;
     }
 
-    let cache = slot.as_mut().map(|(s, hit)| (&mut **s, *hit));
-    let result = if addresses::and_address_bitmaps(frame, config, cache, &mut acc) {
-        rule_action(set, &acc)
-    } else {
-        UNMATCHED
-    };
-    // Remember the flow's verdict where the slot now holds its address pair
-    // (a failed lookup leaves another pair's slot alone).
-    if let Some((cached, _)) = slot {
-        if !addresses::holds_pair(cached, frame, config) {
-            return result;
-        }
-        cached.flow_ports = flow_ports;
-        cached.flow_meta = flow_meta;
-        cached.class = result.class;
-        cached.verdict = result.verdict;
+    if !addresses::and_address_bitmaps(frame, config, &mut acc) {
+        return UNMATCHED;
     }
-    result
-}
 
-/// The action of the highest-priority rule left in `acc`.
-#[inline(always)]
-fn rule_action(set: u32, acc: &[u64; BITMAP_WORDS]) -> Classification {
-    let Some(rule) = lowest_set_bit(acc) else {
+    let Some(rule) = lowest_set_bit(&acc) else {
         return UNMATCHED;
     };
     match RULE_ACTIONS.get(set * MAX_RULES as u32 + rule) {

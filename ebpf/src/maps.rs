@@ -7,7 +7,6 @@ use aya_ebpf::{
     maps::{Array, LpmTrie, PerCpuArray},
 };
 use bpf_maps::{
-    addr_table::{AddrBlock, ADDR_BITMAPS, ADDR_BLOCKS},
     classifier::{
         AddrCacheEntry, ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap,
         TrieDefaults, ADDR_CACHE_SLOTS, LPM_MAX_ENTRIES, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS,
@@ -57,12 +56,3 @@ pub static ADDR_CACHE: PerCpuArray<AddrCacheEntry> =
 /// Indexed by set: tries that hold only their `/0` entry, and its bitmap.
 #[map(name = "CW_TRIE_DFLT")]
 pub static TRIE_DEFAULTS: Array<TrieDefaults> = Array::with_max_entries(RULE_SETS, 0);
-
-/// The address table's blocks and bitmaps (`bpf_maps::addr_table`);
-/// mmapable so that userspace writes a whole set without syscalls.
-use aya_ebpf::bindings::BPF_F_MMAPABLE;
-#[map(name = "CW_ADDR_BLK")]
-pub static ADDR_BLOCKS_MAP: Array<AddrBlock> = Array::with_max_entries(ADDR_BLOCKS, BPF_F_MMAPABLE);
-#[map(name = "CW_ADDR_BMP")]
-pub static ADDR_BITMAPS_MAP: Array<RuleBitmap> =
-    Array::with_max_entries(ADDR_BITMAPS, BPF_F_MMAPABLE);

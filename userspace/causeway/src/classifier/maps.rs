@@ -22,7 +22,6 @@
 //!   no slot computed from a set's old contents is used after it is rewritten.
 //!
 //! # Few syscalls
-//! The address table (`addr_table_maps`) is written through shared memory.
 //! The handle remembers what each set's array slots hold (after writing or
 //! reading them back once), and writes only slots that differ. LPM entries of
 //! the inactive set are read back every time (at most a few hundred) and
@@ -44,10 +43,8 @@ use bpf_maps::classifier::{
 };
 
 use crate::map_handles::{self, OpenMapError};
-use bpf_maps::addr_table::{MAP_ADDR_BITMAPS, MAP_ADDR_BLOCKS};
 
 use super::{
-    addr_table_maps::AddrTableMaps,
     compile::{compile, CompiledRuleSet},
     map_writes::{boottime_ns, wait_out_grace_period, write_array, write_lpm, LpmData},
     rule::RuleSet,
@@ -81,14 +78,6 @@ pub enum ClassifierMapsError {
         #[source]
         source: std::io::Error,
     },
-    #[error("map {name}: {why}")]
-    Table { name: &'static str, why: String },
-    #[error("map {name}: mmap: {source}")]
-    Mmap {
-        name: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("reading CLOCK_BOOTTIME: {0}")]
     Clock(#[source] nix::Error),
 }
@@ -102,8 +91,6 @@ pub struct ApplyStats {
     pub array_reads: usize,
     pub lpm_writes: usize,
     pub lpm_removals: usize,
-    /// Bytes stored into the address table's mapped arrays.
-    pub table_bytes: usize,
 }
 
 /// Rules written to the inactive set by [`ClassifierMaps::stage`], not yet
@@ -143,7 +130,6 @@ pub struct ClassifierMaps {
     /// The kernel's address cache, emptied of a retired generation by a
     /// rollback ([`super::rollback`]).
     pub(super) cache: PerCpuArray<MapData, AddrCacheEntry>,
-    pub(super) addr_table: AddrTableMaps,
     pub(super) known: [Option<KnownSlots>; RULE_SETS as usize],
     pub(super) generation_seen: Option<u64>,
     pub(super) last_stats: ApplyStats,
@@ -195,10 +181,6 @@ impl ClassifierMaps {
             actions: typed(&mut get, MAP_RULE_ACTIONS)?,
             trie_defaults: typed(&mut get, MAP_TRIE_DEFAULTS)?,
             cache: typed(&mut get, MAP_ADDR_CACHE)?,
-            addr_table: AddrTableMaps::open(
-                (MAP_ADDR_BLOCKS, get(MAP_ADDR_BLOCKS)?),
-                (MAP_ADDR_BITMAPS, get(MAP_ADDR_BITMAPS)?),
-            )?,
             known: [None, None],
             generation_seen: None,
             last_stats: ApplyStats::default(),
@@ -324,9 +306,6 @@ impl ClassifierMaps {
             Ipv6LpmData::new,
             stats,
         )?;
-        // Before the slots: the trie defaults written there say which tries
-        // the table answers for.
-        stats.table_bytes += self.addr_table.write(&compiled.addr_table)?;
         let slots = self.write_slots(compiled, known, stats)?;
         self.known[target as usize] = Some(slots);
         Ok(())

@@ -5,8 +5,6 @@
 
 pub use causeway_core::classifier::*;
 
-#[allow(unsafe_code)] // mmap of the address-table maps
-mod addr_table_maps;
 mod map_writes;
 pub mod maps;
 pub mod rollback;

@@ -18,7 +18,6 @@ use bpf_maps::classifier::{
 };
 
 use super::{
-    addr_table,
     compile::{CompiledRuleSet, LpmEntries},
     map_writes::LpmData,
     maps::{
@@ -57,26 +56,18 @@ impl ClassifierMaps {
             actions: read_array(&self.actions, MAP_RULE_ACTIONS, slots(MAX_RULES as u32))?,
             trie_defaults: read_array(&self.trie_defaults, MAP_TRIE_DEFAULTS, slots(1))?,
         };
-        let src_v4 = read_lpm(&self.src_v4, MAP_SRC_V4, set)?;
-        let dst_v4 = read_lpm(&self.dst_v4, MAP_DST_V4, set)?;
-        let src_v6 = read_lpm(&self.src_v6, MAP_SRC_V6, set)?;
-        let dst_v6 = read_lpm(&self.dst_v6, MAP_DST_V6, set)?;
-        // The address table is a function of the tries (`compile` built it
-        // from them), so it is rebuilt from what was read, not copied out.
-        let addr_table = addr_table::build(set, &src_v4, &dst_v4, &src_v6, &dst_v6);
         let compiled = CompiledRuleSet {
             set,
             rule_count: 0,
-            src_v4,
-            dst_v4,
-            src_v6,
-            dst_v6,
+            src_v4: read_lpm(&self.src_v4, MAP_SRC_V4, set)?,
+            dst_v4: read_lpm(&self.dst_v4, MAP_DST_V4, set)?,
+            src_v6: read_lpm(&self.src_v6, MAP_SRC_V6, set)?,
+            dst_v6: read_lpm(&self.dst_v6, MAP_DST_V6, set)?,
             proto_dscp: read.proto_dscp.clone(),
             src_ports: read.src_ports.clone(),
             dst_ports: read.dst_ports.clone(),
             actions: read.actions.clone(),
             trie_defaults: read.trie_defaults[0],
-            addr_table,
         };
         if self.generation_seen.is_none() {
             self.generation_seen = Some(self.config()?.generation);

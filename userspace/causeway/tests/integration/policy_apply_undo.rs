@@ -187,29 +187,7 @@ const RUNTIME_MAPS: [&str; 7] = [
 
 /// The large rule-bitmap arrays, read with aya: bpftool needs seconds for
 /// each. Non-zero slots, one per line.
-const BITMAP_ARRAYS: [&str; 4] = ["CW_SPORT", "CW_DPORT", "CW_PROTO_DSCP", "CW_ADDR_BMP"];
-
-/// The address table's blocks, read with aya for the same reason: the
-/// non-zero entries of each block, one block per line.
-fn dump_blocks(path: &std::path::Path) -> String {
-    use aya::maps::{Array, Map, MapData};
-    use bpf_maps::addr_table::AddrBlock;
-    use std::fmt::Write as _;
-    let data = MapData::from_pin(path).expect("open the pinned map");
-    let map: Array<MapData, AddrBlock> = Map::Array(data).try_into().expect("a block array");
-    let mut out = String::new();
-    for (i, block) in map.iter().enumerate() {
-        let block = block.expect("read a block");
-        let set: Vec<String> = (block.entries.iter().enumerate())
-            .filter(|(_, e)| **e != 0)
-            .map(|(b, e)| format!("{b}={e:x}"))
-            .collect();
-        if !set.is_empty() {
-            let _ = writeln!(out, "{i}: {}", set.join(" "));
-        }
-    }
-    out
-}
+const BITMAP_ARRAYS: [&str; 3] = ["CW_SPORT", "CW_DPORT", "CW_PROTO_DSCP"];
 
 fn dump_bitmaps(path: &std::path::Path) -> String {
     use aya::maps::{Array, Map, MapData};
@@ -242,8 +220,6 @@ fn state(ns: &str, iface: &str, layout: &Layout) -> BTreeMap<String, String> {
                 let shown = path.to_str().expect("utf-8 path");
                 let dump = if BITMAP_ARRAYS.contains(&name) {
                     dump_bitmaps(&path)
-                } else if name == bpf_maps::addr_table::MAP_ADDR_BLOCKS {
-                    dump_blocks(&path)
                 } else {
                     run("bpftool", &["map", "dump", "pinned", shown])
                 };

@@ -17,8 +17,7 @@ use causeway_test_support::require_root;
 use crate::classifier_harness::Harness;
 use rand::{rngs::StdRng, SeedableRng};
 
-/// Rule sets tried, and frames per rule set: 120,000 frames in all (half
-/// of them run twice).
+/// Rule sets tried, and frames per rule set: 120,000 frames in all.
 const RULE_SETS: usize = 48;
 const FRAMES_PER_SET: usize = 2_500;
 
@@ -63,52 +62,47 @@ fn kernel_agrees_with_reference_model() {
         // Every other rule set runs without the address cache, so that both
         // paths are compared with the model (the cache sees many repeats:
         // addresses come from small pools).
-        let cache_on = set_index % 2 == 0;
         h.maps
-            .set_address_cache(cache_on)
+            .set_address_cache(set_index % 2 == 0)
             .expect("setting the cache flag");
         h.maps.apply(&rules).expect("applying a random rule set");
         for _ in 0..FRAMES_PER_SET {
             let frame = gen::frame(&mut rng);
-            // With the cache on, each frame runs twice: the second run is
-            // served from the slot's remembered flow verdict.
-            for _ in 0..if cache_on { 2 } else { 1 } {
-                let action = h.run(&frame);
-                frames += 1;
-                let (want_slot, want_action, dropped) = match reference::evaluate(&rules, &frame) {
-                    Outcome::Unclassified(_) => (UNCLASSIFIED_SLOT, 2, 0),
-                    Outcome::Classified {
-                        class,
-                        verdict: Verdict::Pass,
-                        ..
-                    } => (u32::from(class), 2, 0),
-                    Outcome::Classified {
-                        class,
-                        verdict: Verdict::Drop,
-                        ..
-                    } => (u32::from(class), 1, 1),
-                };
-                let m = &mut model[want_slot as usize];
-                m.packets += 1;
-                m.bytes += frame.len() as u64;
-                m.drops += dropped;
-                // A frame counted in any other slot leaves this one short.
-                let counted = slot(&h, want_slot);
-                if action != want_action || counted != *m {
-                    mismatches.push(format!(
-                        "rule set {set_index} ({} rules), frame {}: kernel action {action} (slot {want_slot} now {:?}), \
-                         reference {:?}\n  frame {}",
-                        rules.len(),
-                        frames,
-                        counted,
-                        reference::evaluate(&rules, &frame),
-                        hex(&frame)
-                    ));
-                    // Resynchronise the model with the kernel to keep finding new cases.
-                    model = (0..COUNTER_SLOTS).map(|s| slot(&h, s)).collect();
-                    if mismatches.len() >= 10 {
-                        break;
-                    }
+            let action = h.run(&frame);
+            frames += 1;
+            let (want_slot, want_action, dropped) = match reference::evaluate(&rules, &frame) {
+                Outcome::Unclassified(_) => (UNCLASSIFIED_SLOT, 2, 0),
+                Outcome::Classified {
+                    class,
+                    verdict: Verdict::Pass,
+                    ..
+                } => (u32::from(class), 2, 0),
+                Outcome::Classified {
+                    class,
+                    verdict: Verdict::Drop,
+                    ..
+                } => (u32::from(class), 1, 1),
+            };
+            let m = &mut model[want_slot as usize];
+            m.packets += 1;
+            m.bytes += frame.len() as u64;
+            m.drops += dropped;
+            // A frame counted in any other slot leaves this one short.
+            let counted = slot(&h, want_slot);
+            if action != want_action || counted != *m {
+                mismatches.push(format!(
+                    "rule set {set_index} ({} rules), frame {}: kernel action {action} (slot {want_slot} now {:?}), \
+                     reference {:?}\n  frame {}",
+                    rules.len(),
+                    frames,
+                    counted,
+                    reference::evaluate(&rules, &frame),
+                    hex(&frame)
+                ));
+                // Resynchronise the model with the kernel to keep finding new cases.
+                model = (0..COUNTER_SLOTS).map(|s| slot(&h, s)).collect();
+                if mismatches.len() >= 10 {
+                    break;
                 }
             }
         }

@@ -179,8 +179,6 @@ fn object_declares_every_shared_map() {
         MAP_ADDR_CACHE,
         MAP_TRIE_DEFAULTS,
         MAP_INGRESS_COUNTERS,
-        bpf_maps::addr_table::MAP_ADDR_BLOCKS,
-        bpf_maps::addr_table::MAP_ADDR_BITMAPS,
     ] {
         assert!(
             h.ebpf.map(name).is_some(),

@@ -21,10 +21,7 @@ use bpf_maps::classifier::{
     RULE_SETS, TRIE_DST_V4, TRIE_DST_V6, TRIE_SRC_V4, TRIE_SRC_V6, VERDICT_DROP, VERDICT_PASS,
 };
 
-use super::{
-    addr_table::{self, AddrTable},
-    rule::{IpPrefix, PortRange, Rule, RuleSet, Verdict},
-};
+use super::rule::{IpPrefix, PortRange, Rule, RuleSet, Verdict};
 
 /// LPM entries of one trie for one rule set: (address, prefix length in
 /// bits of the address, without the set byte) → bitmap.
@@ -47,10 +44,8 @@ pub struct CompiledRuleSet {
     pub dst_ports: Vec<RuleBitmap>,
     /// `MAX_RULES` actions; slots past `rule_count` are zero.
     pub actions: Vec<RuleAction>,
-    /// Which tries hold only their `/0` entry, and its bitmap; which are tabled.
+    /// Which tries hold only their `/0` entry, and its bitmap.
     pub trie_defaults: TrieDefaults,
-    /// The tries' entries again, as array blocks (see [`super::addr_table`]).
-    pub addr_table: AddrTable,
 }
 
 /// Sets bit `rule` of `bitmap`.
@@ -80,8 +75,6 @@ pub fn compile(rules: &RuleSet, set: u32) -> CompiledRuleSet {
     note_default(&mut trie_defaults, TRIE_DST_V4, &dst_v4);
     note_default(&mut trie_defaults, TRIE_SRC_V6, &src_v6);
     note_default(&mut trie_defaults, TRIE_DST_V6, &dst_v6);
-    let addr_table = addr_table::build(set, &src_v4, &dst_v4, &src_v6, &dst_v6);
-    trie_defaults.tabled = addr_table.tabled;
     CompiledRuleSet {
         set,
         rule_count: rules.len() as u32,
@@ -94,7 +87,6 @@ pub fn compile(rules: &RuleSet, set: u32) -> CompiledRuleSet {
         dst_ports: port_bitmaps(rules, |r| r.dst_ports),
         actions: actions(rules),
         trie_defaults,
-        addr_table,
     }
 }
 

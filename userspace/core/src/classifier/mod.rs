@@ -1,10 +1,8 @@
 //! The classifier's rule model (what a validated policy becomes), how rules
 //! compile into the entries of the kernel's maps (`compile`), and a pure
-//! reference classifier (`reference`), and the address table that answers
-//! the tries' lookups with array lookups (`addr_table`) that the kernel program is
+//! reference classifier (`reference`) that the kernel program is
 //! differential-tested against. Writing the entries is `causeway::classifier::maps`.
 
-pub mod addr_table;
 pub mod compile;
 pub mod reference;
 pub mod rule;
