@@ -198,7 +198,8 @@ fn unpack(from: &Path, to: &Path) -> Result<()> {
     fs::write(to, out.stdout).with_context(|| format!("writing {}", to.display()))
 }
 
-/// The guest's `/init`. The kernel hands `cw_script=` and `cw_out=` from
+/// The guest's `/init`. The kernel hands `cw_script=`, `cw_out=` and `cw_root=` (the
+/// checkout) from
 /// its command line to init as environment variables. The last line on the
 /// console is `CW-VM-EXIT <status>`, which the host reads.
 const INIT: &str = r#"#!/bin/sh
@@ -213,6 +214,11 @@ if mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose host
   mount -t proc proc /host/proc
   mount -t sysfs sys /host/sys
   mount -t devtmpfs dev /host/dev
+  # A view of the host root without the guest's own mounts, so that a
+  # checkout under /tmp, /run or /var/tmp (hidden by their tmpfs below) is
+  # bound back at its own path.
+  mkdir -p /hostview
+  mount -o bind /host /hostview
   mkdir -p /host/dev/shm /host/dev/pts
   mount -t tmpfs shm /host/dev/shm
   mount -t devpts pts /host/dev/pts
@@ -220,6 +226,11 @@ if mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=262144,cache=loose host
   mount -t tmpfs run /host/run
   mount -t tmpfs vartmp /host/var/tmp
   mount -t bpf bpf /host/sys/fs/bpf
+  case "$cw_root" in
+    /tmp/*|/run/*|/var/tmp/*)
+      mkdir -p "/host$cw_root"
+      mount -o bind "/hostview$cw_root" "/host$cw_root" ;;
+  esac
   mount -t 9p -o trans=virtio,version=9p2000.L,rw,msize=262144 vmout "/host$cw_out"
   chroot /host /bin/sh "$cw_script"
   status=$?

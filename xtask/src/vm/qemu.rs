@@ -71,9 +71,10 @@ fn run_with(boot: &Boot<'_>, accel: &'static str) -> Result<Outcome> {
         .with_context(|| format!("creating {}", boot.console_log.display()))?;
     drop(console);
     let cmdline = format!(
-        "console=ttyS0 quiet loglevel=4 panic=-1 rdinit=/init cw_script={} cw_out={}",
+        "console=ttyS0 quiet loglevel=4 panic=-1 rdinit=/init cw_script={} cw_out={} cw_root={}",
         boot.script.display(),
-        boot.out_dir.display()
+        boot.out_dir.display(),
+        crate::cmd::root().display()
     );
     let mut c = Command::new("qemu-system-x86_64");
     c.args([
