@@ -48,6 +48,15 @@ pub fn python() -> Result<PathBuf> {
         return Ok(python);
     }
     let venv = venv_dir();
+    if venv.exists() {
+        // Half-written (an interrupted install) or stale (another torch):
+        // installing into it can fail inside pip, so start afresh.
+        eprintln!(
+            "python: {} is incomplete or stale; recreating it",
+            venv.display()
+        );
+        std::fs::remove_dir_all(&venv).with_context(|| format!("removing {}", venv.display()))?;
+    }
     eprintln!(
         "python: installing torch {TORCH_VERSION}, maturin and pytest into {} (the first time downloads several GiB)",
         venv.display()

@@ -14,7 +14,7 @@
 
 use crate::codec::{CodecSpec, TensorKey};
 use crate::comm::Communicator;
-use crate::dtype::{Element, ReduceOp};
+use crate::dtype::{DType, Element, ReduceOp};
 use crate::engine::JobKind;
 use crate::error::{Rank, Result};
 use crate::schedule::OpKind;
@@ -52,11 +52,14 @@ pub(crate) struct CallCodec {
 
 impl Communicator {
     /// The codec a call without options uses: the configured default, except
-    /// that a lossy default does not apply to broadcast, allgather or plans.
-    pub(crate) fn default_codec(&self, kind: &JobKind) -> CallCodec {
+    /// that a lossy default does not apply to broadcast, allgather, plans or
+    /// buffers other than f32 (an integer allreduce stays exact).
+    pub(crate) fn default_codec(&self, kind: &JobKind, dtype: DType) -> CallCodec {
         let spec = self.options().wan_codec;
         let applies = match kind {
-            JobKind::Op(OpKind::Allreduce | OpKind::ReduceScatter) => true,
+            JobKind::Op(OpKind::Allreduce | OpKind::ReduceScatter) => {
+                dtype == DType::F32 || spec.is_lossless()
+            }
             JobKind::Op(OpKind::Broadcast { .. } | OpKind::Allgather) => spec.is_lossless(),
             _ => false,
         };
@@ -66,7 +69,7 @@ impl Communicator {
         }
     }
 
-    fn call_codec(&self, kind: &JobKind, o: &CallOptions) -> CallCodec {
+    fn call_codec(&self, kind: &JobKind, dtype: DType, o: &CallOptions) -> CallCodec {
         match o.codec {
             Some(spec) => CallCodec {
                 spec,
@@ -74,7 +77,7 @@ impl Communicator {
             },
             None => CallCodec {
                 feedback: o.feedback,
-                ..self.default_codec(kind)
+                ..self.default_codec(kind, dtype)
             },
         }
     }
@@ -87,7 +90,7 @@ impl Communicator {
         o: &CallOptions,
     ) -> Result<()> {
         let kind = JobKind::Op(OpKind::Allreduce);
-        let c = self.call_codec(&kind, o);
+        let c = self.call_codec(&kind, T::DTYPE, o);
         self.in_place_with(kind, op, buf, c)
     }
 
@@ -99,7 +102,7 @@ impl Communicator {
         o: &CallOptions,
     ) -> Result<()> {
         let kind = JobKind::Op(OpKind::ReduceScatter);
-        let c = self.call_codec(&kind, o);
+        let c = self.call_codec(&kind, T::DTYPE, o);
         self.in_place_with(kind, op, buf, c)
     }
 
@@ -116,7 +119,7 @@ impl Communicator {
             )));
         }
         let kind = JobKind::Op(OpKind::Allgather);
-        let c = self.call_codec(&kind, o);
+        let c = self.call_codec(&kind, T::DTYPE, o);
         self.in_place_with(kind, ReduceOp::Sum, buf, c)
     }
 
@@ -134,7 +137,7 @@ impl Communicator {
             )));
         }
         let kind = JobKind::Op(OpKind::Broadcast { root });
-        let c = self.call_codec(&kind, o);
+        let c = self.call_codec(&kind, T::DTYPE, o);
         self.in_place_with(kind, ReduceOp::Sum, buf, c)
     }
 

@@ -204,7 +204,7 @@ impl Communicator {
                 .map(|v| map(*v))
                 .map_err(|_| CollectiveError::Closed)
         });
-        let codec = self.default_codec(&kind);
+        let codec = self.default_codec(&kind, T::DTYPE);
         self.submit_work(kind, (T::DTYPE, op, codec), Box::new(buf), record, map)
     }
 
@@ -257,7 +257,7 @@ impl Communicator {
     /// Runs `kind` in `buf` itself: the engine works in the caller's memory
     /// (lent for the duration, see [`Loan`]), no copy in or out.
     fn in_place<T: Element>(&self, kind: JobKind, op: ReduceOp, buf: &mut [T]) -> Result<()> {
-        let codec = self.default_codec(&kind);
+        let codec = self.default_codec(&kind, T::DTYPE);
         self.in_place_with(kind, op, buf, codec)
     }
 

@@ -178,6 +178,55 @@ fn lossy_codecs_where_they_do_not_apply_are_refused_and_the_communicator_goes_on
 }
 
 #[test]
+fn a_lossy_default_compresses_f32_and_leaves_other_dtypes_exact() {
+    let o = Options {
+        wan_codec: CodecSpec::Bf16,
+        ..opts()
+    };
+    let out = run_world(&layout(), &o, |c| {
+        // Odd integers above 2^24 that bf16 (8 significant bits) cannot hold.
+        let mut ints: Vec<i64> = (0..N as i64).map(|i| (1 << 30) + 2 * i + 1).collect();
+        c.allreduce(&mut ints, ReduceOp::Sum)
+            .expect("i64 under a lossy default");
+        let mut doubles = vec![1.0f64 + 2f64.powi(-40); 64];
+        c.allreduce(&mut doubles, ReduceOp::Sum)
+            .expect("f64 under a lossy default");
+        let mut v: Vec<f32> = (0..N).map(|i| value(c.rank(), i)).collect();
+        c.allreduce(&mut v, ReduceOp::Sum)
+            .expect("f32 under a lossy default");
+        (ints, doubles, v)
+    });
+    let exact: Vec<f32> = (0..N)
+        .map(|i| (0..4).map(|r| f64::from(value(r, i))).sum::<f64>() as f32)
+        .collect();
+    for (r, (ints, doubles, v)) in out.iter().enumerate() {
+        for (i, x) in ints.iter().enumerate() {
+            assert_eq!(*x, 4 * ((1 << 30) + 2 * i as i64 + 1), "rank {r} i64[{i}]");
+        }
+        assert!(
+            doubles.iter().all(|d| *d == 4.0 + 2f64.powi(-38)),
+            "rank {r} f64"
+        );
+        // The f32 sum went through bf16 across the WAN: not exact, but close.
+        let differs = v.iter().zip(&exact).filter(|(a, b)| a != b).count();
+        assert!(
+            differs > N / 2,
+            "rank {r}: only {differs} of {N} values changed: not compressed?"
+        );
+        // bf16 rounds each domain's partial sum to 8 significant bits.
+        for (i, (a, b)) in v.iter().zip(&exact).enumerate() {
+            let bound = partials(i).iter().map(|p| p.abs()).sum::<f64>() / 256.0 + 1e-6;
+            let err = (f64::from(*a) - f64::from(*b)).abs();
+            assert!(err <= bound, "rank {r} [{i}]: error {err} > {bound}");
+        }
+    }
+    identical(
+        &out.iter().map(|o| o.2.clone()).collect::<Vec<_>>(),
+        "bf16 default",
+    );
+}
+
+#[test]
 fn a_codec_mismatch_between_ranks_is_a_typed_error_on_every_rank() {
     let layout = layout();
     // Same codec id, other parameters: the payload header tells.
