@@ -2,7 +2,8 @@
 //! DDP training (`userspace/python/examples/train.py`, 17 MiB of gradients)
 //! on the two-domain testbed, `causeway` vs `gloo` backend, same seed, same
 //! run. Each rank is a `torchrun --nnodes 4 --nproc-per-node 1` agent in its
-//! host namespace. Prints per backend the median step time (median and range
+//! host namespace; `causeway+bf16` is the causeway backend with the compressed
+//! DDP hook (bf16 across domains). Prints per backend the median step time (median and range
 //! over the runs), steps and time to the target accuracy, final accuracy, and
 //! Gloo's step time divided by Causeway's.
 
@@ -12,7 +13,12 @@ use serde_json::Value;
 use crate::{cmd, python, testbed::Testbed};
 
 const MASTER_PORT: &str = "29510";
-const BACKENDS: [&str; 2] = ["causeway", "gloo"];
+/// (label, backend, codec of the compressed DDP hook).
+const BACKENDS: [(&str, &str, Option<&str>); 3] = [
+    ("causeway", "causeway", None),
+    ("causeway+bf16", "causeway", Some("bf16")),
+    ("gloo", "gloo", None),
+];
 
 struct Args {
     profiles: Vec<String>,
@@ -59,18 +65,18 @@ pub fn run(extra: &[String]) -> Result<()> {
         let bed = Testbed::up("torch", profile)?;
         crate::bench_allreduce::tune_hosts(&bed)?;
         let mut results: Vec<(&str, Vec<Value>)> = Vec::new();
-        for b in BACKENDS {
-            results.push((b, Vec::new()));
+        for (label, _, _) in BACKENDS {
+            results.push((label, Vec::new()));
         }
         // Interleaved runs: a change in the machine's load hits both backends.
         for run in 0..args.runs {
-            for (backend, out) in results.iter_mut() {
+            for ((label, out), (_, backend, codec)) in results.iter_mut().zip(BACKENDS) {
                 eprintln!(
-                    "bench torch: {profile}: run {} of {}: {backend}",
+                    "bench torch: {profile}: run {} of {}: {label}",
                     run + 1,
                     args.runs
                 );
-                out.push(train(&bed, &py, &script, backend, args.steps)?);
+                out.push(train(&bed, &py, &script, (backend, codec), args.steps)?);
             }
         }
         print_table(profile, &bed, &results, args.steps);
@@ -83,7 +89,7 @@ fn train(
     bed: &Testbed,
     py: &std::path::Path,
     script: &std::path::Path,
-    backend: &str,
+    (backend, codec): (&str, Option<&str>),
     steps: usize,
 ) -> Result<Value> {
     let world = bed.hosts.len().to_string();
@@ -101,6 +107,7 @@ fn train(
             .arg(script)
             .args(["--backend", backend, "--steps", &steps.to_string()])
             .args(["--eval-every", "3"])
+            .args(codec.map(|c| ["--compress", c]).into_iter().flatten())
             .env("GLOO_SOCKET_IFNAME", "eth0")
             .env("OMP_NUM_THREADS", "1");
         children.push(c.spawn().with_context(|| format!("starting rank {rank}"))?);
@@ -183,7 +190,8 @@ fn print_table(profile: &str, bed: &Testbed, results: &[(&str, Vec<Value>)], ste
             .unwrap_or(f64::NAN)
     };
     println!(
-        "gloo step time / causeway step time: {:.2}x",
-        step("gloo") / step("causeway")
+        "gloo step time / causeway step time: {:.2}x (with the bf16 hook: {:.2}x)",
+        step("gloo") / step("causeway"),
+        step("gloo") / step("causeway+bf16")
     );
 }

@@ -35,6 +35,12 @@ def parse_args():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--target-accuracy", type=float, default=0.6)
     p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument(
+        "--compress",
+        metavar="CODEC",
+        help="causeway only: compress the cross-domain gradient bytes (bf16, fp16, int8, topk:1%%) "
+        "with causeway.torch.hooks.compressed_allreduce_hook",
+    )
     return p.parse_args()
 
 
@@ -69,6 +75,12 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     (x, y), (tx, ty) = dataset(args.seed)
     net = DDP(model(args.hidden, args.seed))
+    if args.compress:
+        if args.backend != "causeway":
+            raise SystemExit("--compress needs --backend causeway")
+        from causeway.torch.hooks import CompressionState, compressed_allreduce_hook
+
+        net.register_comm_hook(CompressionState(None, codec=args.compress), compressed_allreduce_hook)
     grad_bytes = sum(p.numel() * p.element_size() for p in net.parameters())
     opt = torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9)
     order = torch.randperm(TRAIN, generator=torch.Generator().manual_seed(args.seed + 1))
@@ -104,6 +116,7 @@ def main():
                 {
                     "event": "summary",
                     "backend": args.backend,
+                    "compress": args.compress,
                     "world": world,
                     "domain": os.environ.get("CAUSEWAY_DOMAIN"),
                     "gradient_bytes": grad_bytes,

@@ -7,9 +7,10 @@
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
+use causeway_collective::codec::CodecSpec;
 use causeway_collective::store::StoreServer as RustStore;
 use causeway_collective::{
-    CollectiveError, Communicator as RustComm, DType, Element, Options, ReduceOp,
+    CallOptions, CollectiveError, Communicator as RustComm, DType, Element, Options, ReduceOp,
 };
 use half::{bf16, f16};
 use pyo3::prelude::*;
@@ -121,6 +122,20 @@ unsafe fn slice<'a, T: Element>(v: View) -> &'a mut [T] {
     unsafe { std::slice::from_raw_parts_mut(v.ptr.cast::<T>(), v.len) }
 }
 
+/// This call's options: `codec` names what crosses domains (as
+/// `CAUSEWAY_WAN_CODEC`; `None`: the communicator's default), `feedback` the
+/// tensor whose error-feedback residual a lossy codec keeps.
+fn call_options(codec: Option<&str>, feedback: Option<u64>) -> PyResult<CallOptions> {
+    let codec = codec
+        .map(|c| {
+            CodecSpec::parse(c)
+                .and_then(|s| s.validate())
+                .map_err(|e| argument(format!("codec {c:?}: {e}")))
+        })
+        .transpose()?;
+    Ok(CallOptions { codec, feedback })
+}
+
 fn same_dtype(a: &View, b: &View, what: &str) -> PyResult<()> {
     if a.dtype != b.dtype {
         return Err(argument(format!(
@@ -209,16 +224,39 @@ impl Communicator {
     }
 
     /// In-place allreduce of a tensor (`op`: sum, avg, min, max, prod).
-    fn allreduce(&self, py: Python<'_>, tensor: &Bound<'_, PyAny>, op: &str) -> PyResult<()> {
+    /// `codec` compresses what crosses domains (`bf16`, `int8`, `topk:1%`, ...;
+    /// lossy ones take float32 tensors), `feedback` keys its error feedback.
+    #[pyo3(signature = (tensor, op, codec=None, feedback=None))]
+    fn allreduce(
+        &self,
+        py: Python<'_>,
+        tensor: &Bound<'_, PyAny>,
+        op: &str,
+        codec: Option<&str>,
+        feedback: Option<u64>,
+    ) -> PyResult<()> {
         let v = dlpack::view(tensor, "allreduce")?;
         let op = reduce_op(op)?;
+        let call = call_options(codec, feedback)?;
         let comm = self.get()?;
         py.detach(move || {
-            // SAFETY: `tensor` (the capsule) is borrowed by this call until
-            // `detach` returns; this is the only slice of its memory.
-            with_element!(v.dtype, T, comm.allreduce(unsafe { slice::<T>(v) }, op))
+            with_element!(v.dtype, T, {
+                // SAFETY: `tensor` (the capsule) is borrowed by this call until
+                // `detach` returns; this is the only slice of its memory.
+                let buf = unsafe { slice::<T>(v) };
+                comm.allreduce_with(buf, op, &call)
+            })
         })
         .map_err(to_py)
+    }
+
+    /// Forgets the error-feedback residual of tensor `feedback` (all of them
+    /// with `None`), in order with the calls before it. Local to this rank.
+    #[pyo3(signature = (feedback=None))]
+    fn reset_feedback(&self, py: Python<'_>, feedback: Option<u64>) -> PyResult<()> {
+        let comm = self.get()?;
+        py.detach(move || comm.reset_feedback(feedback))
+            .map_err(to_py)
     }
 
     /// In-place broadcast of `root`'s tensor.
@@ -280,12 +318,16 @@ impl Communicator {
     /// Reduces `input` (world × len(output) elements) across ranks and leaves
     /// this rank's block in `output`; `input` is left unchanged (it is copied
     /// once, as the reduction needs scratch space of its size).
+    #[pyo3(signature = (input, output, op, codec=None, feedback=None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn reduce_scatter(
         &self,
         py: Python<'_>,
         input: &Bound<'_, PyAny>,
         output: &Bound<'_, PyAny>,
         op: &str,
+        codec: Option<&str>,
+        feedback: Option<u64>,
     ) -> PyResult<()> {
         let (i, o) = (
             dlpack::view(input, "reduce_scatter input")?,
@@ -299,13 +341,14 @@ impl Communicator {
             )));
         }
         let op = reduce_op(op)?;
+        let call = call_options(codec, feedback)?;
         let (rank, comm) = (self.rank, self.get()?);
         py.detach(move || {
             with_element!(i.dtype, T, {
                 // SAFETY: as in `allreduce`; the input slice ends before the
                 // output slice (which may alias it) is made.
                 let mut work: Vec<T> = unsafe { slice::<T>(i) }.to_vec();
-                comm.reduce_scatter_in_place(&mut work, op)?;
+                comm.reduce_scatter_in_place_with(&mut work, op, &call)?;
                 let shard = comm.shard(work.len(), rank);
                 // SAFETY: as in `allreduce`.
                 unsafe { slice::<T>(o) }.copy_from_slice(&work[shard]);

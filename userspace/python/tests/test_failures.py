@@ -82,3 +82,13 @@ def test_exception_classes():
     assert issubclass(causeway.ConfigError, ValueError)
     assert issubclass(causeway.PeerError, causeway.CausewayError)
     assert issubclass(causeway.CausewayError, RuntimeError)
+
+
+def test_work_wait_with_a_timeout_raises_then_the_operation_still_completes():
+    out = world.run(workers.wait_timeout, 2, 2.0, timeout=90)
+    o = out[0]
+    assert o["timed_out"] is not None, "wait(timeout=0.3 s) returned before the late rank called"
+    text, mro = o["timed_out"]
+    assert "TimeoutError" in mro and "0.3" in text, o
+    assert 0.25 < o["timeout_elapsed"] < 1.5, o
+    assert all(r["sum_ok"] for r in out.values()), out

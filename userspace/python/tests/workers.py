@@ -352,3 +352,85 @@ def ddp_matches_gloo(rank, world, steps):
     ProcessGroupCauseway.allreduce = original
     dist.destroy_process_group()
     return {"diff": diff, "moved": moved, "allreduces": len(calls) - start_calls}
+
+
+def compressed_hook(rank, world, steps):
+    """DDP with ``compressed_allreduce_hook`` (bf16, and top-k with error
+    feedback) beside DDP over Gloo, in a world of two domains. Returns each
+    model's flattened parameters, its loss before and after, and the hook
+    state's counters."""
+    import copy
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from causeway.torch.hooks import CompressionState, compressed_allreduce_hook
+
+    gloo = init()
+    base = _model(0)
+    names = ("gloo", "bf16", "topk")
+    models = {n: copy.deepcopy(base) for n in names}
+    ddps = {n: DDP(models[n], process_group=gloo, bucket_cap_mb=0.01) for n in names}
+    states = {
+        "bf16": CompressionState(dist.group.WORLD, codec="bf16"),
+        "topk": CompressionState(dist.group.WORLD, codec="topk:10%", error_feedback=True),
+    }
+    for n, st in states.items():
+        ddps[n].register_comm_hook(st, compressed_allreduce_hook)
+    opts = {n: torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.9) for n, m in ddps.items()}
+
+    def labels(x):  # a rule the model can learn
+        return (x[:, :4].argmax(dim=1) + (x[:, 4] > 1).long()) % 4
+
+    g = torch.Generator().manual_seed(7)
+    x_eval = torch.randn(512, 32, generator=g)
+    y_eval = labels(x_eval)
+
+    def loss(m):
+        with torch.no_grad():
+            return torch.nn.functional.cross_entropy(m(x_eval), y_eval).item()
+
+    before = {n: loss(m) for n, m in models.items()}
+    for step in range(steps):
+        g = torch.Generator().manual_seed(100 * step + rank)
+        x = torch.randn(64, 32, generator=g)
+        y = labels(x)
+        for n, ddp in ddps.items():
+            opts[n].zero_grad()
+            torch.nn.functional.cross_entropy(ddp(x), y).backward()
+            opts[n].step()
+    flat = {n: torch.cat([p.detach().reshape(-1) for p in m.parameters()]) for n, m in models.items()}
+    out = {
+        "params": {n: f.numpy().tobytes() for n, f in flat.items()},
+        "diff": {n: (flat[n] - flat["gloo"]).abs().max().item() for n in states},
+        "before": before,
+        "after": {n: loss(m) for n, m in models.items()},
+        "compressed": {n: st.compressed for n, st in states.items()},
+    }
+    dist.destroy_process_group()
+    return out
+
+
+def wait_timeout(rank, world, late_s):
+    """Rank 0's allreduce waits for a rank that calls ``late_s`` later:
+    ``Work.wait(timeout=...)`` shorter than that raises a timeout at once,
+    and a later ``wait()`` completes the operation correctly."""
+    import causeway
+
+    init_only(60.0)
+    x = torch.full((1024,), float(rank + 1))
+    out = {}
+    if rank != 0:
+        time.sleep(late_s)
+    work = dist.all_reduce(x, async_op=True)
+    if rank == 0:
+        start = time.monotonic()
+        try:
+            work.wait(timeout=timedelta(seconds=0.3))
+            out["timed_out"] = None
+        except causeway.CausewayTimeoutError as e:
+            out["timed_out"] = (str(e), [c.__name__ for c in type(e).__mro__])
+        out["timeout_elapsed"] = time.monotonic() - start
+    work.wait()
+    out["sum_ok"] = bool((x == sum(range(1, world + 1))).all())
+    dist.destroy_process_group()
+    return out

@@ -23,6 +23,14 @@ from causeway.torch import _tensors as T
 STORE_KEY = "causeway/bootstrap-store"
 
 
+def _store_key() -> str:
+    """Where rank 0 publishes its store's address in torch's store. Elastic
+    torchrun keeps the keys of earlier attempts after a restart, so the key
+    names the attempt (``TORCHELASTIC_RESTART_COUNT``): a restarted rank
+    never dials the dead store of the attempt before."""
+    return f"{STORE_KEY}/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
 def _listen_ip() -> str:
     """The address rank 0's bootstrap store listens on: ``CAUSEWAY_ADDR``, else
     the local address that routes to ``MASTER_ADDR``, else the host name's."""
@@ -58,6 +66,18 @@ class CausewayWork(Work):
         self._fut = fut
 
     def wait(self, timeout=None) -> bool:
+        """Waits for the operation and raises its error. With ``timeout`` (a
+        ``timedelta`` or seconds), raises ``causeway.CausewayTimeoutError`` if
+        it has not finished by then; the operation itself goes on (the
+        communicator's own timeout still ends it if a peer is gone)."""
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        if seconds is not None and seconds > 0 and not self._fut.done():
+            done = threading.Event()
+            self._fut.add_done_callback(lambda _: done.set())
+            if not done.wait(seconds):
+                raise causeway.CausewayTimeoutError(
+                    f"causeway: operation not finished after {seconds:g} s (Work.wait timeout)"
+                )
         self._fut.wait()  # raises the operation's exception
         return True
 
@@ -97,7 +117,7 @@ class ProcessGroupCauseway(ProcessGroup):
 
     Bootstraps through the c10d ``store`` torch hands it: rank 0 starts
     Causeway's store on a port the kernel picks and publishes its address
-    under ``causeway/bootstrap-store``; the others read it (so a torchrun job
+    under ``causeway/bootstrap-store/attempt-N``; the others read it (so a torchrun job
     needs no second fixed port).
     """
 
@@ -106,8 +126,8 @@ class ProcessGroupCauseway(ProcessGroup):
         self._server = None
         if rank == 0:
             self._server = causeway.StoreServer(_listen_ip())
-            store.set(STORE_KEY, self._server.addr)
-        addr = store.get(STORE_KEY).decode()
+            store.set(_store_key(), self._server.addr)
+        addr = store.get(_store_key()).decode()
         domain = os.environ.get("CAUSEWAY_DOMAIN") or None
         topology = os.environ.get("CAUSEWAY_TOPOLOGY")
         if domain is None and topology:
@@ -182,6 +202,22 @@ class ProcessGroupCauseway(ProcessGroup):
                 self._comm.allreduce(T.capsule(h), op)
 
         return self._submit(job, [t])
+
+    def allreduce_compressed(self, tensor, op="avg", codec="bf16", feedback=None):
+        """Allreduce of one float32 CPU tensor in place whose cross-domain
+        bytes go through ``codec`` (``bf16``, ``fp16``, ``int8``, ``topk:1%``,
+        ... as ``CAUSEWAY_WAN_CODEC``). ``feedback`` (an int naming the tensor
+        across calls) keeps what a lossy codec dropped and sends it next time.
+        Every rank must pass the same codec and key. Returns a ``Work``."""
+        T.check(tensor, "allreduce_compressed tensor")
+        if op not in ("sum", "avg"):
+            raise ValueError(f"allreduce_compressed: op {op!r} is not 'sum' or 'avg'")
+
+        def job():
+            with T.host(tensor) as h:
+                self._comm.allreduce(T.capsule(h), op, codec=codec, feedback=feedback)
+
+        return self._submit(job, [tensor])
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = T.reduce_op_name(opts if opts is not None else torch.distributed.ReduceOp.SUM)
