@@ -30,6 +30,8 @@ pub struct Testbed {
     /// Rate (Mbit/s) and one-way delay (ms) of the default path.
     pub rate_mbit: f64,
     pub delay_ms: f64,
+    /// Whether [`attach`](Self::attach) ran: only then is there anything to detach.
+    attached: std::cell::Cell<bool>,
 }
 
 impl Testbed {
@@ -114,6 +116,7 @@ impl Testbed {
             tag: String::new(),
             hosts,
             wan_ports,
+            attached: std::cell::Cell::new(false),
             rate_mbit: rate_bps / 1e6,
             delay_ms: delay_ns / 1e6,
         })
@@ -145,6 +148,7 @@ impl Testbed {
 
     /// Attaches the classifier to every gateway WAN port with `policy`.
     pub fn attach(&self, policy: &std::path::Path) -> Result<()> {
+        self.attached.set(true);
         for port in &self.wan_ports {
             cmd::run(
                 cmd::cargo_bin("causeway", true)
@@ -213,7 +217,12 @@ impl Testbed {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        for port in &self.wan_ports {
+        let attached = if self.attached.get() {
+            &self.wan_ports[..]
+        } else {
+            &[]
+        };
+        for port in attached {
             let _ = cmd::cargo_bin("causeway", true)
                 .args(["--netns", &port.netns, "detach", "--iface", &port.iface])
                 .status();
