@@ -5,6 +5,7 @@
 //! - `clock`: the agent's clock sync against kernel stamps and chrony;
 //! - `collective`: the collective library over the agent's maps and the
 //!   emulated WAN;
+//! - `deploy`: the Kubernetes manifest of docs/deploy (parsed, no cluster);
 //! - `netsim`: the WAN emulator and testbed;
 //! - `shaper`: TC egress shaping with HTB (rates, isolation, live changes);
 //! - `vm`: what differs per kernel (attach modes, verifier), run on the host
@@ -17,6 +18,7 @@
 mod cli;
 mod clock;
 mod collective;
+mod deploy;
 mod netsim;
 mod shaper;
 mod vm;

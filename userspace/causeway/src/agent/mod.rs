@@ -7,6 +7,7 @@
 
 pub mod config;
 pub mod control;
+pub mod observe;
 pub mod report;
 
 use std::path::PathBuf;
