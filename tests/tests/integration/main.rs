@@ -7,6 +7,7 @@
 //!   emulated WAN;
 //! - `deploy`: the Kubernetes manifest of docs/deploy (parsed, no cluster);
 //! - `netsim`: the WAN emulator and testbed;
+//! - `observe`: the agent's metrics scraped by a real Prometheus server;
 //! - `shaper`: TC egress shaping with HTB (rates, isolation, live changes);
 //! - `vm`: what differs per kernel (attach modes, verifier), run on the host
 //!   and in the VM stage on 6.1, 6.12 and 7.x.
@@ -20,5 +21,6 @@ mod clock;
 mod collective;
 mod deploy;
 mod netsim;
+mod observe;
 mod shaper;
 mod vm;

@@ -1,0 +1,3 @@
+//! Observability: the agent's Prometheus metrics scraped by a real server.
+
+mod prometheus;
