@@ -107,6 +107,15 @@ pub enum Command {
         after_long_help = exit::LOG
     )]
     Log(super::log_cmd::LogArgs),
+
+    /// A live view of the attached interfaces: per-class ingress counters
+    /// and rates, egress shaping (rate, ceiling, sent, over-limit), and the
+    /// agent's clock peers (offset, bound, source), redrawn in place.
+    /// q, Esc or Ctrl-C quits.
+    #[command(
+        after_help = "Examples:\n  causeway top\n  causeway --netns dc1 top --iface veth0 --interval 500ms"
+    )]
+    Top(super::top::TopArgs),
 }
 
 #[derive(Debug, Args)]
