@@ -94,4 +94,10 @@ fn the_agent_daemonset_has_exactly_the_capabilities_it_needs() {
     let toml = cm["data"]["agent.toml"].as_str().expect("agent.toml");
     let cfg = AgentConfig::parse(toml).expect("the agent accepts its configuration");
     assert_eq!(cfg.interfaces.len(), 1);
+    let metrics = cfg.metrics.expect("the agent serves /metrics");
+    let annotated = &ds["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"];
+    assert_eq!(
+        annotated.as_str(),
+        Some(metrics.port().to_string().as_str())
+    );
 }
