@@ -19,8 +19,11 @@ pub enum TrafficKind {
     Control,
 }
 
-/// `TC_PRIO_BULK` (include/uapi/linux/pkt_sched.h).
-pub const TC_PRIO_BULK: u32 = 2;
+/// `TC_PRIO_BESTEFFORT` (include/uapi/linux/pkt_sched.h): the bulk streams
+/// keep the default band. Not `TC_PRIO_BULK` (2): under `pfifo_fast` that
+/// is the lowest band, where gradients would yield to any other traffic
+/// (a checkpoint upload) on a host without Causeway's shaper.
+pub const TC_PRIO_BESTEFFORT: u32 = 0;
 /// `TC_PRIO_INTERACTIVE_BULK`.
 pub const TC_PRIO_INTERACTIVE_BULK: u32 = 4;
 /// `TC_PRIO_INTERACTIVE`: the highest priority a process may set without
@@ -58,7 +61,7 @@ impl TrafficKind {
     /// VLAN PCP through an egress map).
     pub fn priority(self) -> u32 {
         match self {
-            TrafficKind::Bulk => TC_PRIO_BULK,
+            TrafficKind::Bulk => TC_PRIO_BESTEFFORT,
             TrafficKind::Latency => TC_PRIO_INTERACTIVE_BULK,
             TrafficKind::Control => TC_PRIO_INTERACTIVE,
         }
