@@ -34,10 +34,23 @@ impl Agent {
     /// Starts an agent in `netns` owning `iface`, probing `peer` every
     /// 100 ms, with the synthetic clock `clock`.
     pub fn start(netns: &str, iface: &str, host_id: u32, peer: IpAddr, clock: SyncClock) -> Agent {
+        Self::start_with(netns, iface, host_id, peer, clock, "")
+    }
+
+    /// As [`Agent::start`], with `top` (top-level TOML lines, e.g.
+    /// `metrics = "127.0.0.1:9464"`) added to the configuration.
+    pub fn start_with(
+        netns: &str,
+        iface: &str,
+        host_id: u32,
+        peer: IpAddr,
+        clock: SyncClock,
+        top: &str,
+    ) -> Agent {
         let config =
             std::env::temp_dir().join(format!("cw-clock-{}-{netns}.toml", std::process::id()));
         let text = format!(
-            "host_id = {host_id}\n[[interfaces]]\nname = \"{iface}\"\n[clock]\ninterval = \"100ms\"\n\
+            "host_id = {host_id}\n{top}\n[[interfaces]]\nname = \"{iface}\"\n[clock]\ninterval = \"100ms\"\n\
              [[clock.peers]]\nname = \"peer\"\naddr = \"{peer}:7339\"\n\
              [clock.synthetic]\noffset_ns = {}\ndrift_ppb = {}\nepoch_ns = {}\n",
             clock.offset_ns, clock.drift_ppb, clock.epoch_ns

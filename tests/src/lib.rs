@@ -7,4 +7,5 @@ pub mod causeway_cli;
 pub mod chrony;
 pub mod clock_agent;
 pub mod netsim_support;
+pub mod prometheus;
 pub mod shaper_net;

@@ -40,6 +40,10 @@ const APT_PACKAGES: &[(&str, Option<&str>)] = &[
     ("xz-utils", Some("xz")),
     // vm::netem measures the netem WAN's RTT with ping.
     ("iputils-ping", Some("ping")),
+    // The observability tests: a real Prometheus server scrapes the agent
+    // and a rank; `causeway top` runs in tmux (send-keys, capture-pane).
+    ("prometheus", Some("prometheus")),
+    ("tmux", Some("tmux")),
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13";

@@ -5,7 +5,9 @@
 //! - `clock`: the agent's clock sync against kernel stamps and chrony;
 //! - `collective`: the collective library over the agent's maps and the
 //!   emulated WAN;
+//! - `deploy`: the Kubernetes manifest of docs/deploy (parsed, no cluster);
 //! - `netsim`: the WAN emulator and testbed;
+//! - `observe`: the agent's metrics scraped by a real Prometheus server;
 //! - `shaper`: TC egress shaping with HTB (rates, isolation, live changes);
 //! - `vm`: what differs per kernel (attach modes, verifier), run on the host
 //!   and in the VM stage on 6.1, 6.12 and 7.x.
@@ -17,6 +19,8 @@
 mod cli;
 mod clock;
 mod collective;
+mod deploy;
 mod netsim;
+mod observe;
 mod shaper;
 mod vm;

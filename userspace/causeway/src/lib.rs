@@ -11,6 +11,7 @@ pub mod clock;
 pub mod datapath;
 pub mod ebpf_object;
 pub mod kernel_log;
+pub mod library_policy;
 mod map_handles;
 pub mod shaper;
 pub mod stats;

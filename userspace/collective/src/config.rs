@@ -80,6 +80,9 @@ pub struct Options {
     /// (`CAUSEWAY_WAN_CODEC`; a lossy one applies to allreduce and
     /// reduce-scatter only, see [`crate::CallOptions`]).
     pub wan_codec: crate::codec::CodecSpec,
+    /// Ports this rank may accept peers on (`CAUSEWAY_PORT_BASE`,
+    /// `CAUSEWAY_PORT_COUNT`): the first free one is taken.
+    pub ports: causeway_core::traffic::ListenPorts,
 }
 
 impl Default for Options {
@@ -104,6 +107,7 @@ impl Default for Options {
             wan_latency_stream: true,
             latency_bytes: 256 << 10,
             wan_codec: crate::codec::CodecSpec::None,
+            ports: causeway_core::traffic::ListenPorts::default(),
         }
     }
 }
@@ -139,6 +143,19 @@ fn unit_var<T>(
             })
         })
         .transpose()
+}
+
+/// `CAUSEWAY_PORT_BASE` (0: the kernel picks) and `CAUSEWAY_PORT_COUNT`.
+fn ports_from_env(
+    d: causeway_core::traffic::ListenPorts,
+) -> Result<causeway_core::traffic::ListenPorts, ConfigError> {
+    let base = parse_var("CAUSEWAY_PORT_BASE")?.unwrap_or(d.base);
+    let count = parse_var("CAUSEWAY_PORT_COUNT")?.unwrap_or(d.count);
+    causeway_core::traffic::ListenPorts::new(base, count).ok_or_else(|| ConfigError::InvalidVar {
+        name: "CAUSEWAY_PORT_COUNT".into(),
+        value: count.to_string(),
+        reason: format!("{count} ports from {base} must be at least one and end below 65536"),
+    })
 }
 
 /// Variables that were renamed when their values got units: one that is
@@ -243,6 +260,7 @@ impl Options {
                     reason: e.to_string(),
                 })?;
         }
+        o.ports = ports_from_env(o.ports)?;
         o.validate()?;
         Ok(o)
     }

@@ -44,6 +44,7 @@
 //! | `CAUSEWAY_SOCKET_BUFFER` | SO_SNDBUF/SO_RCVBUF across domains (`8mb` when `net.core.rmem_max` allows; `auto` = the kernel's autotuning) |
 //! | `CAUSEWAY_LATENCY_STREAM`, `CAUSEWAY_LATENCY_BYTES` | one more, loss-based and unpaced connection per remote peer across domains (1), for transfers up to this size (`256kb`) |
 //! | `CAUSEWAY_WAN_RATE` | WAN rate per direction when known, e.g. `200mbit`: the bulk streams of a domain are paced (SO_MAX_PACING_RATE) to share 96 % of it (unset = not paced) |
+//! | `CAUSEWAY_PORT_BASE`, `CAUSEWAY_PORT_COUNT` | a rank accepts its peers on the first free port of this range (29600, 400; base 0 = any port). Every connection is tagged for the kernel: DSCP and `SO_PRIORITY` per kind (bulk AF11/0, latency AF21/4, control and the store CS5/6: [`transport::tagging`]); `causeway policy example` classifies them |
 //! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |
 //! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (`1mb`) and lanes in flight (4) |
 //! | `CAUSEWAY_WAN_CODEC` | codec of what crosses domains when a call names none (`none`; `bf16`, `fp16`, `int8[:BLOCK[:stochastic]]`, `topk:1%`, `lz4`, `zstd[:LEVEL]`; lossy ones apply to allreduce and reduce-scatter: [`CallOptions`]) |

@@ -15,6 +15,7 @@ use crate::setup;
 use crate::store::StoreClient;
 use crate::topology::LinkClass;
 use crate::transport::shm::{ShmRing, ShmTransport};
+use crate::transport::tagging;
 use crate::transport::tcp::{self, TcpTransport, TcpTuning};
 use crate::transport::Transport;
 use crate::wire::{read_frame, write_frame, ConnRole, FrameHeader, FrameKind, Hello};
@@ -133,6 +134,10 @@ pub(crate) fn connect_all(
         seen[q][i] = true;
         expected[q] -= 1;
         tune(j, opts, me, q, &stream, is_latency(j, opts, me, q, i));
+        tag(
+            &stream,
+            tagging::kind_of(h.role, is_latency(j, opts, me, q, i)),
+        )?;
         match (h.role, h.shm) {
             (ConnRole::TcpControl, Some((theirs, ours))) => {
                 let shm_err =
@@ -194,6 +199,7 @@ fn dial_peer(j: &Joined, opts: &Options, me: Rank, q: Rank) -> Result<Vec<Conn>>
         let mut s = tcp::connect(j.addrs[q], tuning, Duration::from_secs(10), cc).map_err(|e| {
             CollectiveError::io(format!("connect to rank {q} at {}", j.addrs[q]), e)
         })?;
+        tag(&s, tagging::kind_of(h.role, latency))?;
         let p = h.encode();
         write_frame(
             &mut s,
@@ -290,6 +296,10 @@ pub(crate) fn wan_pacing_share(rate_bps: u64, ranks_in_domain: usize, streams: u
 
 /// Fraction of the WAN rate the paced flows of a domain aim at together.
 pub(crate) const WAN_PACING_TARGET: f64 = 0.96;
+
+fn tag(s: &TcpStream, kind: tagging::TrafficKind) -> Result<()> {
+    tagging::tag(s, kind).map_err(|e| CollectiveError::io(format!("tag a {kind:?} connection"), e))
+}
 
 fn tcp_transport(s: TcpStream, q: Rank) -> Result<Box<dyn Transport>> {
     Ok(Box::new(TcpTransport::new(s).map_err(|e| {

@@ -10,6 +10,7 @@ use crate::error::{CollectiveError, ConfigError, Rank, Result, StoreError};
 use crate::setup;
 use crate::store::{StoreClient, StoreServer};
 use crate::topology::Topology;
+use crate::transport::tagging;
 use crate::transport::tcp::{self, TcpTuning};
 
 /// Everything the mesh needs, learned from the store.
@@ -83,7 +84,7 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
         .unwrap_or(TcpTuning {
             socket_buffer: None,
         });
-    let listener = tcp::listen(SocketAddr::new(ip, 0), tuning)
+    let listener = tagging::listen_in(ip, opts.ports, |a| tcp::listen(a, tuning))
         .map_err(|e| CollectiveError::io(format!("listen on {ip}"), e))?;
     if opts.wan_latency_stream {
         // Accepted latency connections must start with it (see `mesh::tune`);

@@ -18,6 +18,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::StoreError;
+use crate::transport::tagging::{self, TrafficKind};
+
+/// Store connections are control traffic (see [`tagging`]).
+fn tag<'a>(s: impl Into<socket2::SockRef<'a>>) -> std::io::Result<()> {
+    tagging::tag(s, TrafficKind::Control)
+}
 
 const MAX_KEY: usize = 1024;
 const MAX_VALUE: usize = 1 << 20;
@@ -56,6 +62,7 @@ impl StoreServer {
             source: Arc::new(e),
         };
         let listener = TcpListener::bind(addr).map_err(|e| io("bind", e))?;
+        tag(&listener).map_err(|e| io("tag", e))?;
         Self::serve_on(listener)
     }
 
@@ -109,6 +116,7 @@ fn accept_loop(listener: TcpListener, state: Arc<State>, stop: Arc<AtomicBool>) 
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((s, _)) => {
+                let _ = tag(&s);
                 let (state, stop) = (state.clone(), stop.clone());
                 let _ = thread::Builder::new()
                     .name("cw-store-conn".into())
@@ -254,6 +262,7 @@ impl StoreClient {
             match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
                 Ok(stream) => {
                     let _ = stream.set_nodelay(true);
+                    let _ = tag(&stream);
                     return Ok(StoreClient { stream, addr });
                 }
                 Err(e) if Instant::now() >= deadline => {
@@ -277,6 +286,7 @@ impl StoreClient {
             source: Arc::new(e),
         })?;
         let _ = stream.set_nodelay(true);
+        let _ = tag(&stream);
         Ok(StoreClient { stream, addr })
     }
 

@@ -13,6 +13,7 @@ pub mod classifier;
 pub mod clock;
 pub mod policy;
 pub mod shaper;
+pub mod traffic;
 pub mod units;
 
 #[cfg(feature = "cli")]

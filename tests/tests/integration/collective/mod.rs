@@ -2,4 +2,5 @@
 
 mod convergence;
 mod peer_clock;
+mod tagging;
 mod testbed;

@@ -3,6 +3,7 @@
 //! ```toml
 //! host_id = 1                       # this host's id in clock probes
 //! control_socket = "/run/causeway/agent.sock"   # optional
+//! metrics = "127.0.0.1:9464"        # optional: Prometheus /metrics
 //!
 //! [[interfaces]]                    # attached (or adopted) at start
 //! name = "eth0"
@@ -68,6 +69,8 @@ pub enum ConfigError {
 struct FileConfig {
     host_id: u32,
     control_socket: Option<PathBuf>,
+    /// Where `/metrics` is served (Prometheus); off when absent.
+    metrics: Option<SocketAddr>,
     #[serde(default)]
     interfaces: Vec<FileIface>,
     clock: FileClock,
@@ -117,6 +120,8 @@ pub struct AgentConfig {
     pub host_id: u32,
     /// `None`: `<state root>/<scope>/agent.sock`.
     pub control_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` ([`super::metrics`]).
+    pub metrics: Option<SocketAddr>,
     pub interfaces: Vec<IfaceConfig>,
     pub bind: SocketAddr,
     pub interval: Duration,
@@ -225,6 +230,7 @@ impl AgentConfig {
         Ok(AgentConfig {
             host_id: f.host_id,
             control_socket: f.control_socket,
+            metrics: f.metrics,
             interfaces,
             // Dual-stack when any peer is IPv6 (kernel stamps need IPv4
             // sockets: see `bpf_maps::clock`).

@@ -7,6 +7,9 @@
 
 pub mod config;
 pub mod control;
+pub mod metrics;
+pub mod metrics_http;
+pub mod observe;
 pub mod report;
 
 use std::path::PathBuf;
@@ -52,6 +55,12 @@ pub enum AgentError {
     Session(#[from] SessionError),
     #[error("control socket: {0}")]
     Control(#[from] control::ControlError),
+    #[error("metrics address {addr}: {source}")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("installing the signal handlers: {0}")]
     Signal(#[source] std::io::Error),
     #[error("the clock session task failed: {0}")]
@@ -145,6 +154,14 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         .clone()
         .unwrap_or_else(|| default_socket(&layout, &scope));
     let listener = control::bind(&socket)?;
+    let metrics_listener = match cfg.metrics {
+        Some(addr) => Some(
+            metrics_http::bind(addr)
+                .await
+                .map_err(|source| AgentError::Metrics { addr, source })?,
+        ),
+        None => None,
+    };
     let mut sigterm = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(AgentError::Signal)?;
 
@@ -160,6 +177,23 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         ..AgentReport::default()
     };
     let (report_tx, report_rx) = watch::channel(report.clone());
+    let metrics_task = match metrics_listener {
+        Some(listener) => {
+            let source = metrics_http::Source {
+                layout: layout.clone(),
+                scope: scope.clone(),
+                ifaces: cfg.interfaces.iter().map(|i| i.name.clone()).collect(),
+                report: report_rx.clone(),
+            };
+            tracing::info!(addr = ?listener.local_addr().ok(), "serving /metrics");
+            Some(tokio::spawn(metrics_http::serve(
+                listener,
+                source,
+                stop_rx.clone(),
+            )))
+        }
+        None => None,
+    };
     let control_task = tokio::spawn(control::serve(listener, report_rx, stop_rx));
     tracing::info!(socket = %socket.display(), peers = cfg.peers.len(), "agent running");
 
@@ -187,6 +221,9 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         let _ = session_task.await;
     }
     let _ = control_task.await;
+    if let Some(t) = metrics_task {
+        let _ = t.await;
+    }
     drop(log_tasks); // a dropped JoinSet aborts its tasks
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agent stopped; programs stay attached and pinned");

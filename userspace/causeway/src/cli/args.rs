@@ -107,6 +107,15 @@ pub enum Command {
         after_long_help = exit::LOG
     )]
     Log(super::log_cmd::LogArgs),
+
+    /// A live view of the attached interfaces: per-class ingress counters
+    /// and rates, egress shaping (rate, ceiling, sent, over-limit), and the
+    /// agent's clock peers (offset, bound, source), redrawn in place.
+    /// q, Esc or Ctrl-C quits.
+    #[command(
+        after_help = "Examples:\n  causeway top\n  causeway --netns dc1 top --iface veth0 --interval 500ms"
+    )]
+    Top(super::top::TopArgs),
 }
 
 #[derive(Debug, Args)]
@@ -190,12 +199,29 @@ pub enum PolicyCommand {
         after_long_help = exit::POLICY_SET_RATE
     )]
     SetRate(super::shaper::SetRateArgs),
-    /// Print a complete, commented example policy.
+    /// Print a complete, commented policy that classifies the collective
+    /// library's traffic as it tags it (DSCP per connection kind, peers on
+    /// the CAUSEWAY_PORT_BASE range, the store on MASTER_PORT) and the
+    /// agent's clock probes.
     #[command(
-        after_help = "Example:\n  causeway policy example > policy.toml",
+        after_help = "Examples:\n  causeway policy example > policy.toml\n  causeway policy example --port-base 40000 --port-count 64 --master-port 29501",
         after_long_help = exit::POLICY_EXAMPLE
     )]
-    Example,
+    Example(ExampleArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExampleArgs {
+    /// The ranks' CAUSEWAY_PORT_BASE (0: the kernel picks, rules match any
+    /// port). Optional.
+    #[arg(long, value_name = "PORT", default_value_t = causeway_core::traffic::DEFAULT_PORT_BASE)]
+    pub port_base: u16,
+    /// The ranks' CAUSEWAY_PORT_COUNT. Optional.
+    #[arg(long, value_name = "N", default_value_t = causeway_core::traffic::DEFAULT_PORT_COUNT)]
+    pub port_count: u16,
+    /// torchrun's MASTER_PORT (the bootstrap store). Optional.
+    #[arg(long, value_name = "PORT", default_value_t = causeway_core::traffic::DEFAULT_MASTER_PORT)]
+    pub master_port: u16,
 }
 
 #[derive(Debug, Args)]

@@ -12,6 +12,8 @@ mod policy_show;
 mod shaper;
 mod stats_cmd;
 mod table;
+mod top;
+mod top_view;
 
 use std::path::Path;
 
@@ -102,5 +104,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Agent(a) => agent_cmd::run(&ctx, &a),
         Command::Clock(c) => clock_cmd::run(&ctx, &c),
         Command::Log(l) => log_cmd::run(&ctx, &l),
+        Command::Top(t) => top::run(&ctx, &t),
     }
 }

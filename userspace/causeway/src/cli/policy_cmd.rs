@@ -6,7 +6,7 @@ use anyhow::{Context as _, Result};
 
 use causeway::{
     datapath::{FaultPlan, PolicyInput},
-    policy::{self, Policy},
+    policy::Policy,
 };
 
 use super::{args::PolicyCommand, Context};
@@ -43,8 +43,19 @@ pub fn run(ctx: &Context, command: PolicyCommand) -> Result<()> {
         PolicyCommand::Apply { iface, file } => apply(ctx, iface.as_deref(), &file),
         PolicyCommand::Show { iface, json } => super::policy_show::run(ctx, iface.as_deref(), json),
         PolicyCommand::SetRate(args) => super::shaper::set_rate(ctx, &args),
-        PolicyCommand::Example => {
-            print!("{}", policy::EXAMPLE);
+        PolicyCommand::Example(a) => {
+            let ports = causeway_core::traffic::ListenPorts::new(a.port_base, a.port_count)
+                .with_context(|| {
+                    format!(
+                        "{} ports from {} do not fit below 65536",
+                        a.port_count, a.port_base
+                    )
+                })?;
+            let setup = causeway::library_policy::LibrarySetup {
+                ports,
+                master_port: a.master_port,
+            };
+            print!("{}", causeway::library_policy::render(&setup));
             Ok(())
         }
     }

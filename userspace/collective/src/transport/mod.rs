@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 pub mod shm;
+pub mod tagging;
 pub mod tcp;
 
 /// Ends a transport from any thread.

@@ -1,0 +1,257 @@
+//! The agent's Prometheus metrics: an [`Observation`] in the OpenMetrics text
+//! exposition format (`prometheus-client`), base units in the names
+//! (`_bytes`, `_seconds`, `_bytes_per_second`), counters ending in `_total`.
+//!
+//! | metric | labels |
+//! |---|---|
+//! | `causeway_class_packets_total`, `causeway_class_bytes_total`, `causeway_class_drops_total` | `iface`, `class` (XDP ingress) |
+//! | `causeway_unclassified_packets_total` | `iface` |
+//! | `causeway_shaper_rate_bytes_per_second`, `causeway_shaper_ceil_bytes_per_second` | `iface`, `class` |
+//! | `causeway_shaper_sent_packets_total`, `causeway_shaper_sent_bytes_total` | `iface`, `class` (TC egress) |
+//! | `causeway_shaper_over_limit_packets_total` | `iface`, `class`, `outcome` (`dropped`, `marked`, `demoted`, `passed`) |
+//! | `causeway_clock_offset_seconds`, `causeway_clock_error_bound_seconds` | `peer`, `addr`, `source` |
+//! | `causeway_clock_samples` | `peer`, `addr`, `source` |
+//!
+//! The values are read at each scrape (a fresh registry each time): the maps
+//! hold totals since attach, which is what a counter is.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::{
+    encoding::text::encode,
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::{Registry, Unit},
+};
+
+use super::observe::Observation;
+
+type Labels = Vec<(String, String)>;
+type Counters = Family<Labels, Counter>;
+type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
+
+/// The content type of [`encode_observation`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn counter(reg: &mut Registry, name: &str, help: &str, unit: Option<Unit>) -> Counters {
+    let f = Counters::default();
+    match unit {
+        Some(u) => reg.register_with_unit(name, help, u, f.clone()),
+        None => reg.register(name, help, f.clone()),
+    }
+    f
+}
+
+fn gauge(reg: &mut Registry, name: &str, help: &str, unit: Option<Unit>) -> Gauges {
+    let f = Gauges::default();
+    match unit {
+        Some(u) => reg.register_with_unit(name, help, u, f.clone()),
+        None => reg.register(name, help, f.clone()),
+    }
+    f
+}
+
+/// `o` as OpenMetrics text (ends with `# EOF`).
+pub fn encode_observation(o: &Observation) -> String {
+    let mut reg = Registry::with_prefix("causeway");
+    let packets = counter(
+        &mut reg,
+        "class_packets",
+        "Frames per class at XDP ingress",
+        None,
+    );
+    let bytes = counter(
+        &mut reg,
+        "class",
+        "Bytes per class at XDP ingress",
+        Some(Unit::Bytes),
+    );
+    let drops = counter(
+        &mut reg,
+        "class_drops",
+        "Frames dropped by a rule, per class",
+        None,
+    );
+    let unclassified = counter(
+        &mut reg,
+        "unclassified_packets",
+        "Frames the classifier could not parse",
+        None,
+    );
+    let bps = || Some(Unit::Other("bytes_per_second".into()));
+    let rate = gauge(
+        &mut reg,
+        "shaper_rate",
+        "Guaranteed egress rate per class",
+        bps(),
+    );
+    let ceil = gauge(&mut reg, "shaper_ceil", "Egress ceiling per class", bps());
+    let sent = counter(
+        &mut reg,
+        "shaper_sent_packets",
+        "Frames sent per class",
+        None,
+    );
+    let sent_bytes = counter(
+        &mut reg,
+        "shaper_sent",
+        "Bytes sent per class",
+        Some(Unit::Bytes),
+    );
+    let over = counter(
+        &mut reg,
+        "shaper_over_limit_packets",
+        "Frames found over their class's limit, by outcome",
+        None,
+    );
+    let secs = || Some(Unit::Seconds);
+    let offset = gauge(
+        &mut reg,
+        "clock_offset",
+        "Peer clock minus local clock",
+        secs(),
+    );
+    let bound = gauge(
+        &mut reg,
+        "clock_error_bound",
+        "Bound on the offset's error",
+        secs(),
+    );
+    let samples = gauge(&mut reg, "clock_samples", "Exchanges in the estimate", None);
+
+    for i in &o.interfaces {
+        let iface = i.stats.iface.as_str();
+        for c in &i.stats.classes {
+            let l = labels(&[("iface", iface), ("class", &c.name)]);
+            packets.get_or_create(&l).inc_by(c.packets);
+            bytes.get_or_create(&l).inc_by(c.bytes);
+            drops.get_or_create(&l).inc_by(c.drops);
+        }
+        unclassified
+            .get_or_create(&labels(&[("iface", iface)]))
+            .inc_by(i.stats.unclassified.packets);
+        for s in &i.shaping {
+            let l = labels(&[("iface", iface), ("class", &s.class)]);
+            rate.get_or_create(&l).set(s.rate_bits as f64 / 8.0);
+            ceil.get_or_create(&l).set(s.ceil_bits as f64 / 8.0);
+            sent.get_or_create(&l).inc_by(s.sent_packets);
+            sent_bytes.get_or_create(&l).inc_by(s.sent_bytes);
+            let passed = s.shaped.saturating_sub(s.dropped + s.marked + s.demoted);
+            for (outcome, n) in [
+                ("dropped", s.dropped),
+                ("marked", s.marked),
+                ("demoted", s.demoted),
+                ("passed", passed),
+            ] {
+                let l = labels(&[("iface", iface), ("class", &s.class), ("outcome", outcome)]);
+                over.get_or_create(&l).inc_by(n);
+            }
+        }
+    }
+    for p in &o.peers {
+        let (Some(source), Some(off), Some(b)) = (&p.source, p.offset_ns, p.error_bound_ns) else {
+            continue;
+        };
+        let l = labels(&[("peer", &p.name), ("addr", &p.addr), ("source", source)]);
+        offset.get_or_create(&l).set(off / 1e9);
+        bound.get_or_create(&l).set(b / 1e9);
+        samples.get_or_create(&l).set(p.samples as f64);
+    }
+    let mut text = String::new();
+    // Writing to a String cannot fail.
+    let _ = encode(&mut text, &reg);
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::observe::{IfaceObservation, PeerObservation, ShapedClass};
+    use super::*;
+    use crate::stats::{ClassStats, InterfaceStats, Totals};
+
+    fn sample() -> Observation {
+        Observation {
+            interfaces: vec![IfaceObservation {
+                stats: InterfaceStats {
+                    scope: "host".into(),
+                    iface: "wan0".into(),
+                    policy_generation: Some(3),
+                    classes: vec![ClassStats {
+                        id: 1,
+                        name: "gradient".into(),
+                        packets: 10,
+                        bytes: 15_000,
+                        drops: 1,
+                    }],
+                    unclassified: Totals {
+                        packets: 2,
+                        bytes: 120,
+                        drops: 0,
+                    },
+                },
+                shaping: vec![ShapedClass {
+                    class: "gradient".into(),
+                    rate_bits: 150_000_000,
+                    ceil_bits: 196_000_000,
+                    over_limit: "ecn".into(),
+                    sent_packets: 9,
+                    sent_bytes: 13_500,
+                    shaped: 4,
+                    dropped: 0,
+                    marked: 3,
+                    demoted: 0,
+                }],
+            }],
+            peers: vec![
+                PeerObservation {
+                    name: "dc2".into(),
+                    addr: "10.1.0.2:7339".into(),
+                    source: Some("kernel".into()),
+                    offset_ns: Some(-2_500_000.0),
+                    error_bound_ns: Some(12_000.0),
+                    drift_ppm: Some(1.5),
+                    samples: 40,
+                },
+                PeerObservation {
+                    name: "dc3".into(),
+                    addr: "10.2.0.2:7339".into(),
+                    ..PeerObservation::default()
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn an_observation_encodes_with_units_in_the_names() {
+        let text = encode_observation(&sample());
+        for line in [
+            "# TYPE causeway_class_bytes counter",
+            "# UNIT causeway_class_bytes bytes",
+            r#"causeway_class_bytes_total{iface="wan0",class="gradient"} 15000"#,
+            r#"causeway_class_packets_total{iface="wan0",class="gradient"} 10"#,
+            r#"causeway_class_drops_total{iface="wan0",class="gradient"} 1"#,
+            r#"causeway_unclassified_packets_total{iface="wan0"} 2"#,
+            r#"causeway_shaper_rate_bytes_per_second{iface="wan0",class="gradient"} 18750000.0"#,
+            r#"causeway_shaper_ceil_bytes_per_second{iface="wan0",class="gradient"} 24500000.0"#,
+            r#"causeway_shaper_sent_bytes_total{iface="wan0",class="gradient"} 13500"#,
+            r#"causeway_shaper_over_limit_packets_total{iface="wan0",class="gradient",outcome="marked"} 3"#,
+            r#"causeway_shaper_over_limit_packets_total{iface="wan0",class="gradient",outcome="passed"} 1"#,
+            r#"causeway_clock_offset_seconds{peer="dc2",addr="10.1.0.2:7339",source="kernel"} -0.0025"#,
+            r#"causeway_clock_error_bound_seconds{peer="dc2",addr="10.1.0.2:7339",source="kernel"} 0.000012"#,
+            "# EOF",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        // A peer without an estimate has no samples rather than zeros.
+        assert!(!text.contains("dc3"), "{text}");
+    }
+}
