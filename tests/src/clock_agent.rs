@@ -21,7 +21,7 @@ use causeway::{
 };
 use causeway_netsim::Testbed;
 
-use crate::causeway_cli::causeway_bin;
+use crate::{causeway_cli::causeway_bin, netem_wan::Ends};
 
 pub struct Agent {
     child: Option<Child>,
@@ -168,7 +168,18 @@ pub fn measure_pair(
     warmup: Duration,
     measure: Duration,
 ) -> BTreeMap<Source, SourceErrors> {
-    let (a, b) = (tb.host(0, 0), tb.host(1, 0));
+    measure_ends(&Ends::of_testbed(tb), Some(tb), label, warmup, measure)
+}
+
+/// [`measure_pair`] between any two hosts (interface `eth0` each): over
+/// netem, say; `tb` adds the emulator's own lateness to the output.
+pub fn measure_ends(
+    ends: &Ends,
+    tb: Option<&Testbed>,
+    label: &str,
+    warmup: Duration,
+    measure: Duration,
+) -> BTreeMap<Source, SourceErrors> {
     let epoch = raw_tai_now();
     let clock_a = SyncClock {
         offset_ns: 5_000_000,
@@ -180,10 +191,10 @@ pub fn measure_pair(
         drift_ppb: 70_000,
         epoch_ns: epoch,
     };
-    let agent_a = Agent::start(&a.netns, "eth0", 1, IpAddr::V4(b.ip), clock_a);
-    let agent_b = Agent::start(&b.netns, "eth0", 2, IpAddr::V4(a.ip), clock_b);
+    let agent_a = Agent::start(ends.a_netns, "eth0", 1, IpAddr::V4(ends.b_ip), clock_a);
+    let agent_b = Agent::start(ends.b_netns, "eth0", 2, IpAddr::V4(ends.a_ip), clock_b);
     agent_a.wait_ready();
-    let lateness_before = tb.path_stats(0).ok();
+    let lateness_before = tb.and_then(|t| t.path_stats(0).ok());
     agent_b.wait_ready();
     std::thread::sleep(warmup);
     let mut errors: BTreeMap<Source, SourceErrors> = BTreeMap::new();
@@ -223,7 +234,7 @@ pub fn measure_pair(
     let r = last.expect("measured at least once");
     // The emulator's own forwarding lateness per direction: a difference
     // between the directions is a path asymmetry no endpoint can observe.
-    if let (Some(b0), Ok(b1)) = (lateness_before, tb.path_stats(0)) {
+    if let (Some(b0), Some(Ok(b1))) = (lateness_before, tb.map(|t| t.path_stats(0))) {
         let mean = |l0: u64, l1: u64, f0: u64, f1: u64| {
             (l1.saturating_sub(l0)) as f64 / (f1.saturating_sub(f0)).max(1) as f64 / 1e3
         };
@@ -244,11 +255,11 @@ pub fn measure_pair(
         );
     }
     // The published map value is the selected estimate.
-    let scope = NetnsScope::Named(a.netns.clone());
+    let scope = NetnsScope::Named(ends.a_netns.to_string());
     let paths = Layout::default().iface(&scope, "eth0").expect("paths");
     let maps = ClockMaps::from_pins(&paths.maps_dir).expect("pinned clock maps");
     let published = maps
-        .peer(IpAddr::V4(b.ip))
+        .peer(IpAddr::V4(ends.b_ip))
         .expect("map lookup")
         .expect("estimate published");
     assert_eq!(
