@@ -168,14 +168,24 @@ pub fn measure_pair(
     warmup: Duration,
     measure: Duration,
 ) -> BTreeMap<Source, SourceErrors> {
-    measure_ends(&Ends::of_testbed(tb), Some(tb), label, warmup, measure)
+    measure_ends(
+        &Ends::of_testbed(tb),
+        Some(tb),
+        false,
+        label,
+        warmup,
+        measure,
+    )
 }
 
 /// [`measure_pair`] between any two hosts (interface `eth0` each): over
-/// netem, say; `tb` adds the emulator's own lateness to the output.
+/// netem, say; `tb` adds the emulator's own lateness to the output. With
+/// `missed_polls_ok`, a status poll that gets no answer (its 5 s timeout:
+/// seen under TCG) is counted and printed instead of failing the test.
 pub fn measure_ends(
     ends: &Ends,
     tb: Option<&Testbed>,
+    missed_polls_ok: bool,
     label: &str,
     warmup: Duration,
     measure: Duration,
@@ -202,8 +212,13 @@ pub fn measure_ends(
     let trace = std::env::var_os("CAUSEWAY_CLOCK_TRACE").is_some();
     let end = Instant::now() + measure;
     let mut last = None;
+    let mut missed = 0usize;
     while Instant::now() < end {
-        let r = agent_a.status().expect("agent A answers");
+        let Some(r) = agent_a.status() else {
+            assert!(missed_polls_ok, "{label}: agent A did not answer a poll");
+            missed += 1;
+            continue;
+        };
         let peer = r.session.peers.first().expect("one peer");
         for s in &peer.sources {
             let err = s.offset_ns - true_offset(&clock_a, &clock_b, s.at_local_ns);
@@ -230,6 +245,9 @@ pub fn measure_ends(
         }
         last = Some(r);
         std::thread::sleep(Duration::from_millis(200));
+    }
+    if missed > 0 {
+        eprintln!("{label}: {missed} status polls got no answer");
     }
     let r = last.expect("measured at least once");
     // The emulator's own forwarding lateness per direction: a difference

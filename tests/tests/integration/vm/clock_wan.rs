@@ -8,7 +8,8 @@
 //! Asserted on both emulators: the kernel source is the one published, and
 //! its error stays within the agent's own published bound in ≥ 99 % of the
 //! polls. The host's p99 targets (20 µs quiet, 100 µs jittery) assume
-//! native timing; under TCG they are printed, not asserted.
+//! native timing; under TCG they are printed, not asserted. A status poll
+//! that times out under TCG is counted, not a failure.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -34,14 +35,19 @@ const JITTERY: WanProfile = WanProfile {
 };
 
 const WARMUP: Duration = Duration::from_secs(8);
-const MEASURE: Duration = Duration::from_secs(15);
+// Under TCG a status poll takes about a second (12 polls in 15 s seen).
+const MEASURE: Duration = Duration::from_secs(25);
 
 /// Prints the kernel source's error; an error when it is outside its own
 /// bound in more than 1 % of the polls.
 fn record(errors: &BTreeMap<Source, SourceErrors>, label: &str) -> Result<(), String> {
-    let k = errors
-        .get(&Source::Kernel)
-        .unwrap_or_else(|| panic!("{label}: no kernel-stamped estimate"));
+    let Some(k) = errors.get(&Source::Kernel) else {
+        fact(
+            &format!("clock-{label}"),
+            "no kernel-stamped estimate polled",
+        );
+        return Err(format!("{label}: no kernel-stamped estimate"));
+    };
     let within = k.within_bound as f64 / k.abs.len() as f64;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     fact(
@@ -71,12 +77,19 @@ fn record(errors: &BTreeMap<Source, SourceErrors>, label: &str) -> Result<(), St
 fn clock_sync_over_netem_and_the_emulator_side_by_side() {
     require_root!();
     let wan = NetemWan::new(&QUIET);
-    let quiet = measure_ends(&wan.ends(), None, "netem", WARMUP, MEASURE);
+    let quiet = measure_ends(&wan.ends(), None, true, "netem", WARMUP, MEASURE);
     wan.set(&JITTERY);
-    let jittery = measure_ends(&wan.ends(), None, "netem+1ms", WARMUP * 4, MEASURE);
+    let jittery = measure_ends(&wan.ends(), None, true, "netem+1ms", WARMUP * 4, MEASURE);
     drop(wan);
     let tb = QUIET.netsim_testbed();
-    let emu_quiet = measure_ends(&Ends::of_testbed(&tb), Some(&tb), "netsim", WARMUP, MEASURE);
+    let emu_quiet = measure_ends(
+        &Ends::of_testbed(&tb),
+        Some(&tb),
+        true,
+        "netsim",
+        WARMUP,
+        MEASURE,
+    );
     tb.set_path(
         0,
         &ParamsPatch {
@@ -88,6 +101,7 @@ fn clock_sync_over_netem_and_the_emulator_side_by_side() {
     let emu_jittery = measure_ends(
         &Ends::of_testbed(&tb),
         Some(&tb),
+        true,
         "netsim+1ms",
         WARMUP * 4,
         MEASURE,
