@@ -45,7 +45,11 @@ fn policy(n: usize) -> RuleSet {
             proto: Some(if i % 2 == 0 { 17 } else { 6 }),
             src_ports: None,
             dst_ports: Some(PortRange::new(port, port + (i % 8) as u16).expect("range")),
-            dscp: if i % 5 == 0 { Some(10) } else { None },
+            dscp: if i % 5 == 0 {
+                Some(causeway::classifier::DscpSet::one(10))
+            } else {
+                None
+            },
             class: (1 + i % 14) as u8,
             verdict: if i % 3 == 0 {
                 Verdict::Drop

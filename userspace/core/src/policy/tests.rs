@@ -46,7 +46,7 @@ fn example_policy_is_valid() {
     let first = &policy.rules.rules()[0];
     assert_eq!(
         (first.priority, first.dscp, first.proto),
-        (10, Some(46), Some(17))
+        (10, Some(crate::classifier::DscpSet::one(46)), Some(17))
     );
     assert_eq!(policy.classes.name_of(first.class), "clock");
     let drop = policy
