@@ -147,7 +147,9 @@ pub struct ClassifierConfig {
 pub struct TrieDefaults {
     /// Bit `TRIE_*` set: that trie is trivial and its bitmap is `bitmaps[TRIE_*]`.
     pub trivial: u32,
-    pub reserved: u32,
+    /// `POLICY_*` bits of this rule set (kept per set, so that a frame sees
+    /// them together with the set it reads, never mixed across a flip).
+    pub policy: u32,
     pub bitmaps: [RuleBitmap; 4],
 }
 
@@ -169,6 +171,50 @@ pub struct AddrCacheEntry {
     pub bitmap: RuleBitmap,
 }
 
+/// [`TrieDefaults::policy`]: frames the parser could not fully read (see
+/// [`crate::counters`] `REASON_*` 1..=6) are dropped (`unclassified = "drop"`).
+pub const POLICY_UNCLASSIFIED_DROP: u32 = 1 << 0;
+/// [`TrieDefaults::policy`]: admission is on: frames aimed at the ports of
+/// `CW_ADM_PORTS` pass only from the prefixes of `CW_ADM_V4`/`CW_ADM_V6`.
+pub const POLICY_ADMISSION: u32 = 1 << 1;
+
+/// Admitted prefixes per family and rule set.
+pub const ADMISSION_MAX_PREFIXES: u32 = 16_384;
+/// Entries of each admission trie (both rule sets together).
+pub const ADMISSION_LPM_ENTRIES: u32 = ADMISSION_MAX_PREFIXES * RULE_SETS;
+/// `u32` words of the protected-port bitmap of one rule set: bit `port % 32`
+/// of word `port / 32`.
+pub const ADMISSION_PORT_WORDS: u32 = 65_536 / 32;
+/// Remembered first fragments (LRU).
+pub const ADMISSION_FRAG_ENTRIES: u32 = 8_192;
+
+/// Admission tries: keyed like the rule tries ([`Ipv4LpmData`],
+/// [`Ipv6LpmData`], set first), value `1`; a missing entry = not admitted.
+pub const MAP_ADMISSION_V4: &str = "CW_ADM_V4";
+pub const MAP_ADMISSION_V6: &str = "CW_ADM_V6";
+/// `u32` array indexed `set * ADMISSION_PORT_WORDS + port / 32`: the
+/// training and probe ports admission protects (TCP and UDP).
+pub const MAP_ADMISSION_PORTS: &str = "CW_ADM_PORTS";
+/// LRU hash [`FragmentKey`] → generation (`u64`): first fragments from
+/// non-admitted sources that went to unprotected ports; their later
+/// fragments pass. Valid only under the generation stored.
+pub const MAP_ADMISSION_FRAGMENTS: &str = "CW_ADM_FRAG";
+
+/// Key of [`MAP_ADMISSION_FRAGMENTS`]: one datagram.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FragmentKey {
+    /// Address words as on the wire (an IPv4 address is word 0).
+    pub src: [u32; 4],
+    pub dst: [u32; 4],
+    /// IPv4 identification (16 bits) or IPv6 fragment-header identification.
+    pub id: u32,
+    /// IPv4 protocol, or the Next Header of the IPv6 fragment header.
+    pub proto: u32,
+}
+
+crate::assert_no_padding!(FragmentKey, [u32; 4], [u32; 4], u32, u32);
+crate::assert_no_padding!(TrieDefaults, u32, u32, [RuleBitmap; 4]);
 crate::assert_no_padding!(RuleBitmap, [u64; BITMAP_WORDS]);
 crate::assert_no_padding!(Ipv4LpmData, u32, [u8; 4]);
 crate::assert_no_padding!(Ipv6LpmData, u32, [u8; 16]);
@@ -190,5 +236,6 @@ crate::impl_pod!(
     RuleAction,
     ClassifierConfig,
     AddrCacheEntry,
-    TrieDefaults
+    TrieDefaults,
+    FragmentKey
 );

@@ -33,6 +33,8 @@ pub struct ConfigSnapshot {
     pub set: u32,
     pub generation: u64,
     pub use_cache: bool,
+    /// `POLICY_*` bits of the set.
+    pub policy: u32,
 }
 
 /// ANDs the frame's source and destination bitmaps into `acc`; false when
@@ -150,7 +152,7 @@ fn trivial_bitmap(defaults: &'static TrieDefaults, trie: usize) -> Option<&'stat
 /// An LPM key laid out exactly like `Key<Ipv4LpmData>` (which is packed, so
 /// the compiler would build it byte by byte), but word-aligned.
 #[repr(C, align(4))]
-struct AlignedKeyV4 {
+pub struct AlignedKeyV4 {
     prefix_len: u32,
     set: u32,
     addr: u32,
@@ -158,7 +160,7 @@ struct AlignedKeyV4 {
 
 /// Same for `Key<Ipv6LpmData>`.
 #[repr(C, align(4))]
-struct AlignedKeyV6 {
+pub struct AlignedKeyV6 {
     prefix_len: u32,
     set: u32,
     addr: [u32; 4],
@@ -168,11 +170,11 @@ const _: () = assert!(size_of::<AlignedKeyV4>() == size_of::<Key<Ipv4LpmData>>()
 const _: () = assert!(size_of::<AlignedKeyV6>() == size_of::<Key<Ipv6LpmData>>());
 
 #[inline(always)]
-fn lookup_v4<'a>(
-    trie: &'a LpmTrie<Ipv4LpmData, RuleBitmap>,
+pub fn lookup_v4<'a, V>(
+    trie: &'a LpmTrie<Ipv4LpmData, V>,
     set: u32,
     addr: &[u32; 4],
-) -> Option<&'a RuleBitmap> {
+) -> Option<&'a V> {
     let key = AlignedKeyV4 {
         prefix_len: LPM_SET_BITS + 32,
         set,
@@ -185,11 +187,11 @@ fn lookup_v4<'a>(
 }
 
 #[inline(always)]
-fn lookup_v6<'a>(
-    trie: &'a LpmTrie<Ipv6LpmData, RuleBitmap>,
+pub fn lookup_v6<'a, V>(
+    trie: &'a LpmTrie<Ipv6LpmData, V>,
     set: u32,
     addr: &[u32; 4],
-) -> Option<&'a RuleBitmap> {
+) -> Option<&'a V> {
     let key = AlignedKeyV6 {
         prefix_len: LPM_SET_BITS + 128,
         set,

@@ -16,7 +16,7 @@ use bpf_maps::classifier::{
 
 use crate::{
     addresses,
-    maps::{CLS_CONFIG, DST_PORT, PROTO_DSCP, RULE_ACTIONS, SRC_PORT},
+    maps::{CLS_CONFIG, DST_PORT, PROTO_DSCP, RULE_ACTIONS, SRC_PORT, TRIE_DEFAULTS},
     parse::ParsedFrame,
 };
 
@@ -34,22 +34,40 @@ const UNMATCHED: Classification = Classification {
     verdict: VERDICT_PASS,
 };
 
-/// Classifies `frame` with the active rule set.
+/// The active rule set, read once per frame, with its `POLICY_*` bits.
 #[inline(always)]
-pub fn classify(frame: &ParsedFrame) -> Classification {
-    let Some(config) = CLS_CONFIG.get(0) else {
-        return UNMATCHED;
-    };
+pub fn active() -> Option<addresses::ConfigSnapshot> {
+    let config = CLS_CONFIG.get(0)?;
     // Read exactly once (volatile: the compiler may not re-load them later):
     // the flip of `active_set` is what makes replacement atomic.
     // SAFETY: `config` is a valid map value; the reads are plain loads.
-    let config = unsafe {
+    let mut snapshot = unsafe {
         addresses::ConfigSnapshot {
             set: read_volatile(&config.active_set) & 1,
             generation: read_volatile(&config.generation),
             use_cache: read_volatile(&config.flags) & CLS_FLAG_NO_ADDR_CACHE == 0,
+            policy: 0,
         }
     };
+    if let Some(defaults) = TRIE_DEFAULTS.get(snapshot.set) {
+        // SAFETY: a valid map value; a plain load.
+        snapshot.policy = unsafe { read_volatile(&defaults.policy) };
+    }
+    Some(snapshot)
+}
+
+/// Classifies `frame` with the active rule set.
+#[inline(always)]
+pub fn classify(frame: &ParsedFrame) -> Classification {
+    match active() {
+        Some(config) => classify_with(frame, config),
+        None => UNMATCHED,
+    }
+}
+
+/// Classifies `frame` with the rule set of `config`.
+#[inline(always)]
+pub fn classify_with(frame: &ParsedFrame, config: addresses::ConfigSnapshot) -> Classification {
     let set = config.set;
     // The array lookups are inlined by the verifier and cheap: do them first,
     // and walk the LPM tries only while some rule is still in the running.

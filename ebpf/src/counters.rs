@@ -1,8 +1,8 @@
 //! Per-CPU, per-class ingress counters.
 
-use bpf_maps::counters::{IngressCounters, UNCLASSIFIED_SLOT};
+use bpf_maps::counters::IngressCounters;
 
-use crate::maps::INGRESS_COUNTERS;
+use crate::maps::{INGRESS_COUNTERS, REASON_COUNTERS};
 
 /// Counts one frame of `bytes` bytes in `slot` (a class or
 /// `UNCLASSIFIED_SLOT`), and a drop when `dropped`.
@@ -15,10 +15,13 @@ pub fn count_ingress(slot: u32, bytes: u64, dropped: bool) {
     }
 }
 
-/// Counts a frame that was not parsed.
+/// Counts one frame under `REASON_*` `reason`, and a drop when `dropped`.
 #[inline(always)]
-pub fn count_unclassified(bytes: u64) {
-    count_ingress(UNCLASSIFIED_SLOT, bytes, false);
+pub fn count_reason(reason: u32, bytes: u64, dropped: bool) {
+    if let Some(c) = REASON_COUNTERS.get_ptr_mut(reason) {
+        // SAFETY: as in `count_ingress`.
+        unsafe { bump(c, bytes, dropped) }
+    }
 }
 
 #[inline(always)]

@@ -85,6 +85,9 @@ pub fn unparsed<C: EbpfContext>(ctx: &C, hook: Hook, why: ParseError, len: u64) 
         (Hook::Egress, ParseError::Truncated) => (LOG_EVENT_EGRESS_TRUNCATED, "truncated"),
         (Hook::Egress, ParseError::NotIp) => (LOG_EVENT_EGRESS_NOT_IP, "not-ip"),
         (Hook::Egress, ParseError::BadHeader) => (LOG_EVENT_EGRESS_BAD_HEADER, "bad-header"),
+        // Shares the not-ip budget (it was logged as not-ip before it had a name).
+        (Hook::Ingress, ParseError::VlanDepth) => (LOG_EVENT_INGRESS_NOT_IP, "vlan-depth"),
+        (Hook::Egress, ParseError::VlanDepth) => (LOG_EVENT_EGRESS_NOT_IP, "vlan-depth"),
     };
     let Some(suppressed) = admit(event) else {
         return;

@@ -7,6 +7,7 @@
 #![allow(internal_features)]
 
 mod addresses;
+mod admission;
 mod classify;
 mod clock_probe;
 mod counters;

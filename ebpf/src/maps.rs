@@ -4,15 +4,15 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, LpmTrie, PerCpuArray},
+    maps::{Array, LpmTrie, LruHashMap, PerCpuArray},
 };
 use bpf_maps::{
     classifier::{
-        AddrCacheEntry, ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap,
-        TrieDefaults, ADDR_CACHE_SLOTS, LPM_MAX_ENTRIES, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS,
-        RULE_SETS,
+        AddrCacheEntry, ClassifierConfig, FragmentKey, Ipv4LpmData, Ipv6LpmData, RuleAction,
+        RuleBitmap, TrieDefaults, ADDR_CACHE_SLOTS, ADMISSION_FRAG_ENTRIES, ADMISSION_LPM_ENTRIES,
+        ADMISSION_PORT_WORDS, LPM_MAX_ENTRIES, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
     },
-    counters::{IngressCounters, COUNTER_SLOTS},
+    counters::{IngressCounters, COUNTER_SLOTS, REASON_SLOTS},
 };
 
 /// Single entry: the active rule set.
@@ -56,3 +56,26 @@ pub static ADDR_CACHE: PerCpuArray<AddrCacheEntry> =
 /// Indexed by set: tries that hold only their `/0` entry, and its bitmap.
 #[map(name = "CW_TRIE_DFLT")]
 pub static TRIE_DEFAULTS: Array<TrieDefaults> = Array::with_max_entries(RULE_SETS, 0);
+
+/// Per-CPU counters by `REASON_*` (unparsed frames, admission drops).
+#[map(name = "CW_REASONS")]
+pub static REASON_COUNTERS: PerCpuArray<IngressCounters> =
+    PerCpuArray::with_max_entries(REASON_SLOTS, 0);
+
+/// Admitted source prefixes, keyed with the rule set like the rule tries.
+#[map(name = "CW_ADM_V4")]
+pub static ADMISSION_V4: LpmTrie<Ipv4LpmData, u32> =
+    LpmTrie::with_max_entries(ADMISSION_LPM_ENTRIES, 0);
+#[map(name = "CW_ADM_V6")]
+pub static ADMISSION_V6: LpmTrie<Ipv6LpmData, u32> =
+    LpmTrie::with_max_entries(ADMISSION_LPM_ENTRIES, 0);
+
+/// Protected-port bitmap, indexed `set * ADMISSION_PORT_WORDS + port / 32`.
+#[map(name = "CW_ADM_PORTS")]
+pub static ADMISSION_PORTS: Array<u32> =
+    Array::with_max_entries(RULE_SETS * ADMISSION_PORT_WORDS, 0);
+
+/// First fragments whose later fragments pass (value: the generation).
+#[map(name = "CW_ADM_FRAG")]
+pub static ADMISSION_FRAGMENTS: LruHashMap<FragmentKey, u64> =
+    LruHashMap::with_max_entries(ADMISSION_FRAG_ENTRIES, 0);

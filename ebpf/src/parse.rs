@@ -8,14 +8,17 @@
 //! * **Ethernet**: 14-byte header; then at most two VLAN tags: the outer one
 //!   `0x88a8` (802.1ad) or `0x8100`, an inner one only `0x8100`. Any other
 //!   EtherType after that than IPv4 (`0x0800`) or IPv6 (`0x86dd`) is
-//!   [`ParseError::NotIp`] (ARP, LLDP, a third tag, `0x88a8` inside a tag).
+//!   [`ParseError::NotIp`] (ARP, LLDP), except a tag where none may follow
+//!   (a third tag, `0x88a8` inside a tag): [`ParseError::VlanDepth`].
 //! * **IPv4**: the 20-byte fixed header must be present, version 4,
 //!   `IHL >= 5`, the header with its options inside the linear data, and
-//!   `IHL*4 <= total length`, `l3 + total length <= frame length`; otherwise the
-//!   frame is [`ParseError::Truncated`] or [`ParseError::BadHeader`]. Options
-//!   are skipped, never read.
-//! * **IPv6**: the 40-byte header present, version 6, `l3 + 40 + payload
-//!   length <= frame length`. Extension headers hop-by-hop (0), routing (43),
+//!   `IHL*4 <= total length`; otherwise the frame is [`ParseError::Truncated`]
+//!   or [`ParseError::BadHeader`]. Options are skipped, never read. When
+//!   `l3 + total length` exceeds the frame length the frame is classified on
+//!   the bytes present ([`FLAG_LENGTH_OVERRUN`], the datagram ends at the
+//!   frame's end).
+//! * **IPv6**: the 40-byte header present, version 6; a payload length past
+//!   the frame's end is [`FLAG_LENGTH_OVERRUN`] as for IPv4. Extension headers hop-by-hop (0), routing (43),
 //!   fragment (44), destination options (60) and AH (51) are walked, at most
 //!   [`MAX_IPV6_EXT_HEADERS`]; each must lie inside the IPv6 payload and its
 //!   first 8 bytes inside the linear data. When the walk stops early (the limit
@@ -61,6 +64,9 @@ pub const FLAG_L4_TRUNCATED: u8 = 1 << 2;
 pub const FLAG_EXT_UNFINISHED: u8 = 1 << 3;
 /// `src_port`/`dst_port` are valid.
 pub const FLAG_HAS_PORTS: u8 = 1 << 4;
+/// The IP length field claimed more bytes than the frame holds; `ip_end` is
+/// the frame's end.
+pub const FLAG_LENGTH_OVERRUN: u8 = 1 << 5;
 
 /// Everything the programs need from one parsed frame. Offsets are in bytes
 /// from the start of the frame (`data`).
@@ -85,6 +91,11 @@ pub struct ParsedFrame {
     /// Host byte order; 0 unless [`FLAG_HAS_PORTS`].
     pub src_port: u16,
     pub dst_port: u16,
+    /// When [`FLAG_FRAGMENT`]: the IPv4 identification or the IPv6 fragment
+    /// header's identification, and the IPv4 protocol or that header's Next
+    /// Header (the same in every fragment of a datagram).
+    pub frag_id: u32,
+    pub frag_proto: u8,
     /// The address bytes as they are on the wire, in 4-byte words (word-sized
     /// so that copies and LPM keys need no byte loops); an IPv4 address is
     /// word 0, the other words are zero.
@@ -108,6 +119,8 @@ pub enum ParseError {
     NotIp,
     /// An IP header with an impossible version, IHL or length.
     BadHeader,
+    /// A VLAN tag where the parser reads no more tags.
+    VlanDepth,
 }
 
 /// Address of `data + off` if `[data + off, data + off + len)` lies before
@@ -177,6 +190,9 @@ pub fn parse_frame(
             l3 += 4;
         }
     }
+    if ethertype == ETH_P_8021AD || ethertype == ETH_P_8021Q {
+        return Err(ParseError::VlanDepth);
+    }
     let mut frame = ParsedFrame {
         l3_offset: l3 as u32,
         l4_offset: 0,
@@ -187,6 +203,8 @@ pub fn parse_frame(
         flags: 0,
         src_port: 0,
         dst_port: 0,
+        frag_id: 0,
+        frag_proto: 0,
         src_addr: [0; 4],
         dst_addr: [0; 4],
     };
@@ -209,11 +227,12 @@ fn parse_ipv4(
     let l3 = (frame.l3_offset as usize) & 0x1f;
     let p = bounded(data, data_end, l3, 20).ok_or(ParseError::Truncated)?;
     // SAFETY: every read is inside the 20 bytes just checked.
-    let (version_ihl, tos, total_len, frag, proto, src, dst) = unsafe {
+    let (version_ihl, tos, total_len, id, frag, proto, src, dst) = unsafe {
         (
             byte(p, 0),
             byte(p, 1),
             be16_at(p, 2),
+            be16_at(p, 4),
             be16_at(p, 6),
             byte(p, 9),
             word_at(p, 12),
@@ -234,8 +253,10 @@ fn parse_ipv4(
     if total_len < ihl {
         return Err(ParseError::BadHeader);
     }
-    if l3 + total_len > frame_len {
-        return Err(ParseError::Truncated);
+    let mut ip_end = l3 + total_len;
+    if ip_end > frame_len {
+        frame.flags |= FLAG_LENGTH_OVERRUN;
+        ip_end = frame_len;
     }
     let more_fragments = frag & 0x2000 != 0;
     let offset = frag & 0x1fff;
@@ -246,9 +267,11 @@ fn parse_ipv4(
     frame.src_addr[0] = src;
     frame.dst_addr[0] = dst;
     frame.l4_offset = (l3 + ihl) as u32;
-    frame.ip_end = (l3 + total_len) as u32;
+    frame.ip_end = ip_end as u32;
     if more_fragments || offset != 0 {
         frame.flags |= FLAG_FRAGMENT;
+        frame.frag_id = u32::from(id);
+        frame.frag_proto = proto;
     }
     if offset != 0 {
         frame.flags |= FLAG_LATER_FRAGMENT;
@@ -273,9 +296,10 @@ fn parse_ipv6(
     if b0 >> 4 != 6 {
         return Err(ParseError::BadHeader);
     }
-    let ip_end = l3 + 40 + usize::from(payload_len);
+    let mut ip_end = l3 + 40 + usize::from(payload_len);
     if ip_end > frame_len {
-        return Err(ParseError::Truncated);
+        frame.flags |= FLAG_LENGTH_OVERRUN;
+        ip_end = frame_len;
     }
     let traffic_class = ((b0 & 0x0f) << 4) | (b1 >> 4);
     frame.ip_version = 6;
@@ -310,7 +334,8 @@ fn parse_ipv6(
             break;
         };
         // SAFETY: inside the 8 bytes just checked.
-        let (ext_next, ext_len, frag) = unsafe { (byte(ext, 0), byte(ext, 1), be16_at(ext, 2)) };
+        let (ext_next, ext_len, frag, id) =
+            unsafe { (byte(ext, 0), byte(ext, 1), be16_at(ext, 2), word_at(ext, 4)) };
         let len = match next {
             IPPROTO_FRAGMENT => 8,
             IPPROTO_AH => (usize::from(ext_len) + 2) * 4,
@@ -322,6 +347,8 @@ fn parse_ipv6(
         if next == IPPROTO_FRAGMENT {
             if frag & 0xfff9 != 0 {
                 frame.flags |= FLAG_FRAGMENT;
+                frame.frag_id = u32::from_be(id);
+                frame.frag_proto = ext_next;
             }
             if frag >> 3 != 0 {
                 frame.flags |= FLAG_LATER_FRAGMENT;

@@ -11,7 +11,9 @@ use std::net::Ipv4Addr;
 
 use aya::Ebpf;
 use causeway::{
-    classifier::{ClassifierMaps, IpPrefix, PortRange, Rule, RuleSet, Verdict},
+    classifier::{
+        Admission, ClassifierMaps, IpPrefix, PortRange, Rule, RuleSet, UnclassifiedAction, Verdict,
+    },
     ebpf_object::EBPF_OBJECT,
 };
 use causeway_test_support::{
@@ -45,7 +47,11 @@ fn policy(n: usize) -> RuleSet {
             proto: Some(if i % 2 == 0 { 17 } else { 6 }),
             src_ports: None,
             dst_ports: Some(PortRange::new(port, port + (i % 8) as u16).expect("range")),
-            dscp: if i % 5 == 0 { Some(10) } else { None },
+            dscp: if i % 5 == 0 {
+                Some(causeway::classifier::DscpSet::one(10))
+            } else {
+                None
+            },
             class: (1 + i % 14) as u8,
             verdict: if i % 3 == 0 {
                 Verdict::Drop
@@ -137,6 +143,54 @@ fn main() {
                 let cache = if cache { "on" } else { "off" };
                 println!("{n:>6}  {cache:<5}  {name:<30} {b:>12} {c:>14} {ratio:>6.2}x");
             }
+        }
+    }
+    maps.set_address_cache(true)
+        .expect("setting the cache flag");
+    bench_admission(&ebpf, &mut maps, repeat);
+}
+
+/// `n` admitted prefixes: 10.1.0.0/16 (the peer frame's) and `n - 1` /24s
+/// elsewhere (a quarter of them IPv6 /48s); protected: the training ports.
+fn admission(n: usize) -> Admission {
+    let mut prefixes = vec![IpPrefix::new("10.1.0.0".parse().expect("v4"), 16).expect("prefix")];
+    for i in 0..n.saturating_sub(1) {
+        let p = if i % 4 == 3 {
+            IpPrefix::new(format!("fd10:{:x}::", i).parse().expect("v6"), 32)
+        } else {
+            IpPrefix::new(
+                Ipv4Addr::new(172, 16 + (i / 65_536) as u8, (i / 256 % 256) as u8, 0).into(),
+                24,
+            )
+        };
+        prefixes.push(p.expect("prefix"));
+    }
+    Admission::new(
+        prefixes,
+        vec![PortRange::new(29_500, 29_599).expect("range")],
+    )
+    .expect("admission within the map limits")
+}
+
+/// The per-frame cost of admission and of the unclassified action, with the
+/// 16-rule policy and the address cache on.
+fn bench_admission(ebpf: &Ebpf, maps: &mut ClassifierMaps, repeat: u32) {
+    println!("admission (16 rules, cache on; \"outsider\" frames are dropped by admission)");
+    let setups: [(&str, Option<usize>, UnclassifiedAction); 4] = [
+        ("off", None, UnclassifiedAction::Pass),
+        ("unclassified=drop", None, UnclassifiedAction::Drop),
+        ("10 prefixes", Some(10), UnclassifiedAction::Pass),
+        ("10000 prefixes", Some(10_000), UnclassifiedAction::Pass),
+    ];
+    for (label, prefixes, unclassified) in setups {
+        let rules = policy(16)
+            .with_unclassified(unclassified)
+            .with_admission(prefixes.map(admission));
+        maps.apply(&rules).expect("applying the admission policy");
+        for (name, frame) in frames() {
+            let (b, c) = measure(ebpf, &frame, repeat);
+            let ratio = c as f64 / b.max(1) as f64;
+            println!("{label:>18}  {name:<30} {b:>12} {c:>14} {ratio:>6.2}x");
         }
     }
 }

@@ -32,7 +32,11 @@ pub(crate) enum OpenMapError {
 /// object's own handle in place (so that it can still be pinned or used).
 pub(crate) fn reopen(ebpf: &Ebpf, name: &'static str) -> Result<Map, OpenMapError> {
     let map = ebpf.map(name).ok_or(OpenMapError::Missing { name })?;
-    let (Map::Array(data) | Map::PerCpuArray(data) | Map::HashMap(data) | Map::LpmTrie(data)) = map
+    let (Map::Array(data)
+    | Map::PerCpuArray(data)
+    | Map::HashMap(data)
+    | Map::LruHashMap(data)
+    | Map::LpmTrie(data)) = map
     else {
         return Err(OpenMapError::Map {
             name,

@@ -4,7 +4,10 @@
 use aya::maps::{Map, MapData, PerCpuArray};
 use bpf_maps::{
     classifier::MAX_CLASSES,
-    counters::{IngressCounters, COUNTER_SLOTS, MAP_INGRESS_COUNTERS, UNCLASSIFIED_SLOT},
+    counters::{
+        IngressCounters, COUNTER_SLOTS, MAP_INGRESS_COUNTERS, MAP_REASON_COUNTERS, REASON_NAMES,
+        REASON_SLOTS, UNCLASSIFIED_SLOT,
+    },
 };
 use serde::{Deserialize, Serialize};
 
@@ -76,6 +79,36 @@ pub struct InterfaceStats {
     pub classes: Vec<ClassStats>,
     /// Frames that are not IP or too short to parse.
     pub unclassified: Totals,
+    /// Frames not fully parsed and admission drops, by reason (`REASON_NAMES`),
+    /// only the reasons that counted something.
+    #[serde(default)]
+    pub reasons: Vec<ReasonStats>,
+}
+
+/// The frames counted under one reason (see `bpf_maps::counters::REASON_*`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasonStats {
+    pub reason: String,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Of those, dropped.
+    pub drops: u64,
+}
+
+impl InterfaceStats {
+    /// Frames admission dropped (the `adm-*` reasons).
+    pub fn admission_drops(&self) -> u64 {
+        self.reasons
+            .iter()
+            .filter(|r| r.reason.starts_with("adm-"))
+            .map(|r| r.drops)
+            .sum()
+    }
+
+    /// The counters of reason `name`, if it counted something.
+    pub fn reason(&self, name: &str) -> Option<&ReasonStats> {
+        self.reasons.iter().find(|r| r.reason == name)
+    }
 }
 
 impl InterfaceStats {
@@ -116,6 +149,34 @@ pub fn read_slots(maps_dir: &std::path::Path) -> Result<Vec<Totals>, DatapathErr
         .collect()
 }
 
+/// Reads the per-reason counters (none when the pinned object predates them).
+pub fn read_reasons(maps_dir: &std::path::Path) -> Result<Vec<ReasonStats>, DatapathError> {
+    let path = maps_dir.join(MAP_REASON_COUNTERS);
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let map_error = |source| DatapathError::Map {
+        what: format!("reading {}", path.display()),
+        source: Box::new(source),
+    };
+    let data = MapData::from_pin(&path).map_err(map_error)?;
+    let array: PerCpuArray<MapData, IngressCounters> =
+        PerCpuArray::try_from(Map::PerCpuArray(data)).map_err(map_error)?;
+    let mut out = Vec::new();
+    for (slot, name) in (0..REASON_SLOTS).zip(REASON_NAMES) {
+        let t = Totals::sum(&array.get(&slot, 0).map_err(map_error)?);
+        if t != Totals::default() {
+            out.push(ReasonStats {
+                reason: name.to_string(),
+                packets: t.packets,
+                bytes: t.bytes,
+                drops: t.drops,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// Names slots with `classes`: every class of the table, plus unnamed slots
 /// that counted something.
 pub fn label(slots: &[Totals], classes: &ClassTable) -> (Vec<ClassStats>, Totals) {
@@ -154,6 +215,7 @@ pub fn interface_stats(
         });
     }
     let slots = read_slots(&paths.maps_dir)?;
+    let reasons = read_reasons(&paths.maps_dir)?;
     let record: Option<PolicyRecord> = state::read_json(&paths.policy_record())?;
     let classes = record
         .as_ref()
@@ -166,6 +228,7 @@ pub fn interface_stats(
         policy_generation: record.map(|r| r.generation),
         classes,
         unclassified,
+        reasons,
     })
 }
 
@@ -241,6 +304,7 @@ mod tests {
             policy_generation: None,
             classes,
             unclassified,
+            reasons: Vec::new(),
         };
         assert_eq!(
             stats.total(),

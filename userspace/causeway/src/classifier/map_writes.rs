@@ -9,7 +9,7 @@ use aya::{
     maps::{lpm_trie::Key, Array, LpmTrie, MapData, MapError},
     Pod,
 };
-use bpf_maps::classifier::{Ipv4LpmData, Ipv6LpmData, RuleBitmap, LPM_SET_BITS};
+use bpf_maps::classifier::{Ipv4LpmData, Ipv6LpmData, LPM_SET_BITS};
 
 use super::{
     compile::LpmEntries,
@@ -44,7 +44,7 @@ pub(super) fn write_array<V: Pod + PartialEq>(
 }
 
 /// LPM key data constructors, so that one writer serves both families.
-pub(super) trait LpmData<const N: usize>: Pod + PartialEq {
+pub(super) trait LpmData<const N: usize>: Pod + Eq + std::hash::Hash {
     fn new(set: u32, addr: [u8; N]) -> Self;
     fn set(&self) -> u32;
     fn addr(&self) -> [u8; N];
@@ -76,11 +76,11 @@ impl LpmData<16> for Ipv6LpmData {
 
 /// Makes the trie's entries for `set` exactly `wanted`: stale entries are
 /// removed, new or changed ones written, equal ones left alone.
-pub(super) fn write_lpm<K: LpmData<N>, const N: usize>(
-    trie: &mut LpmTrie<MapData, K, RuleBitmap>,
+pub(super) fn write_lpm<K: LpmData<N>, V: Pod + PartialEq, const N: usize>(
+    trie: &mut LpmTrie<MapData, K, V>,
     name: &'static str,
     set: u32,
-    wanted: &LpmEntries<N>,
+    wanted: &LpmEntries<N, V>,
     make: fn(u32, [u8; N]) -> K,
     stats: &mut ApplyStats,
 ) -> Result<()> {
@@ -92,7 +92,7 @@ pub(super) fn write_lpm<K: LpmData<N>, const N: usize>(
             held.push(key);
         }
     }
-    let wanted_keys: Vec<(u32, K)> = wanted
+    let wanted_keys: std::collections::HashSet<(u32, K)> = wanted
         .keys()
         .map(|(addr, len)| {
             let k = key_of(*addr, *len);

@@ -32,14 +32,16 @@
 use std::{path::Path, time::Duration};
 
 use aya::{
-    maps::{Array, LpmTrie, Map, MapData, MapError, PerCpuArray},
+    maps::{Array, HashMap, LpmTrie, Map, MapData, MapError, PerCpuArray},
     Ebpf,
 };
 use bpf_maps::classifier::{
-    AddrCacheEntry, ClassifierConfig, Ipv4LpmData, Ipv6LpmData, RuleAction, RuleBitmap,
-    TrieDefaults, CLS_FLAG_NO_ADDR_CACHE, MAP_ADDR_CACHE, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT,
-    MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP, MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6,
-    MAP_TRIE_DEFAULTS, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+    AddrCacheEntry, ClassifierConfig, FragmentKey, Ipv4LpmData, Ipv6LpmData, RuleAction,
+    RuleBitmap, TrieDefaults, ADMISSION_PORT_WORDS, CLS_FLAG_NO_ADDR_CACHE, MAP_ADDR_CACHE,
+    MAP_ADMISSION_FRAGMENTS, MAP_ADMISSION_PORTS, MAP_ADMISSION_V4, MAP_ADMISSION_V6,
+    MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP, MAP_RULE_ACTIONS,
+    MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAP_TRIE_DEFAULTS, MAX_RULES, PORT_SLOTS,
+    PROTO_DSCP_SLOTS, RULE_SETS,
 };
 
 use crate::map_handles::{self, OpenMapError};
@@ -112,6 +114,7 @@ pub(super) struct KnownSlots {
     pub(super) dst_ports: Vec<RuleBitmap>,
     pub(super) actions: Vec<RuleAction>,
     pub(super) trie_defaults: Vec<TrieDefaults>,
+    pub(super) admission_ports: Vec<u32>,
 }
 
 /// Open handles on every classifier map, plus what this handle knows of
@@ -127,6 +130,12 @@ pub struct ClassifierMaps {
     pub(super) dst_ports: Array<MapData, RuleBitmap>,
     pub(super) actions: Array<MapData, RuleAction>,
     pub(super) trie_defaults: Array<MapData, TrieDefaults>,
+    pub(super) admission_v4: LpmTrie<MapData, Ipv4LpmData, u32>,
+    pub(super) admission_v6: LpmTrie<MapData, Ipv6LpmData, u32>,
+    pub(super) admission_ports: Array<MapData, u32>,
+    /// Remembered first fragments, emptied of a retired generation by a
+    /// rollback.
+    pub(super) admission_fragments: HashMap<MapData, FragmentKey, u64>,
     /// The kernel's address cache, emptied of a retired generation by a
     /// rollback ([`super::rollback`]).
     pub(super) cache: PerCpuArray<MapData, AddrCacheEntry>,
@@ -180,6 +189,10 @@ impl ClassifierMaps {
             dst_ports: typed(&mut get, MAP_DST_PORT)?,
             actions: typed(&mut get, MAP_RULE_ACTIONS)?,
             trie_defaults: typed(&mut get, MAP_TRIE_DEFAULTS)?,
+            admission_v4: typed(&mut get, MAP_ADMISSION_V4)?,
+            admission_v6: typed(&mut get, MAP_ADMISSION_V6)?,
+            admission_ports: typed(&mut get, MAP_ADMISSION_PORTS)?,
+            admission_fragments: typed(&mut get, MAP_ADMISSION_FRAGMENTS)?,
             cache: typed(&mut get, MAP_ADDR_CACHE)?,
             known: [None, None],
             generation_seen: None,
@@ -306,6 +319,22 @@ impl ClassifierMaps {
             Ipv6LpmData::new,
             stats,
         )?;
+        write_lpm(
+            &mut self.admission_v4,
+            MAP_ADMISSION_V4,
+            target,
+            &compiled.admission_v4,
+            Ipv4LpmData::new,
+            stats,
+        )?;
+        write_lpm(
+            &mut self.admission_v6,
+            MAP_ADMISSION_V6,
+            target,
+            &compiled.admission_v6,
+            Ipv6LpmData::new,
+            stats,
+        )?;
         let slots = self.write_slots(compiled, known, stats)?;
         self.known[target as usize] = Some(slots);
         Ok(())
@@ -318,17 +347,27 @@ impl ClassifierMaps {
         stats: &mut ApplyStats,
     ) -> Result<KnownSlots> {
         let set = c.set;
-        let (pd, sp, dp, act, td) = match known {
+        let (pd, sp, dp, act, td, ap) = match known {
             Some(k) => (
                 Some(k.proto_dscp),
                 Some(k.src_ports),
                 Some(k.dst_ports),
                 Some(k.actions),
                 Some(k.trie_defaults),
+                Some(k.admission_ports),
             ),
-            None => (None, None, None, None, None),
+            None => (None, None, None, None, None, None),
         };
+
         let set_base = |slots: u32| set * slots;
+        write_array(
+            &mut self.admission_ports,
+            MAP_ADMISSION_PORTS,
+            set_base(ADMISSION_PORT_WORDS),
+            &c.admission_ports,
+            ap,
+            stats,
+        )?;
         write_array(
             &mut self.proto_dscp,
             MAP_PROTO_DSCP,
@@ -376,6 +415,7 @@ impl ClassifierMaps {
             dst_ports: c.dst_ports.clone(),
             actions: c.actions.clone(),
             trie_defaults: defaults.to_vec(),
+            admission_ports: c.admission_ports.clone(),
         })
     }
 }

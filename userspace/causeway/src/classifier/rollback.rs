@@ -11,10 +11,11 @@
 
 use aya::maps::{lpm_trie::Key, Array, LpmTrie, MapData, PerCpuValues};
 use bpf_maps::classifier::{
-    AddrCacheEntry, ClassifierConfig, RuleBitmap, ADDR_CACHE_SLOTS, LPM_SET_BITS, MAP_ADDR_CACHE,
-    MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP, MAP_RULE_ACTIONS,
-    MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAP_TRIE_DEFAULTS, MAX_RULES, PORT_SLOTS,
-    PROTO_DSCP_SLOTS, RULE_SETS,
+    AddrCacheEntry, ClassifierConfig, FragmentKey, ADDR_CACHE_SLOTS, ADMISSION_PORT_WORDS,
+    LPM_SET_BITS, MAP_ADDR_CACHE, MAP_ADMISSION_FRAGMENTS, MAP_ADMISSION_PORTS, MAP_ADMISSION_V4,
+    MAP_ADMISSION_V6, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP,
+    MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAP_TRIE_DEFAULTS, MAX_RULES,
+    PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
 };
 
 use super::{
@@ -55,6 +56,11 @@ impl ClassifierMaps {
             dst_ports: read_array(&self.dst_ports, MAP_DST_PORT, slots(PORT_SLOTS))?,
             actions: read_array(&self.actions, MAP_RULE_ACTIONS, slots(MAX_RULES as u32))?,
             trie_defaults: read_array(&self.trie_defaults, MAP_TRIE_DEFAULTS, slots(1))?,
+            admission_ports: read_array(
+                &self.admission_ports,
+                MAP_ADMISSION_PORTS,
+                slots(ADMISSION_PORT_WORDS),
+            )?,
         };
         let compiled = CompiledRuleSet {
             set,
@@ -68,6 +74,9 @@ impl ClassifierMaps {
             dst_ports: read.dst_ports.clone(),
             actions: read.actions.clone(),
             trie_defaults: read.trie_defaults[0],
+            admission_v4: read_lpm(&self.admission_v4, MAP_ADMISSION_V4, set)?,
+            admission_v6: read_lpm(&self.admission_v6, MAP_ADMISSION_V6, set)?,
+            admission_ports: read.admission_ports.clone(),
         };
         if self.generation_seen.is_none() {
             self.generation_seen = Some(self.config()?.generation);
@@ -87,6 +96,7 @@ impl ClassifierMaps {
             if live.active_set != snapshot.config.active_set {
                 std::thread::sleep(MIN_FLIP_INTERVAL);
                 self.forget_cached_after(snapshot.config.generation)?;
+                self.forget_fragments_after(snapshot.config.generation)?;
             }
         }
         self.generation_seen = Some(snapshot.config.generation);
@@ -106,8 +116,27 @@ impl ClassifierMaps {
             },
         );
         self.src_v4
-            .insert(&key, RuleBitmap::default(), 0)
+            .insert(&key, bpf_maps::classifier::RuleBitmap::default(), 0)
             .map_err(map_err(MAP_SRC_V4))
+    }
+
+    /// Forgets every first fragment remembered under a generation after
+    /// `generation` (the next apply reuses those numbers).
+    fn forget_fragments_after(&mut self, generation: u64) -> Result<()> {
+        let map = &mut self.admission_fragments;
+        let stale: Vec<FragmentKey> = map
+            .iter()
+            .filter_map(|entry| entry.ok())
+            .filter(|(_, g)| *g > generation)
+            .map(|(k, _)| k)
+            .collect();
+        for key in stale {
+            match map.remove(&key) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err(MAP_ADMISSION_FRAGMENTS)(e)),
+            }
+        }
+        Ok(())
     }
 
     /// Empties every address-cache slot computed under a generation after
@@ -150,11 +179,11 @@ fn read_array<V: aya::Pod>(
         .collect()
 }
 
-fn read_lpm<K: LpmData<N>, const N: usize>(
-    trie: &LpmTrie<MapData, K, RuleBitmap>,
+fn read_lpm<K: LpmData<N>, V: aya::Pod, const N: usize>(
+    trie: &LpmTrie<MapData, K, V>,
     name: &'static str,
     set: u32,
-) -> Result<LpmEntries<N>> {
+) -> Result<LpmEntries<N, V>> {
     let mut out = LpmEntries::new();
     for key in trie.keys() {
         let key: Key<K> = key.map_err(map_err(name))?;

@@ -66,10 +66,19 @@ pub struct RuleView {
     pub src_ports: Option<[u16; 2]>,
     pub dst: Option<String>,
     pub dst_ports: Option<[u16; 2]>,
-    pub dscp: Option<u8>,
+    /// One DSCP value, or a list of them.
+    pub dscp: Option<DscpView>,
     pub class: String,
     /// `pass` or `drop`.
     pub verdict: &'static str,
+}
+
+/// A rule's DSCP values: a number when there is one, else a list.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum DscpView {
+    One(u8),
+    Many(Vec<u8>),
 }
 
 impl RuleView {
@@ -82,7 +91,13 @@ impl RuleView {
             src_ports: ports(r.src_ports),
             dst: r.dst.map(|p| p.to_string()),
             dst_ports: ports(r.dst_ports),
-            dscp: r.dscp,
+            dscp: r.dscp.map(|set| {
+                let values: Vec<u8> = set.values().collect();
+                match values.as_slice() {
+                    [one] => DscpView::One(*one),
+                    _ => DscpView::Many(values),
+                }
+            }),
             class: policy.classes.name_of(r.class),
             verdict: match r.verdict {
                 Verdict::Pass => "pass",

@@ -118,5 +118,27 @@ fn print_tables(
                 &rows
             )
         );
+        if !s.reasons.is_empty() {
+            println!(
+                "not fully parsed / admission (admission drops: {}):",
+                s.admission_drops()
+            );
+            let rows: Vec<Vec<String>> = s
+                .reasons
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.reason.clone(),
+                        r.packets.to_string(),
+                        r.bytes.to_string(),
+                        r.drops.to_string(),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                table::render(&["REASON", "PACKETS", "BYTES", "DROPS"], &rows)
+            );
+        }
     }
 }

@@ -6,6 +6,7 @@
 //!
 //! Run one part: `cargo test -p causeway --test integration xdp_testrun::`.
 
+mod admission_testrun;
 mod bad_policy;
 mod classifier_harness;
 mod cli_pipes;

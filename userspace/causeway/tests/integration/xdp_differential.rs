@@ -1,17 +1,22 @@
 //! Differential test: the kernel XDP classifier (through BPF_PROG_TEST_RUN)
-//! and the pure reference model must agree on the verdict and the counted
-//! class of every frame, for random rule sets and random, mutated frames.
+//! and the pure reference model must agree on the verdict, the counted
+//! class and the counted reason of every frame, for random rule sets (half
+//! of them dropping unclassified frames, half with admission) and random,
+//! mutated frames: over-long IP length fields, deep VLAN stacks and long
+//! IPv6 extension chains among them. A frame that the model drops and the
+//! kernel passes is an escape.
 //!
 //! Reproduce a failure with the seed it prints:
 //! `CAUSEWAY_DIFF_SEED=<seed> cargo test -p causeway --test integration xdp_differential::`.
 
 mod gen;
 
-use bpf_maps::counters::{IngressCounters, COUNTER_SLOTS, MAP_INGRESS_COUNTERS, UNCLASSIFIED_SLOT};
-use causeway::classifier::{
-    reference::{self, Outcome},
-    Verdict,
+use bpf_maps::counters::{
+    IngressCounters, COUNTER_SLOTS, MAP_INGRESS_COUNTERS, MAP_REASON_COUNTERS, REASON_ADM_FRAGMENT,
+    REASON_ADM_SOURCE, REASON_EXT_CHAIN, REASON_LENGTH_OVERRUN, REASON_SLOTS, REASON_VLAN_DEPTH,
+    UNCLASSIFIED_SLOT,
 };
+use causeway::classifier::reference::{self, FragmentMemory, Outcome};
 use causeway_test_support::require_root;
 
 use crate::classifier_harness::Harness;
@@ -33,7 +38,11 @@ fn seed() -> u64 {
 
 /// Reads one counter slot, summed over CPUs.
 fn slot(h: &Harness, slot: u32) -> IngressCounters {
-    let map = h.ebpf.map(MAP_INGRESS_COUNTERS).expect("counter map");
+    read(h, MAP_INGRESS_COUNTERS, slot)
+}
+
+fn read(h: &Harness, map: &str, slot: u32) -> IngressCounters {
+    let map = h.ebpf.map(map).expect("counter map");
     let array = aya::maps::PerCpuArray::<_, IngressCounters>::try_from(map).expect("per-CPU array");
     array.get(&slot, 0).expect("reading counters").iter().fold(
         IngressCounters::default(),
@@ -53,6 +62,9 @@ fn kernel_agrees_with_reference_model() {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut h = Harness::load();
     let mut model = vec![IngressCounters::default(); COUNTER_SLOTS as usize];
+    let mut model_reasons = vec![IngressCounters::default(); REASON_SLOTS as usize];
+    let mut memory = FragmentMemory::default();
+    let mut escapes = 0usize;
     let mut mismatches = Vec::new();
     let mut frames = 0usize;
     let started = std::time::Instant::now();
@@ -65,42 +77,55 @@ fn kernel_agrees_with_reference_model() {
         h.maps
             .set_address_cache(set_index % 2 == 0)
             .expect("setting the cache flag");
-        h.maps.apply(&rules).expect("applying a random rule set");
+        memory.generation = h.maps.apply(&rules).expect("applying a random rule set");
         for _ in 0..FRAMES_PER_SET {
             let frame = gen::frame(&mut rng);
             let action = h.run(&frame);
             frames += 1;
-            let (want_slot, want_action, dropped) = match reference::evaluate(&rules, &frame) {
-                Outcome::Unclassified(_) => (UNCLASSIFIED_SLOT, 2, 0),
-                Outcome::Classified {
-                    class,
-                    verdict: Verdict::Pass,
-                    ..
-                } => (u32::from(class), 2, 0),
-                Outcome::Classified {
-                    class,
-                    verdict: Verdict::Drop,
-                    ..
-                } => (u32::from(class), 1, 1),
+            let outcome = reference::evaluate_with(&rules, &frame, &mut memory);
+            let dropped = u64::from(outcome.dropped());
+            let want_action = if outcome.dropped() { 1 } else { 2 };
+            escapes += usize::from(outcome.dropped() && action != 1);
+            let want_slot = match outcome {
+                Outcome::Unclassified(_)
+                | Outcome::UnclassifiedDropped(_)
+                | Outcome::PartialDropped(_) => Some(UNCLASSIFIED_SLOT),
+                Outcome::Refused(_) => None,
+                Outcome::Classified { class, .. } => Some(u32::from(class)),
             };
-            let m = &mut model[want_slot as usize];
-            m.packets += 1;
-            m.bytes += frame.len() as u64;
-            m.drops += dropped;
+            let bump = |m: &mut IngressCounters| {
+                m.packets += 1;
+                m.bytes += frame.len() as u64;
+                m.drops += dropped;
+            };
+            if let Some(s) = want_slot {
+                bump(&mut model[s as usize]);
+            }
+            if let Some(r) = outcome.reason() {
+                bump(&mut model_reasons[r as usize]);
+            }
             // A frame counted in any other slot leaves this one short.
-            let counted = slot(&h, want_slot);
-            if action != want_action || counted != *m {
+            let counted = want_slot.map(|s| slot(&h, s));
+            let counted_reason = outcome.reason().map(|r| read(&h, MAP_REASON_COUNTERS, r));
+            if action != want_action
+                || counted != want_slot.map(|s| model[s as usize])
+                || counted_reason != outcome.reason().map(|r| model_reasons[r as usize])
+            {
                 mismatches.push(format!(
-                    "rule set {set_index} ({} rules), frame {}: kernel action {action} (slot {want_slot} now {:?}), \
+                    "rule set {set_index} ({} rules), frame {}: kernel action {action} (slot {want_slot:?} now {:?}, reason {:?}), \
                      reference {:?}\n  frame {}",
                     rules.len(),
                     frames,
                     counted,
-                    reference::evaluate(&rules, &frame),
+                    counted_reason,
+                    outcome,
                     hex(&frame)
                 ));
                 // Resynchronise the model with the kernel to keep finding new cases.
                 model = (0..COUNTER_SLOTS).map(|s| slot(&h, s)).collect();
+                model_reasons = (0..REASON_SLOTS)
+                    .map(|r| read(&h, MAP_REASON_COUNTERS, r))
+                    .collect();
                 if mismatches.len() >= 10 {
                     break;
                 }
@@ -125,6 +150,36 @@ fn kernel_agrees_with_reference_model() {
         totals, model,
         "seed {seed}: final counters differ from the model"
     );
+    let reasons: Vec<IngressCounters> = (0..REASON_SLOTS)
+        .map(|r| read(&h, MAP_REASON_COUNTERS, r))
+        .collect();
+    println!(
+        "per-reason packets/drops: {:?}",
+        reasons
+            .iter()
+            .map(|c| (c.packets, c.drops))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(escapes, 0, "seed {seed}: frames the model drops passed");
+    assert_eq!(
+        reasons, model_reasons,
+        "seed {seed}: final reason counters differ from the model"
+    );
+    // The generator must reach every malformation and both admission paths,
+    // and with `unclassified = "drop"` they must be dropped.
+    for r in [
+        REASON_LENGTH_OVERRUN,
+        REASON_VLAN_DEPTH,
+        REASON_EXT_CHAIN,
+        REASON_ADM_SOURCE,
+        REASON_ADM_FRAGMENT,
+    ] {
+        assert!(
+            reasons[r as usize].drops > 20,
+            "reason {r}: {:?}",
+            reasons[r as usize]
+        );
+    }
     assert!(frames >= 100_000);
     assert!(
         totals[UNCLASSIFIED_SLOT as usize].packets > 1_000,

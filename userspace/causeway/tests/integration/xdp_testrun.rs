@@ -8,7 +8,7 @@ use bpf_maps::{
 };
 use causeway::classifier::{
     reference::{self, Outcome},
-    IpPrefix, PortRange, Rule, RuleSet, Verdict,
+    DscpSet, IpPrefix, PortRange, Rule, RuleSet, Verdict,
 };
 use causeway_test_support::{frames::*, require_root};
 
@@ -70,7 +70,7 @@ fn policy() -> RuleSet {
             ..rule(40, 4, Pass)
         },
         Rule {
-            dscp: Some(46),
+            dscp: Some(DscpSet::one(46)),
             ..rule(50, 5, Pass)
         },
         Rule {
@@ -108,6 +108,7 @@ fn reference_expectation(rules: &RuleSet, frame: &[u8]) -> Expect {
             verdict: Verdict::Drop,
             ..
         } => Expect::Drop(u32::from(class)),
+        other => panic!("this policy neither drops unclassified frames nor admits: {other:?}"),
     }
 }
 

@@ -13,19 +13,27 @@
 //! * (protocol, DSCP): rules whose protocol and DSCP accept the pair.
 //! * ports: rules whose range holds the port, plus rules without a range on
 //!   that side; the `NO_PORTS` slot holds only rules without any port range.
+//! * admission: one entry (value 1) per admitted prefix in the family's
+//!   admission trie, no `/0` default; the protected-port bitmap; and the
+//!   `POLICY_*` bits in the set's `TrieDefaults::policy`.
 
 use std::{collections::BTreeMap, net::IpAddr};
 
 use bpf_maps::classifier::{
-    RuleAction, RuleBitmap, TrieDefaults, MAX_RULES, NO_PORTS, PORT_SLOTS, PROTO_DSCP_SLOTS,
-    RULE_SETS, TRIE_DST_V4, TRIE_DST_V6, TRIE_SRC_V4, TRIE_SRC_V6, VERDICT_DROP, VERDICT_PASS,
+    RuleAction, RuleBitmap, TrieDefaults, ADMISSION_PORT_WORDS, MAX_RULES, NO_PORTS,
+    POLICY_ADMISSION, POLICY_UNCLASSIFIED_DROP, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+    TRIE_DST_V4, TRIE_DST_V6, TRIE_SRC_V4, TRIE_SRC_V6, VERDICT_DROP, VERDICT_PASS,
 };
 
-use super::rule::{IpPrefix, PortRange, Rule, RuleSet, Verdict};
+use super::{
+    admission::{Admission, UnclassifiedAction},
+    rule::{IpPrefix, PortRange, Rule, RuleSet, Verdict},
+};
 
 /// LPM entries of one trie for one rule set: (address, prefix length in
-/// bits of the address, without the set byte) → bitmap.
-pub type LpmEntries<const N: usize> = BTreeMap<([u8; N], u8), RuleBitmap>;
+/// bits of the address, without the set byte) → value (a rule bitmap, or
+/// `1` in the admission tries).
+pub type LpmEntries<const N: usize, V = RuleBitmap> = BTreeMap<([u8; N], u8), V>;
 
 /// Everything one rule set puts into the maps.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,8 +52,14 @@ pub struct CompiledRuleSet {
     pub dst_ports: Vec<RuleBitmap>,
     /// `MAX_RULES` actions; slots past `rule_count` are zero.
     pub actions: Vec<RuleAction>,
-    /// Which tries hold only their `/0` entry, and its bitmap.
+    /// Which tries hold only their `/0` entry, and its bitmap; the
+    /// `POLICY_*` bits.
     pub trie_defaults: TrieDefaults,
+    /// Admitted source prefixes (value 1), per family.
+    pub admission_v4: LpmEntries<4, u32>,
+    pub admission_v6: LpmEntries<16, u32>,
+    /// `ADMISSION_PORT_WORDS` words: the protected-port bitmap.
+    pub admission_ports: Vec<u32>,
 }
 
 /// Sets bit `rule` of `bitmap`.
@@ -62,9 +76,9 @@ pub fn bit(bitmap: &RuleBitmap, rule: usize) -> bool {
 ///
 /// # Panics
 /// When `set >= RULE_SETS` (a caller bug, not an input error).
-pub fn compile(rules: &RuleSet, set: u32) -> CompiledRuleSet {
+pub fn compile(set_rules: &RuleSet, set: u32) -> CompiledRuleSet {
     assert!(set < RULE_SETS, "rule-set index {set} out of range");
-    let rules = rules.rules();
+    let rules = set_rules.rules();
     debug_assert!(rules.len() <= MAX_RULES);
     let src_v4 = lpm_entries(rules, |r| r.src, Family::V4);
     let dst_v4 = lpm_entries(rules, |r| r.dst, Family::V4);
@@ -75,6 +89,8 @@ pub fn compile(rules: &RuleSet, set: u32) -> CompiledRuleSet {
     note_default(&mut trie_defaults, TRIE_DST_V4, &dst_v4);
     note_default(&mut trie_defaults, TRIE_SRC_V6, &src_v6);
     note_default(&mut trie_defaults, TRIE_DST_V6, &dst_v6);
+    trie_defaults.policy = policy_bits(set_rules);
+    let (admission_v4, admission_v6, admission_ports) = admission_entries(set_rules.admission());
     CompiledRuleSet {
         set,
         rule_count: rules.len() as u32,
@@ -87,7 +103,44 @@ pub fn compile(rules: &RuleSet, set: u32) -> CompiledRuleSet {
         dst_ports: port_bitmaps(rules, |r| r.dst_ports),
         actions: actions(rules),
         trie_defaults,
+        admission_v4,
+        admission_v6,
+        admission_ports,
     }
+}
+
+fn policy_bits(rules: &RuleSet) -> u32 {
+    let mut bits = 0;
+    if rules.unclassified() == UnclassifiedAction::Drop {
+        bits |= POLICY_UNCLASSIFIED_DROP;
+    }
+    if rules.admission().is_some() {
+        bits |= POLICY_ADMISSION;
+    }
+    bits
+}
+
+type AdmissionEntries = (LpmEntries<4, u32>, LpmEntries<16, u32>, Vec<u32>);
+
+fn admission_entries(admission: Option<&Admission>) -> AdmissionEntries {
+    let mut v4 = LpmEntries::new();
+    let mut v6 = LpmEntries::new();
+    let mut ports = vec![0u32; ADMISSION_PORT_WORDS as usize];
+    let Some(admission) = admission else {
+        return (v4, v6, ports);
+    };
+    for prefix in admission.prefixes() {
+        match prefix.addr() {
+            IpAddr::V4(a) => v4.insert((a.octets(), prefix.len()), 1),
+            IpAddr::V6(a) => v6.insert((a.octets(), prefix.len()), 1),
+        };
+    }
+    for range in admission.ports() {
+        for port in range.lo()..=range.hi() {
+            ports[usize::from(port / 32)] |= 1 << (port % 32);
+        }
+    }
+    (v4, v6, ports)
 }
 
 /// Records the `/0` bitmap of trie `index`, and whether it is all there is.
@@ -166,8 +219,7 @@ fn proto_dscp_bitmaps(rules: &[Rule]) -> Vec<RuleBitmap> {
     for (i, rule) in rules.iter().enumerate() {
         let protos = rule.proto.map_or(0..=255u8, |p| p..=p);
         for proto in protos {
-            let dscps = rule.dscp.map_or(0..=63u8, |d| d..=d);
-            for dscp in dscps {
+            for dscp in (0..=63u8).filter(|d| rule.dscp.is_none_or(|set| set.contains(*d))) {
                 set_bit(&mut out[usize::from(proto) * 64 + usize::from(dscp)], i);
             }
         }

@@ -6,6 +6,7 @@ use bpf_maps::classifier::{
 use proptest::prelude::*;
 
 use super::*;
+use crate::classifier::DscpSet;
 
 fn rule(priority: u32) -> Rule {
     Rule {
@@ -88,7 +89,7 @@ fn first_match(
         r.src.is_none_or(|p| p.contains(src))
             && r.dst.is_none_or(|p| p.contains(dst))
             && r.proto.is_none_or(|p| p == proto)
-            && r.dscp.is_none_or(|d| d == dscp)
+            && r.dscp.is_none_or(|d| d.contains(dscp))
             && match ports {
                 None => r.src_ports.is_none() && r.dst_ports.is_none(),
                 Some((s, d)) => {
@@ -218,7 +219,7 @@ fn arb_rule() -> impl Strategy<Value = Rule> {
         prop::option::of(prop::sample::select(vec![6u8, 17, 1])),
         ports.clone(),
         ports,
-        prop::option::of(0u8..3),
+        prop::option::of(prop::collection::vec(0u8..3, 1..3)),
         0u8..16,
         any::<bool>(),
     )
@@ -249,7 +250,7 @@ fn arb_rule() -> impl Strategy<Value = Rule> {
                 proto,
                 src_ports: sp,
                 dst_ports: dp,
-                dscp,
+                dscp: dscp.map(|d| DscpSet::new(&d).unwrap()),
                 class,
                 verdict: if drop { Verdict::Drop } else { Verdict::Pass },
             }

@@ -3,8 +3,11 @@
 //! reference classifier (`reference`) that the kernel program is
 //! differential-tested against. Writing the entries is `causeway::classifier::maps`.
 
+pub mod admission;
 pub mod compile;
 pub mod reference;
+mod reference_parse;
 pub mod rule;
 
-pub use rule::{IpPrefix, PortRange, Rule, RuleSet, RuleSetError, Verdict};
+pub use admission::{Admission, AdmissionError, UnclassifiedAction};
+pub use rule::{DscpSet, IpPrefix, PortRange, Rule, RuleSet, RuleSetError, Verdict};

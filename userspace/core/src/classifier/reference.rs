@@ -1,36 +1,84 @@
-//! A pure reference model of the XDP ingress classifier: parser and rule
-//! matcher over a whole frame in a byte slice, written independently of the
-//! kernel code (`ebpf/src/parse.rs`, `ebpf/src/classify.rs`) from the same
-//! documented rules, so that a differential test can compare the two.
+//! A pure reference model of the XDP ingress path: parser, unclassified
+//! action, admission and rule matcher over a whole frame in a byte slice,
+//! written independently of the kernel code (`ebpf/src/parse.rs`,
+//! `ebpf/src/xdp_ingress.rs`, `ebpf/src/admission.rs`, `ebpf/src/classify.rs`)
+//! from the same documented rules, so that a differential test can compare
+//! the two.
 //!
 //! Parser rules (see `ebpf/src/parse.rs` for the full text):
 //! Ethernet, then at most two VLAN tags (outer `0x88a8` or `0x8100`, inner
-//! `0x8100`), then IPv4 or IPv6 — anything else is unclassified. IP headers
-//! must be complete, sane and inside the frame (else unclassified). Ports come
-//! only from TCP/UDP headers fully inside the datagram, never from non-first
-//! fragments. IPv6 extension headers (0, 43, 44, 51, 60) are walked at most
-//! `MAX_IPV6_EXT_HEADERS` deep; when the walk cannot finish, the protocol is
-//! the last Next Header value seen and there are no ports.
+//! `0x8100`), then IPv4 or IPv6 — a further tag is [`Unclassified::VlanDepth`],
+//! anything else [`Unclassified::NotIp`]. IP headers must be complete and
+//! sane (else unclassified); an IP length past the frame's end is read up to
+//! the frame's end ([`Partial::LengthOverrun`]). Ports come only from TCP/UDP
+//! headers fully inside the datagram ([`Partial::L4Truncated`] otherwise),
+//! never from non-first fragments. IPv6 extension headers (0, 43, 44, 51, 60)
+//! are walked at most `MAX_IPV6_EXT_HEADERS` deep; when the walk cannot
+//! finish ([`Partial::ExtChain`]) the protocol is the last Next Header value
+//! seen and there are no ports.
 //!
-//! Matching: rules in priority order, the first whose every present field
-//! accepts the frame wins; a rule with a port range never matches a frame
-//! without ports; no match → `DEFAULT_CLASS`, pass.
+//! Policy, in order: unparsed frames pass, unless the set drops unclassified
+//! frames or has admission (non-IP frames always pass); partly parsed frames
+//! are dropped when the set drops unclassified frames; then admission (rules
+//! in `ebpf/src/admission.rs`); then the rules: in priority order, the first
+//! whose every present field accepts the frame wins; a rule with a port range
+//! never matches a frame without ports; no match → `DEFAULT_CLASS`, pass.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::{collections::HashMap, net::IpAddr};
 
-use bpf_maps::classifier::{DEFAULT_CLASS, MAX_IPV6_EXT_HEADERS};
+use bpf_maps::{
+    classifier::DEFAULT_CLASS,
+    counters::{
+        REASON_ADM_FRAGMENT, REASON_ADM_SOURCE, REASON_ADM_UNPROVEN, REASON_BAD_HEADER,
+        REASON_EXT_CHAIN, REASON_L4_TRUNCATED, REASON_LENGTH_OVERRUN, REASON_NOT_IP,
+        REASON_TRUNCATED, REASON_VLAN_DEPTH,
+    },
+};
 
-use super::rule::{RuleSet, Verdict};
+use super::{
+    admission::UnclassifiedAction,
+    rule::{RuleSet, Verdict},
+};
 
-/// Why a frame is not classified (it passes, counted as unclassified).
+pub use super::reference_parse::parse;
+
+/// Why a frame is not parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unclassified {
     Truncated,
     NotIp,
     BadHeader,
+    VlanDepth,
 }
 
-/// The fields rules look at.
+/// Why a parsed frame was read only in part.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Partial {
+    LengthOverrun,
+    ExtChain,
+    L4Truncated,
+}
+
+/// Why admission dropped a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdmissionDrop {
+    Source,
+    Fragment,
+    Unproven,
+}
+
+/// The fragment a datagram is, when it is one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fragment {
+    /// IPv4 identification or IPv6 fragment-header identification.
+    pub id: u32,
+    /// IPv4 protocol or the fragment header's Next Header.
+    pub proto: u8,
+    /// A non-first fragment.
+    pub later: bool,
+}
+
+/// The fields the policy looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameFields {
     pub src: IpAddr,
@@ -39,39 +87,144 @@ pub struct FrameFields {
     pub dscp: u8,
     /// (source, destination), when the frame carries a complete TCP/UDP header.
     pub ports: Option<(u16, u16)>,
+    pub partial: Option<Partial>,
+    pub fragment: Option<Fragment>,
 }
 
-/// What the classifier does with one frame.
+/// What the XDP path does with one frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
+    /// Not parsed, passed (counted unclassified).
     Unclassified(Unclassified),
+    /// Not parsed, dropped (counted unclassified).
+    UnclassifiedDropped(Unclassified),
+    /// Parsed in part, dropped by `unclassified = "drop"` (counted unclassified).
+    PartialDropped(Partial),
+    /// Dropped by admission (counted only under its reason).
+    Refused(AdmissionDrop),
     Classified {
         class: u8,
         verdict: Verdict,
         /// Index of the winning rule in priority order.
         rule: Option<usize>,
+        partial: Option<Partial>,
     },
 }
 
-/// Parses and classifies `frame` with `rules`.
+impl Outcome {
+    pub fn dropped(&self) -> bool {
+        match self {
+            Self::Unclassified(_) => false,
+            Self::UnclassifiedDropped(_) | Self::PartialDropped(_) | Self::Refused(_) => true,
+            Self::Classified { verdict, .. } => *verdict == Verdict::Drop,
+        }
+    }
+
+    /// The `REASON_*` counter slot the frame is counted in, if any.
+    pub fn reason(&self) -> Option<u32> {
+        let unparsed = |u: &Unclassified| match u {
+            Unclassified::NotIp => REASON_NOT_IP,
+            Unclassified::Truncated => REASON_TRUNCATED,
+            Unclassified::BadHeader => REASON_BAD_HEADER,
+            Unclassified::VlanDepth => REASON_VLAN_DEPTH,
+        };
+        let partial = |p: &Partial| match p {
+            Partial::LengthOverrun => REASON_LENGTH_OVERRUN,
+            Partial::ExtChain => REASON_EXT_CHAIN,
+            Partial::L4Truncated => REASON_L4_TRUNCATED,
+        };
+        match self {
+            Self::Unclassified(u) | Self::UnclassifiedDropped(u) => Some(unparsed(u)),
+            Self::PartialDropped(p) => Some(partial(p)),
+            Self::Refused(AdmissionDrop::Source) => Some(REASON_ADM_SOURCE),
+            Self::Refused(AdmissionDrop::Fragment) => Some(REASON_ADM_FRAGMENT),
+            Self::Refused(AdmissionDrop::Unproven) => Some(REASON_ADM_UNPROVEN),
+            Self::Classified { partial: p, .. } => p.as_ref().map(partial),
+        }
+    }
+}
+
+/// The first fragments admission remembers (the kernel's LRU map, without
+/// its evictions), per datagram, with the rule-set generation.
+#[derive(Clone, Debug, Default)]
+pub struct FragmentMemory {
+    seen: HashMap<(IpAddr, IpAddr, u32, u8), u64>,
+    /// The generation entries are made and checked under.
+    pub generation: u64,
+}
+
+/// Parses and classifies `frame` with `rules` (no fragment remembered).
 pub fn evaluate(rules: &RuleSet, frame: &[u8]) -> Outcome {
-    match parse(frame) {
-        Err(why) => Outcome::Unclassified(why),
-        Ok(fields) => match first_match(rules, &fields) {
-            Some(i) => {
-                let r = &rules.rules()[i];
-                Outcome::Classified {
-                    class: r.class,
-                    verdict: r.verdict,
-                    rule: Some(i),
-                }
+    evaluate_with(rules, frame, &mut FragmentMemory::default())
+}
+
+/// Parses and classifies `frame` with `rules`, remembering first fragments
+/// in `memory`.
+pub fn evaluate_with(rules: &RuleSet, frame: &[u8], memory: &mut FragmentMemory) -> Outcome {
+    let drop_unclassified = rules.unclassified() == UnclassifiedAction::Drop;
+    let fields = match parse(frame) {
+        Ok(fields) => fields,
+        Err(Unclassified::NotIp) => return Outcome::Unclassified(Unclassified::NotIp),
+        Err(why) if drop_unclassified || rules.admission().is_some() => {
+            return Outcome::UnclassifiedDropped(why)
+        }
+        Err(why) => return Outcome::Unclassified(why),
+    };
+    if let (Some(p), true) = (fields.partial, drop_unclassified) {
+        return Outcome::PartialDropped(p);
+    }
+    if let Some(refused) = admission(rules, &fields, memory) {
+        return Outcome::Refused(refused);
+    }
+    match first_match(rules, &fields) {
+        Some(i) => {
+            let r = &rules.rules()[i];
+            Outcome::Classified {
+                class: r.class,
+                verdict: r.verdict,
+                rule: Some(i),
+                partial: fields.partial,
             }
-            None => Outcome::Classified {
-                class: DEFAULT_CLASS as u8,
-                verdict: Verdict::Pass,
-                rule: None,
-            },
+        }
+        None => Outcome::Classified {
+            class: DEFAULT_CLASS as u8,
+            verdict: Verdict::Pass,
+            rule: None,
+            partial: fields.partial,
         },
+    }
+}
+
+/// Admission's verdict on a parsed frame: `Some` drops it.
+fn admission(
+    rules: &RuleSet,
+    fields: &FrameFields,
+    memory: &mut FragmentMemory,
+) -> Option<AdmissionDrop> {
+    let admission = rules.admission()?;
+    let may_reach_a_port = matches!(fields.proto, 6 | 17 | 0 | 43 | 44 | 51 | 60);
+    if !may_reach_a_port {
+        return None;
+    }
+    let key = |f: &Fragment| (fields.src, fields.dst, f.id, f.proto);
+    if let Some((_, dport)) = fields.ports {
+        if !admission.protects(dport) {
+            if let Some(f) = &fields.fragment {
+                memory.seen.insert(key(f), memory.generation);
+            }
+            return None;
+        }
+        return (!admission.admits(fields.src)).then_some(AdmissionDrop::Source);
+    }
+    if admission.admits(fields.src) {
+        return None;
+    }
+    match &fields.fragment {
+        Some(f) if f.later => {
+            let remembered = memory.seen.get(&key(f)) == Some(&memory.generation);
+            (!remembered).then_some(AdmissionDrop::Fragment)
+        }
+        _ => Some(AdmissionDrop::Unproven),
     }
 }
 
@@ -80,8 +233,8 @@ pub fn first_match(rules: &RuleSet, fields: &FrameFields) -> Option<usize> {
     rules.rules().iter().position(|r| {
         let prefixes = r.src.is_none_or(|p| p.contains(fields.src))
             && r.dst.is_none_or(|p| p.contains(fields.dst));
-        let proto =
-            r.proto.is_none_or(|p| p == fields.proto) && r.dscp.is_none_or(|d| d == fields.dscp);
+        let proto = r.proto.is_none_or(|p| p == fields.proto)
+            && r.dscp.is_none_or(|d| d.contains(fields.dscp));
         let ports = match fields.ports {
             Some((s, d)) => {
                 r.src_ports.is_none_or(|p| p.contains(s))
@@ -91,135 +244,6 @@ pub fn first_match(rules: &RuleSet, fields: &FrameFields) -> Option<usize> {
         };
         prefixes && proto && ports
     })
-}
-
-fn be16(bytes: &[u8], at: usize) -> Option<u16> {
-    let b = bytes.get(at..at.checked_add(2)?)?;
-    Some(u16::from_be_bytes([b[0], b[1]]))
-}
-
-/// Parses a whole frame.
-pub fn parse(frame: &[u8]) -> Result<FrameFields, Unclassified> {
-    let mut ethertype = be16(frame, 12).ok_or(Unclassified::Truncated)?;
-    let mut l3 = 14;
-    for depth in 0..2 {
-        let is_tag = ethertype == 0x8100 || (depth == 0 && ethertype == 0x88a8);
-        if !is_tag {
-            break;
-        }
-        ethertype = be16(frame, l3 + 2).ok_or(Unclassified::Truncated)?;
-        l3 += 4;
-    }
-    match ethertype {
-        0x0800 => parse_v4(frame, l3),
-        0x86dd => parse_v6(frame, l3),
-        _ => Err(Unclassified::NotIp),
-    }
-}
-
-fn parse_v4(frame: &[u8], l3: usize) -> Result<FrameFields, Unclassified> {
-    let fixed = frame.get(l3..l3 + 20).ok_or(Unclassified::Truncated)?;
-    if fixed[0] >> 4 != 4 {
-        return Err(Unclassified::BadHeader);
-    }
-    let header_len = usize::from(fixed[0] & 0xf) * 4;
-    if header_len < 20 {
-        return Err(Unclassified::BadHeader);
-    }
-    if frame.len() < l3 + header_len {
-        return Err(Unclassified::Truncated);
-    }
-    let total_len = usize::from(u16::from_be_bytes([fixed[2], fixed[3]]));
-    if total_len < header_len {
-        return Err(Unclassified::BadHeader);
-    }
-    let datagram = frame
-        .get(l3..l3 + total_len)
-        .ok_or(Unclassified::Truncated)?;
-    let fragment_offset = u16::from_be_bytes([fixed[6], fixed[7]]) & 0x1fff;
-    let proto = fixed[9];
-    let ports = if fragment_offset == 0 {
-        transport_ports(proto, &datagram[header_len..])
-    } else {
-        None
-    };
-    Ok(FrameFields {
-        src: IpAddr::V4(Ipv4Addr::new(fixed[12], fixed[13], fixed[14], fixed[15])),
-        dst: IpAddr::V4(Ipv4Addr::new(fixed[16], fixed[17], fixed[18], fixed[19])),
-        proto,
-        dscp: fixed[1] >> 2,
-        ports,
-    })
-}
-
-fn parse_v6(frame: &[u8], l3: usize) -> Result<FrameFields, Unclassified> {
-    let fixed = frame.get(l3..l3 + 40).ok_or(Unclassified::Truncated)?;
-    if fixed[0] >> 4 != 6 {
-        return Err(Unclassified::BadHeader);
-    }
-    let payload_len = usize::from(u16::from_be_bytes([fixed[4], fixed[5]]));
-    let mut rest = frame
-        .get(l3 + 40..l3 + 40 + payload_len)
-        .ok_or(Unclassified::Truncated)?;
-    let traffic_class = (fixed[0] << 4) | (fixed[1] >> 4);
-    let addr = |at: usize| -> IpAddr {
-        let mut octets = [0u8; 16];
-        octets.copy_from_slice(&fixed[at..at + 16]);
-        IpAddr::V6(Ipv6Addr::from(octets))
-    };
-    let mut fields = FrameFields {
-        src: addr(8),
-        dst: addr(24),
-        proto: fixed[6],
-        dscp: traffic_class >> 2,
-        ports: None,
-    };
-
-    let mut next = fixed[6];
-    let mut walked = 0;
-    loop {
-        let is_extension = matches!(next, 0 | 43 | 44 | 51 | 60);
-        if !is_extension {
-            fields.proto = next;
-            fields.ports = transport_ports(next, rest);
-            return Ok(fields);
-        }
-        // Chain too long, or the next extension header does not fit: the
-        // protocol is the last Next Header seen, and there are no ports.
-        fields.proto = next;
-        if walked == MAX_IPV6_EXT_HEADERS || rest.len() < 8 {
-            return Ok(fields);
-        }
-        let size = match next {
-            44 => 8,
-            51 => (usize::from(rest[1]) + 2) * 4,
-            _ => (usize::from(rest[1]) + 1) * 8,
-        };
-        if rest.len() < size {
-            return Ok(fields);
-        }
-        if next == 44 && u16::from_be_bytes([rest[2], rest[3]]) >> 3 != 0 {
-            // A non-first fragment: the declared protocol, no L4 header.
-            fields.proto = rest[0];
-            return Ok(fields);
-        }
-        next = rest[0];
-        rest = &rest[size..];
-        walked += 1;
-    }
-}
-
-/// Ports of a TCP/UDP header at the start of `l4`, if its fixed part is complete.
-fn transport_ports(proto: u8, l4: &[u8]) -> Option<(u16, u16)> {
-    let fixed_len = match proto {
-        6 => 20,
-        17 => 8,
-        _ => return None,
-    };
-    if l4.len() < fixed_len {
-        return None;
-    }
-    Some((be16(l4, 0)?, be16(l4, 2)?))
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@ use std::{fmt, net::IpAddr};
 
 use bpf_maps::classifier::{MAX_CLASSES, MAX_RULES};
 
+use super::admission::{Admission, UnclassifiedAction};
+
 /// An IPv4 or IPv6 prefix whose host bits are zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IpPrefix {
@@ -107,6 +109,55 @@ impl PortRange {
     }
 }
 
+/// A set of DSCP values (0..=63), one bit each: a rule's `dscp = [34, 46]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DscpSet(u64);
+
+impl DscpSet {
+    /// The set of `values`; fails on a value above 63 or an empty list.
+    pub fn new(values: &[u8]) -> Result<Self, RuleSetError> {
+        let mut bits = 0u64;
+        for &d in values {
+            if d > 63 {
+                return Err(RuleSetError::DscpOutOfRange {
+                    priority: 0,
+                    dscp: d,
+                });
+            }
+            bits |= 1 << d;
+        }
+        if bits == 0 {
+            return Err(RuleSetError::EmptyDscpList);
+        }
+        Ok(Self(bits))
+    }
+
+    /// The set holding only `dscp` (masked to 0..=63).
+    pub fn one(dscp: u8) -> Self {
+        Self(1 << (dscp & 63))
+    }
+
+    pub fn contains(&self, dscp: u8) -> bool {
+        dscp <= 63 && self.0 & (1 << dscp) != 0
+    }
+
+    /// The values, ascending.
+    pub fn values(&self) -> impl Iterator<Item = u8> + '_ {
+        (0..64u8).filter(|d| self.contains(*d))
+    }
+}
+
+impl fmt::Display for DscpSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let values: Vec<String> = self.values().map(|d| d.to_string()).collect();
+        if values.len() == 1 {
+            write!(f, "{}", values[0])
+        } else {
+            write!(f, "[{}]", values.join(","))
+        }
+    }
+}
+
 /// What happens to a frame that a rule matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Verdict {
@@ -126,17 +177,21 @@ pub struct Rule {
     pub proto: Option<u8>,
     pub src_ports: Option<PortRange>,
     pub dst_ports: Option<PortRange>,
-    /// DSCP value, 0..=63.
-    pub dscp: Option<u8>,
+    /// DSCP values.
+    pub dscp: Option<DscpSet>,
     /// Traffic class, `< MAX_CLASSES`.
     pub class: u8,
     pub verdict: Verdict,
 }
 
-/// Rules sorted by priority, checked against every limit of the kernel maps.
+/// Rules sorted by priority, checked against every limit of the kernel maps,
+/// with the policy parts that act before them (unclassified action,
+/// admission).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RuleSet {
     rules: Vec<Rule>,
+    unclassified: UnclassifiedAction,
+    admission: Option<Admission>,
 }
 
 impl RuleSet {
@@ -154,14 +209,6 @@ impl RuleSet {
                     priority: rule.priority,
                     class: rule.class,
                 });
-            }
-            if let Some(dscp) = rule.dscp {
-                if dscp > 63 {
-                    return Err(RuleSetError::DscpOutOfRange {
-                        priority: rule.priority,
-                        dscp,
-                    });
-                }
             }
             if let (Some(s), Some(d)) = (rule.src, rule.dst) {
                 if s.is_ipv4() != d.is_ipv4() {
@@ -184,7 +231,31 @@ impl RuleSet {
                 priority: w[0].priority,
             });
         }
-        Ok(Self { rules })
+        Ok(Self {
+            rules,
+            unclassified: UnclassifiedAction::Pass,
+            admission: None,
+        })
+    }
+
+    /// The same rules with `action` for frames the parser cannot fully read.
+    pub fn with_unclassified(mut self, action: UnclassifiedAction) -> Self {
+        self.unclassified = action;
+        self
+    }
+
+    /// The same rules behind `admission` (`None`: no admission).
+    pub fn with_admission(mut self, admission: Option<Admission>) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    pub fn unclassified(&self) -> UnclassifiedAction {
+        self.unclassified
+    }
+
+    pub fn admission(&self) -> Option<&Admission> {
+        self.admission.as_ref()
     }
 
     /// Rules in priority order; rule `i` is bit `i` of the kernel bitmaps.
@@ -216,6 +287,8 @@ pub enum RuleSetError {
     ClassOutOfRange { priority: u32, class: u8 },
     #[error("rule with priority {priority}: DSCP {dscp} is out of range (0..=63)")]
     DscpOutOfRange { priority: u32, dscp: u8 },
+    #[error("an empty DSCP list matches nothing")]
+    EmptyDscpList,
     #[error("rule with priority {priority}: source and destination prefixes are of different IP families")]
     MixedFamilies { priority: u32 },
     #[error("rule with priority {priority}: ports need protocol tcp or udp (or no protocol)")]

@@ -18,6 +18,23 @@ pub(super) struct RawPolicy {
     /// The link's shaping (`shaping.rs`).
     #[serde(default)]
     pub shaping: Option<Spanned<super::shaping::RawLinkShaping>>,
+    /// `"pass"` (the default) or `"drop"`: frames the parser cannot fully read.
+    #[serde(default)]
+    pub unclassified: Option<Spanned<String>>,
+    /// Admitted source prefixes and the ports they protect.
+    #[serde(default)]
+    pub admission: Option<Spanned<RawAdmission>>,
+}
+
+/// The `[admission]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdmission {
+    /// Prefixes (or bare addresses) allowed to reach `ports`.
+    #[serde(default)]
+    pub prefixes: Vec<Spanned<String>>,
+    /// Ports or `"lo-hi"` ranges: the training and probe ports.
+    pub ports: Vec<Spanned<toml::Value>>,
 }
 
 /// One `[[class]]` table.
@@ -46,7 +63,7 @@ pub(super) struct RawRule {
     /// Port number or `"lo-hi"` range.
     pub src_port: Option<Spanned<toml::Value>>,
     pub dst_port: Option<Spanned<toml::Value>>,
-    /// Number (0..=63) or name (`"ef"`, `"af41"`, `"cs6"`).
+    /// Number (0..=63) or name (`"ef"`, `"af41"`, `"cs6"`), or a list of them.
     pub dscp: Option<Spanned<toml::Value>>,
     /// `"pass"` (the default) or `"drop"`.
     pub action: Option<Spanned<String>>,

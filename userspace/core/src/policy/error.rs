@@ -100,6 +100,10 @@ pub enum Problem {
         line: usize,
         kind: super::shaping::ShapingProblem,
     },
+    #[error("unclassified = \"{value}\": expected \"pass\" or \"drop\"")]
+    BadUnclassified { value: String },
+    #[error("[admission]: {0}")]
+    Admission(String),
     #[error("rule {index} (line {line}): {kind}")]
     Rule {
         /// 1-based position of the `[[rule]]` table in the file.

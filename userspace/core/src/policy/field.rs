@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use crate::classifier::{IpPrefix, PortRange, RuleSetError, Verdict};
+use crate::classifier::{DscpSet, IpPrefix, PortRange, RuleSetError, Verdict};
 
 use super::error::RuleProblem;
 
@@ -136,6 +136,22 @@ pub fn protocol_name(number: u8) -> String {
         .iter()
         .find(|(_, n)| *n == number)
         .map_or_else(|| number.to_string(), |(name, _)| (*name).to_string())
+}
+
+/// A DSCP value or name, or a non-empty list of them (`[34, "ef"]`).
+pub fn dscp_set(value: &toml::Value) -> Result<DscpSet, RuleProblem> {
+    let values = match value {
+        toml::Value::Array(items) if items.is_empty() => {
+            return Err(RuleProblem::BadDscp {
+                reason: "an empty list matches nothing: leave `dscp` out to match any".into(),
+            })
+        }
+        toml::Value::Array(items) => items.iter().map(dscp).collect::<Result<Vec<u8>, _>>()?,
+        one => vec![dscp(one)?],
+    };
+    DscpSet::new(&values).map_err(|e| RuleProblem::BadDscp {
+        reason: e.to_string(),
+    })
 }
 
 /// A DSCP value (`46`) or name (`"ef"`, `"af41"`, `"cs6"`, `"le"`).
@@ -273,6 +289,11 @@ mod tests {
         assert!(dscp(&string("af51")).is_err());
         assert!(dscp(&string("cs8")).is_err());
         assert!(dscp(&string("")).is_err());
+        let list = toml::Value::Array(vec![int(34), string("ef")]);
+        assert_eq!(dscp_set(&list).unwrap(), DscpSet::new(&[34, 46]).unwrap());
+        assert!(dscp_set(&toml::Value::Array(vec![])).is_err());
+        assert!(dscp_set(&toml::Value::Array(vec![int(64)])).is_err());
+        assert_eq!(protocol(&string("icmpv6")).unwrap(), 58);
     }
 
     #[test]

@@ -12,10 +12,15 @@
 //! src = "10.2.0.0/16"        # prefix, or a bare address
 //! protocol = "udp"           # name or number
 //! dst_port = "5000-5100"     # port or "lo-hi"
-//! dscp = "af41"              # 0..=63 or a name
+//! dscp = "af41"              # 0..=63 or a name, or a list: [34, "ef"]
 //! class = "gradient"
 //! action = "pass"            # or "drop"
 //! ```
+//!
+//! Before the rules: `unclassified = "pass" | "drop"` (top level, default
+//! pass) for frames the parser cannot fully read, and an `[admission]`
+//! table (`prefixes = [...]`, `ports = [...]`): frames to those ports pass
+//! only from those source prefixes.
 //!
 //! [`EXAMPLE`] is a complete policy.
 
@@ -32,7 +37,7 @@ use std::{fmt::Write as _, path::Path};
 pub use class::{ClassTable, TrafficClass, DEFAULT_CLASS_NAME};
 pub use error::{ClassProblem, PolicyError, Position, Problem, RuleProblem};
 
-use crate::classifier::{IpPrefix, PortRange, Rule, RuleSet, Verdict};
+use crate::classifier::{IpPrefix, PortRange, Rule, RuleSet, UnclassifiedAction, Verdict};
 
 /// A complete example policy (`src/policy/example.toml`).
 pub const EXAMPLE: &str = include_str!("example.toml");
@@ -70,6 +75,25 @@ impl Policy {
         let _ = writeln!(out, "rules ({}, first match wins):", self.rules.len());
         for rule in self.rules.rules() {
             let _ = writeln!(out, "  {}", self.describe_rule(rule));
+        }
+        if self.rules.unclassified() == UnclassifiedAction::Drop {
+            out += "unclassified frames: drop\n";
+        }
+        if let Some(admission) = self.rules.admission() {
+            let ports: Vec<String> = admission
+                .ports()
+                .iter()
+                .map(|r| match (r.lo(), r.hi()) {
+                    (lo, hi) if lo == hi => lo.to_string(),
+                    (lo, hi) => format!("{lo}-{hi}"),
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "admission: ports {} only from {} prefixes",
+                ports.join(","),
+                admission.prefixes().len()
+            );
         }
         if let Some(shaping) = &self.shaping {
             out += &shaping.describe(&self.classes);

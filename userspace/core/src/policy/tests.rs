@@ -46,7 +46,7 @@ fn example_policy_is_valid() {
     let first = &policy.rules.rules()[0];
     assert_eq!(
         (first.priority, first.dscp, first.proto),
-        (10, Some(46), Some(17))
+        (10, Some(crate::classifier::DscpSet::one(46)), Some(17))
     );
     assert_eq!(policy.classes.name_of(first.class), "clock");
     let drop = policy
@@ -367,4 +367,64 @@ fn syntax_errors_are_one_line_and_never_empty() {
         assert!(!message.trim().is_empty(), "{text:?}: empty message");
         assert!(!message.contains('\n'), "{text:?}: {message:?}");
     }
+}
+
+#[test]
+fn unclassified_action_admission_and_dscp_lists() {
+    use crate::classifier::{DscpSet, UnclassifiedAction};
+    let text = format!(
+        "unclassified = \"drop\"\n{CLASSES}{}",
+        r#"
+[[rule]]
+priority = 1
+dscp = [34, "ef"]
+protocol = "icmpv6"
+class = "control"
+
+[admission]
+ports = ["5000-5100", 3190]
+prefixes = ["10.2.0.0/16", "fd00:2::/32", "192.0.2.7"]
+"#
+    );
+    let policy = Policy::parse(&text, "t.toml").expect("valid");
+    assert_eq!(policy.rules.unclassified(), UnclassifiedAction::Drop);
+    let rule = policy.rules.rules()[0];
+    assert_eq!(rule.dscp, Some(DscpSet::new(&[34, 46]).unwrap()));
+    assert_eq!(rule.proto, Some(58));
+    let admission = policy.rules.admission().expect("admission");
+    assert_eq!(admission.prefixes().len(), 3);
+    assert!(admission.protects(3190) && admission.protects(5000) && !admission.protects(80));
+    assert!(policy
+        .describe()
+        .contains("admission: ports 5000-5100,3190 only from 3 prefixes"));
+    assert!(policy.describe().contains("unclassified frames: drop"));
+
+    // Without the keys: pass, no admission.
+    let plain = Policy::parse(&with_classes(""), "t.toml").expect("valid");
+    assert_eq!(plain.rules.unclassified(), UnclassifiedAction::Pass);
+    assert!(plain.rules.admission().is_none());
+
+    let (problem, at) = refused(&format!("unclassified = \"maybe\"\n{CLASSES}"));
+    assert!(
+        matches!(problem, Problem::BadUnclassified { .. }),
+        "{problem:?}"
+    );
+    assert_eq!(at.line, 1);
+    let (problem, at) = refused(&with_classes(
+        "\n[admission]\nports = [80]\nprefixes = [\"10.0.0.1/8\"]\n",
+    ));
+    assert!(
+        matches!(&problem, Problem::Admission(why) if why.contains("host bits")),
+        "{problem:?}"
+    );
+    assert_eq!(at.line, 16);
+    let (problem, _) = refused(&with_classes("\n[admission]\nports = []\nprefixes = []\n"));
+    assert!(
+        matches!(&problem, Problem::Admission(why) if why.contains("no port")),
+        "{problem:?}"
+    );
+    let (problem, _) = refused(&with_classes(
+        "\n[[rule]]\npriority = 1\nclass = \"gradient\"\ndscp = []\n",
+    ));
+    assert!(matches!(problem, Problem::Rule { .. }), "{problem:?}");
 }

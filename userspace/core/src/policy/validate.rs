@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use bpf_maps::classifier::{DEFAULT_CLASS, MAX_CLASSES, MAX_RULES};
 use toml::Spanned;
 
-use crate::classifier::{Rule, RuleSet, Verdict};
+use crate::classifier::{Admission, Rule, RuleSet, UnclassifiedAction, Verdict};
 
 use super::{
     class::{is_valid_class_name, ClassTable, TrafficClass, DEFAULT_CLASS_NAME},
-    document::{self, RawClass, RawPolicy, RawRule},
+    document::{self, RawAdmission, RawClass, RawPolicy, RawRule},
     error::{ClassProblem, PolicyError, Position, Problem, RuleProblem},
     field, shaping, Policy,
 };
@@ -38,8 +38,30 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Policy, PolicyError> {
     let rules = check_rules(&raw.rules, &classes, &line).map_err(|(offset, p)| fail(offset, p))?;
     // Every limit RuleSet checks was checked above with a position; a
     // failure here would be a gap in those checks, reported at the top.
+    let unclassified = match &raw.unclassified {
+        None => UnclassifiedAction::Pass,
+        Some(v) => match v.get_ref().to_ascii_lowercase().as_str() {
+            "pass" => UnclassifiedAction::Pass,
+            "drop" => UnclassifiedAction::Drop,
+            _ => {
+                return Err(fail(
+                    v.span().start,
+                    Problem::BadUnclassified {
+                        value: v.get_ref().clone(),
+                    },
+                ))
+            }
+        },
+    };
+    let admission = raw
+        .admission
+        .as_ref()
+        .map(|a| check_admission(a).map_err(|(offset, why)| fail(offset, Problem::Admission(why))))
+        .transpose()?;
     let rules = RuleSet::new(rules)
-        .map_err(|e| fail(0, Problem::Syntax(format!("rule set refused: {e}"))))?;
+        .map_err(|e| fail(0, Problem::Syntax(format!("rule set refused: {e}"))))?
+        .with_unclassified(unclassified)
+        .with_admission(admission);
     let class_shaping: Vec<_> = raw
         .classes
         .iter()
@@ -64,6 +86,24 @@ pub(super) fn parse(text: &str, origin: &str) -> Result<Policy, PolicyError> {
         rules,
         shaping,
     })
+}
+
+/// The `[admission]` table; the error is (offset, what is wrong).
+fn check_admission(raw: &Spanned<RawAdmission>) -> Result<Admission, (usize, String)> {
+    let table = raw.get_ref();
+    let prefixes = table
+        .prefixes
+        .iter()
+        .map(|p| {
+            field::prefix("prefixes", p.get_ref()).map_err(|e| (p.span().start, e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let ports = table
+        .ports
+        .iter()
+        .map(|p| field::ports("ports", p.get_ref()).map_err(|e| (p.span().start, e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    Admission::new(prefixes, ports).map_err(|e| (raw.span().start, e.to_string()))
 }
 
 /// Class ids in `[[class]]` order (checked by `check_classes`).
@@ -255,7 +295,7 @@ fn check_rule(raw: &RawRule, classes: &ClassTable) -> Result<Rule, (usize, RuleP
             ));
         }
     }
-    let dscp = opt(&raw.dscp, field::dscp)?;
+    let dscp = opt(&raw.dscp, field::dscp_set)?;
     let verdict = opt(&raw.action, |s: &String| field::action(s))?.unwrap_or(Verdict::Pass);
     Ok(Rule {
         priority: *raw.priority.get_ref(),

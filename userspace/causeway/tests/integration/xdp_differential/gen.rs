@@ -4,7 +4,9 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use causeway::classifier::{IpPrefix, PortRange, Rule, RuleSet, Verdict};
+use causeway::classifier::{
+    Admission, DscpSet, IpPrefix, PortRange, Rule, RuleSet, UnclassifiedAction, Verdict,
+};
 use rand::{rngs::StdRng, seq::SliceRandom, Rng};
 
 use causeway_test_support::frames::*;
@@ -114,11 +116,16 @@ fn rule(rng: &mut StdRng, uses: PrefixUse) -> Rule {
         src_ports,
         dst_ports,
         dscp: rng.gen_bool(0.2).then(|| {
-            if rng.gen_bool(0.7) {
-                pick(rng, DSCPS)
-            } else {
-                rng.gen_range(0..64)
-            }
+            let values: Vec<u8> = (0..rng.gen_range(1..=3))
+                .map(|_| {
+                    if rng.gen_bool(0.7) {
+                        pick(rng, DSCPS)
+                    } else {
+                        rng.gen_range(0..64)
+                    }
+                })
+                .collect();
+            DscpSet::new(&values).expect("values below 64")
         }),
         class: rng.gen_range(0..16),
         verdict: if rng.gen_bool(0.3) {
@@ -146,7 +153,35 @@ pub fn rule_set(rng: &mut StdRng, index: usize) -> RuleSet {
             ..rule(rng, uses)
         })
         .collect();
-    RuleSet::new(rules).expect("generated rules are valid")
+    let unclassified = if rng.gen_bool(0.5) {
+        UnclassifiedAction::Drop
+    } else {
+        UnclassifiedAction::Pass
+    };
+    RuleSet::new(rules)
+        .expect("generated rules are valid")
+        .with_unclassified(unclassified)
+        .with_admission(rng.gen_bool(0.5).then(|| admission(rng)))
+}
+
+/// Admitted prefixes drawn from the address pools, and protected ports.
+fn admission(rng: &mut StdRng) -> Admission {
+    let mut prefixes = Vec::new();
+    for _ in 0..rng.gen_range(0..6) {
+        let v6 = rng.gen_bool(0.4);
+        let p = prefix(rng, v6);
+        // A /0 admits a whole family: rarely.
+        if !p.is_empty() || rng.gen_bool(0.2) {
+            prefixes.push(p);
+        }
+    }
+    let ports = (0..rng.gen_range(1..4))
+        .map(|_| {
+            let (a, b) = (port(rng), port(rng));
+            PortRange::new(a.min(b), a.max(b)).expect("ordered range")
+        })
+        .collect();
+    Admission::new(prefixes, ports).expect("few prefixes, some ports")
 }
 
 fn v4_addr(rng: &mut StdRng) -> Ipv4Addr {
