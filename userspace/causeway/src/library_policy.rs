@@ -148,6 +148,8 @@ mod tests {
             proto,
             dscp,
             ports: Some(ports),
+            partial: None,
+            fragment: None,
         };
         let class = match first_match(&policy.rules, &fields) {
             Some(i) => policy.rules.rules()[i].class,

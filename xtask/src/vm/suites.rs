@@ -51,6 +51,7 @@ const SELECTIONS: &[Selection] = &[
             "gcra_testrun::",
             "xdp_testrun::crafted_frames_are_classified_and_counted",
             "xdp_testrun::object_declares_every_shared_map",
+            "admission_testrun::",
             "policy_apply_undo::a_failed_attach_with_a_policy_leaves_nothing",
         ],
         // Its bound counts whole refilled frames (floor) but the kernel also

@@ -194,6 +194,7 @@ mod tests {
                         bytes: 120,
                         drops: 0,
                     },
+                    reasons: Vec::new(),
                 },
                 shaping: vec![ShapedClass {
                     class: "gradient".into(),

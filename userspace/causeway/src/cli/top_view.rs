@@ -230,6 +230,7 @@ mod tests {
                         drops: 0,
                     }],
                     unclassified: Totals::default(),
+                    reasons: Vec::new(),
                 },
                 shaping: vec![ShapedClass {
                     class: "gradient".into(),
