@@ -98,12 +98,12 @@ fn key(frame: &ParsedFrame) -> FragmentKey {
 fn remember(frame: &ParsedFrame, generation: u64) {
     // A full map evicts its least recently used entry; a failed insert only
     // means the later fragments are dropped (the strict side).
-    let _ = ADMISSION_FRAGMENTS.insert(&key(frame), &generation, 0);
+    let _ = ADMISSION_FRAGMENTS.insert(key(frame), generation, 0);
 }
 
 #[inline(always)]
 fn remembered(frame: &ParsedFrame, generation: u64) -> bool {
     // SAFETY: the value is a plain u64 read at once; an entry being replaced
     // concurrently yields the old or the new generation, either a valid answer.
-    unsafe { ADMISSION_FRAGMENTS.get(&key(frame)) }.is_some_and(|g| *g == generation)
+    unsafe { ADMISSION_FRAGMENTS.get(key(frame)) }.is_some_and(|g| *g == generation)
 }
