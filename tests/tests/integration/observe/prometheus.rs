@@ -23,32 +23,6 @@ struct Report {
     interfaces: Vec<InterfaceStats>,
 }
 
-const POLICY: &str = r#"
-[shaping]
-link_rate = "1gbit"
-
-[[class]]
-id = 0
-name = "default"
-
-[[class]]
-id = 4
-name = "clock"
-shaping = { rate = "10mbit", ceil = "20mbit", over_limit = "drop" }
-
-[[rule]]
-priority = 10
-protocol = "udp"
-dst_port = 7339
-class = "clock"
-
-[[rule]]
-priority = 11
-protocol = "udp"
-src_port = 7339
-class = "clock"
-"#;
-
 #[test]
 fn prometheus_scrapes_the_agents_classes_shaping_and_clock() {
     require_root!("prometheus_scrapes_the_agents_classes_shaping_and_clock");
@@ -79,7 +53,7 @@ fn prometheus_scrapes_the_agents_classes_shaping_and_clock() {
     let _b = Agent::start(link.b.name(), &link.b_if, 2, ip(&link.a_addr), clock_b);
     agent_a.wait_ready();
     let dir = std::env::temp_dir().join(format!("cw-prom-policy-{}", std::process::id()));
-    std::fs::write(&dir, POLICY).expect("write policy");
+    std::fs::write(&dir, super::POLICY).expect("write policy");
     let policy = dir.to_str().expect("UTF-8 path");
     causeway_ok(&[
         "--netns", &a_ns, "policy", "apply", "--iface", &link.a_if, policy,

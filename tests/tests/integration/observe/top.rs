@@ -71,28 +71,6 @@ fn packets(screen: &str, iface: &str, class: &str) -> Option<u64> {
     })
 }
 
-const POLICY: &str = r#"
-[shaping]
-link_rate = "1gbit"
-[[class]]
-id = 0
-name = "default"
-[[class]]
-id = 4
-name = "clock"
-shaping = { rate = "10mbit", ceil = "20mbit", over_limit = "drop" }
-[[rule]]
-priority = 10
-protocol = "udp"
-dst_port = 7339
-class = "clock"
-[[rule]]
-priority = 11
-protocol = "udp"
-src_port = 7339
-class = "clock"
-"#;
-
 #[test]
 fn causeway_top_redraws_classes_shaping_and_peers_in_place() {
     require_root!("causeway_top_redraws_classes_shaping_and_peers_in_place");
@@ -114,7 +92,7 @@ fn causeway_top_redraws_classes_shaping_and_peers_in_place() {
     );
     agent.wait_ready();
     let file = std::env::temp_dir().join(format!("cw-top-policy-{}", std::process::id()));
-    std::fs::write(&file, POLICY).expect("write policy");
+    std::fs::write(&file, super::POLICY).expect("write policy");
     causeway_ok(&[
         "--netns",
         &a_ns,
