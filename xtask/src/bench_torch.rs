@@ -80,6 +80,7 @@ pub fn run(extra: &[String]) -> Result<()> {
             }
         }
         print_table(profile, &bed, &results, args.steps);
+        check(profile, &results)?;
     }
     Ok(())
 }
@@ -141,6 +142,41 @@ fn stats(runs: &[Value], key: &str) -> (f64, f64, f64) {
     }
     v.sort_by(f64::total_cmp);
     (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+/// Every variant must have trained the same model as Gloo: the same final
+/// accuracy on every run, and parameters that agree to float reordering
+/// (exact reduction) or to the codec's rounding (bf16 hook).
+fn check(profile: &str, results: &[(&str, Vec<Value>)]) -> Result<()> {
+    let runs = |label: &str| {
+        results
+            .iter()
+            .find(|(n, _)| *n == label)
+            .map(|(_, r)| r.as_slice())
+            .unwrap_or_default()
+    };
+    let field = |r: &Value, key: &str| r[key].as_f64().unwrap_or(f64::NAN);
+    let reference = runs("gloo")
+        .first()
+        .context("bench torch: no gloo run to check against")?;
+    let (acc, sum) = (
+        field(reference, "final_accuracy"),
+        field(reference, "parameter_sum"),
+    );
+    for (label, tolerance) in [("gloo", 1e-6), ("causeway", 1e-6), ("causeway+bf16", 1e-3)] {
+        for r in runs(label) {
+            let (a, p) = (field(r, "final_accuracy"), field(r, "parameter_sum"));
+            let rel = ((p - sum) / sum).abs();
+            let same = (a - acc).abs() <= 0.01 && rel <= tolerance; // false on NaN
+            if !same {
+                bail!(
+                    "bench torch: {profile}: {label} ended at accuracy {a} and parameter sum {p}, \
+                     gloo at {acc} and {sum} (relative {rel:.1e}, allowed {tolerance:.0e})"
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 fn print_table(profile: &str, bed: &Testbed, results: &[(&str, Vec<Value>)], steps: usize) {
