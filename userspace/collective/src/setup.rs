@@ -5,7 +5,7 @@
 //! that dies after registering leaves the same report through its store will
 //! ([`StoreClient::set_on_close`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::{CollectiveError, Rank, Result, StoreError};
 use crate::store::{StoreClient, StoreServer};
@@ -14,10 +14,6 @@ use crate::store::{StoreClient, StoreServer};
 /// comma-separated list or `-`.
 pub(crate) const SETUP_ERROR: &str = "setup-error";
 const CLAIM: &str = "setup-error-claim";
-/// How long at most the rank serving the store keeps it up after a failure,
-/// for the others to read the report (they poll every few tens of milliseconds
-/// and leave once they have it).
-const LINGER: Duration = Duration::from_secs(2);
 
 pub(crate) fn encode(reporter: Rank, peers: &[Rank], cause: &str) -> String {
     let peers = if peers.is_empty() {
@@ -151,11 +147,8 @@ pub(crate) fn give_up(
     }
     let _ = store.clear_on_close();
     if let Some(server) = server {
-        let until = Instant::now() + LINGER;
         // This rank's own connection stays open.
-        while Instant::now() < until && (server.clients() > 1 || server.accepted() < world) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        server.linger(world, 1, crate::store::LINGER);
     }
 }
 

@@ -53,6 +53,11 @@ pub struct StoreServer {
     state: Arc<State>,
 }
 
+/// How long at most a store's host keeps it up after its rank gave up on
+/// set-up, for the others to read the report (they poll every few tens of
+/// milliseconds and leave once they have it): see [`StoreServer::linger`].
+pub const LINGER: Duration = Duration::from_secs(2);
+
 impl StoreServer {
     /// Binds `addr` (port 0 picks a free port) and serves in background threads.
     pub fn bind(addr: SocketAddr) -> Result<Self, StoreError> {
@@ -103,6 +108,19 @@ impl StoreServer {
     /// Client connections accepted since the server started.
     pub fn accepted(&self) -> usize {
         self.state.accepted.load(Ordering::Acquire)
+    }
+
+    /// Keeps serving (returns) once `world` clients have connected and at
+    /// most `remaining` are still connected, or after `limit`: a rank that
+    /// gives up on set-up must not take the store away from ranks still
+    /// reading their share of the same failure.
+    pub fn linger(&self, world: usize, remaining: usize, limit: Duration) {
+        let until = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < until
+            && (self.clients() > remaining || self.accepted() < world)
+        {
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 

@@ -43,6 +43,16 @@ impl StoreServer {
     fn addr(&self) -> String {
         self.inner.addr().to_string()
     }
+
+    /// After a failed set-up: keeps serving until all `world` ranks have
+    /// connected and left (at most a couple of seconds), so every rank reads
+    /// the same failure instead of losing the store. Releases the GIL.
+    fn linger(&self, py: Python<'_>, world: usize) {
+        py.detach(|| {
+            self.inner
+                .linger(world, 0, causeway_collective::store::LINGER)
+        });
+    }
 }
 
 /// A communicator; see the `causeway` package docs. Closed by `close()` (or

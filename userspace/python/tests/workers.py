@@ -212,7 +212,12 @@ def killed_rank(rank, world, victim, timeout_s):
     init_only(timeout_s)
     x = torch.ones(1 << 18)
     dist.all_reduce(x)
+    # The victim dies only once every survivor has its first result: in a
+    # ring the victim can finish before a peer has received its last chunk.
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"killed_rank/done/{rank}", "1")
     if rank == victim:
+        store.wait([f"killed_rank/done/{r}" for r in range(world) if r != victim])
         os.kill(os.getpid(), signal.SIGKILL)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     start = time.monotonic()

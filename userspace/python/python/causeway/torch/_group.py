@@ -134,15 +134,21 @@ class ProcessGroupCauseway(ProcessGroup):
             domain = causeway.domain_from_topology(
                 topology, rank if global_rank is None else global_rank
             )
-        self._comm = causeway.Communicator(
-            rank,
-            size,
-            addr,
-            domain=domain,
-            host_id=os.environ.get("CAUSEWAY_HOST_ID") or None,
-            listen_ip=os.environ.get("CAUSEWAY_ADDR") or None,
-            timeout_s=_timeout_s(timeout),
-        )
+        try:
+            self._comm = causeway.Communicator(
+                rank,
+                size,
+                addr,
+                domain=domain,
+                host_id=os.environ.get("CAUSEWAY_HOST_ID") or None,
+                listen_ip=os.environ.get("CAUSEWAY_ADDR") or None,
+                timeout_s=_timeout_s(timeout),
+            )
+        except causeway.CausewayError:
+            # The others may still be reading this failure from our store.
+            if self._server is not None:
+                self._server.linger(size)
+            raise
         self._queue = queue.SimpleQueue()
         self._worker = threading.Thread(
             target=self._run, name=f"causeway-pg-{rank}", daemon=True
