@@ -278,7 +278,7 @@ pub fn measure_ends(
             (l1.saturating_sub(l0)) as f64 / (f1.saturating_sub(f0)).max(1) as f64 / 1e3
         };
         eprintln!(
-            "{label}: emulator mean lateness A→B {:.1} µs, B→A {:.1} µs",
+            "{label}: emulator mean lateness A→B {:.1} µs, B→A {:.1} µs (spin windows {} and {} µs)",
             mean(
                 b0.a_to_b.late_ns_total,
                 b1.a_to_b.late_ns_total,
@@ -291,6 +291,26 @@ pub fn measure_ends(
                 b0.b_to_a.counters.forwarded,
                 b1.b_to_a.counters.forwarded
             ),
+            b1.a_to_b.spin_window_ns / 1_000,
+            b1.b_to_a.spin_window_ns / 1_000,
+        );
+        let hist = |h0: &[u64], h1: &[u64]| {
+            let bounds = causeway_netsim::emulator::LATE_BUCKETS_NS;
+            h0.iter()
+                .zip(h1)
+                .enumerate()
+                .filter(|(_, (a, b))| b > a)
+                .map(|(i, (a, b))| match bounds.get(i) {
+                    Some(ub) => format!("≤{}µs:{}", ub / 1_000, b - a),
+                    None => format!(">{}µs:{}", bounds[bounds.len() - 1] / 1_000, b - a),
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        eprintln!(
+            "{label}: emulator lateness A→B {}; B→A {}",
+            hist(&b0.a_to_b.late_hist, &b1.a_to_b.late_hist),
+            hist(&b0.b_to_a.late_hist, &b1.b_to_a.late_hist)
         );
     }
     // The published map value is the selected estimate.

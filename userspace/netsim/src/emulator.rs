@@ -36,7 +36,7 @@ impl Dir {
 /// SCHED_FIFO wake-up lateness (≈90 µs).
 pub const DEFAULT_SPIN_NS: u64 = 200_000;
 /// Default share of one core a direction may spend spinning.
-pub const DEFAULT_SPIN_SHARE: f64 = 0.02;
+pub const DEFAULT_SPIN_SHARE: f64 = 0.05;
 
 /// What the emulator needs to run.
 #[derive(Debug, Clone)]
@@ -110,6 +110,29 @@ pub struct DirStats {
     /// How late frames left relative to their scheduled departure: sum and max, ns.
     pub late_ns_total: u64,
     pub late_ns_max: u64,
+    /// How long before a departure the thread wakes and spins now: it
+    /// adapts to how late this machine's sleeps wake (`spin_budget`).
+    #[serde(default)]
+    pub spin_window_ns: u64,
+    /// Frames by how late they left: counts per [`LATE_BUCKETS_NS`] bucket
+    /// (at most that late), the last one for anything later.
+    #[serde(default)]
+    pub late_hist: [u64; LATE_BUCKETS_NS.len() + 1],
+}
+
+/// Upper bounds of the lateness histogram's buckets, ns.
+pub const LATE_BUCKETS_NS: [u64; 9] = [
+    2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000,
+];
+
+impl DirStats {
+    /// Counts a frame that left `late_ns` after its departure time.
+    pub fn count_late(&mut self, late_ns: u64) {
+        self.late_ns_total += late_ns;
+        self.late_ns_max = self.late_ns_max.max(late_ns);
+        let i = LATE_BUCKETS_NS.partition_point(|&b| b < late_ns);
+        self.late_hist[i] += 1;
+    }
 }
 
 /// Both directions.
@@ -310,4 +333,19 @@ pub(crate) fn prepare_thread(cfg: &EmulatorConfig) -> Result<(), EmulatorError> 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lateness_lands_in_the_bucket_it_is_at_most() {
+        let mut d = DirStats::default();
+        for late in [0, 2_000, 2_001, 999_999, 1_000_000, 1_000_001, u64::MAX / 4] {
+            d.count_late(late);
+        }
+        assert_eq!(d.late_hist, [2, 1, 0, 0, 0, 0, 0, 0, 2, 2]);
+        assert_eq!(d.late_ns_max, u64::MAX / 4);
+    }
 }

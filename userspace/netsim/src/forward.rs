@@ -159,9 +159,7 @@ impl DirectionIo {
                 let Some((frame, len)) = core.pop_due(now) else {
                     break;
                 };
-                let late = now - departure;
-                extra.late_ns_total += late;
-                extra.late_ns_max = extra.late_ns_max.max(late);
+                extra.count_late(now - departure);
                 pending.push((frame, len));
             }
             if !pending.is_empty() {
@@ -210,12 +208,19 @@ impl DirectionIo {
             if budget.spin_now(now, wait) {
                 std::hint::spin_loop();
             } else if core.in_flight() > 0 && min_delay >= COALESCE_MIN_DELAY_NS {
-                std::thread::sleep(std::time::Duration::from_nanos(
-                    budget.sleep_for(wait).min(min_delay / 2),
-                ));
+                let asked = budget.sleep_for(wait).min(min_delay / 2);
+                let slept_at = now_ns();
+                std::thread::sleep(std::time::Duration::from_nanos(asked));
+                budget.woke(now_ns().saturating_sub(slept_at + asked));
             } else {
-                sys::wait_readable(std::os::fd::AsFd::as_fd(&self.rx), budget.sleep_for(wait))?;
+                let asked = budget.sleep_for(wait);
+                let slept_at = now_ns();
+                let readable = sys::wait_readable(std::os::fd::AsFd::as_fd(&self.rx), asked)?;
+                if !readable {
+                    budget.woke(now_ns().saturating_sub(slept_at + asked));
+                }
             }
+            extra.spin_window_ns = budget.window_ns();
         }
         Ok(())
     }

@@ -11,11 +11,27 @@
 //! traffic — probes, RPCs, the first frames of a flow — leaves on time, bulk
 //! traffic falls back to sleeping, where a few tens of µs do not matter.
 //!
+//! How late a wake-up is depends on the machine and its load (tens of µs on an
+//! idle host, hundreds under a parallel build or on a busy hypervisor), so the
+//! window adapts: the loop reports how late each timed sleep woke
+//! ([`SpinBudget::woke`]), and the window is kept at one and a half times the
+//! 90th percentile of that lateness (a stochastic quantile tracker: a rare
+//! very late wake-up moves it by one step only), never below the configured
+//! `spin_ns` nor above [`MAX_SPIN_NS`].
+//!
 //! Pure and deterministic: time is a parameter, so it is tested with a virtual clock.
 
 /// The bucket never holds more than this much spinning time (so a long idle
 /// period cannot pay for a long burst of spinning).
 pub const MAX_TOKENS_NS: i64 = 5_000_000;
+/// The widest spin window however late wake-ups are.
+pub const MAX_SPIN_NS: u64 = 2_000_000;
+/// The wake-up lateness quantile tracker moves down by this much after a
+/// wake-up earlier than its estimate, and up by [`WAKE_UP_STEPS`] times as
+/// much after a later one: it settles where 1 in (1 + steps) wake-ups is
+/// later, the 90th percentile.
+const WAKE_STEP_NS: u64 = 2_000;
+const WAKE_UP_STEPS: u64 = 9;
 
 /// Whether to spin before the next departure; see the module documentation.
 #[derive(Debug, Clone)]
@@ -27,6 +43,8 @@ pub struct SpinBudget {
     tokens: i64,
     last: Option<u64>,
     spinning: bool,
+    /// Estimated 90th percentile of the reported wake-up lateness, ns.
+    wake_late_ns: u64,
 }
 
 impl SpinBudget {
@@ -41,7 +59,27 @@ impl SpinBudget {
             tokens: MAX_TOKENS_NS,
             last: None,
             spinning: false,
+            wake_late_ns: 0,
         }
+    }
+
+    /// A timed sleep ended `late_ns` after the time it was asked to end.
+    pub fn woke(&mut self, late_ns: u64) {
+        self.wake_late_ns = if late_ns > self.wake_late_ns {
+            (self.wake_late_ns + WAKE_STEP_NS * WAKE_UP_STEPS).min(late_ns)
+        } else {
+            self.wake_late_ns.saturating_sub(WAKE_STEP_NS).max(late_ns)
+        };
+    }
+
+    /// The spin window now: see the module documentation.
+    pub fn window_ns(&self) -> u64 {
+        if self.spin_ns == 0 {
+            return 0;
+        }
+        (self.wake_late_ns.saturating_mul(3) / 2)
+            .max(self.spin_ns)
+            .min(MAX_SPIN_NS.max(self.spin_ns))
     }
 
     /// Called once per pass of the forwarding loop at time `now` (ns, monotonic)
@@ -60,7 +98,8 @@ impl SpinBudget {
         let earned = elapsed.saturating_mul(self.share_ppm as i64) / 1_000_000;
         self.tokens = self.tokens.saturating_add(earned).min(MAX_TOKENS_NS);
         let unlimited = self.share_ppm >= 1_000_000;
-        self.spinning = self.spin_ns > 0 && wait <= self.spin_ns && (unlimited || self.tokens > 0);
+        self.spinning =
+            self.spin_ns > 0 && wait <= self.window_ns() && (unlimited || self.tokens > 0);
         self.spinning
     }
 
@@ -68,10 +107,11 @@ impl SpinBudget {
     /// `spin_ns` before the departure, or, inside that window (the budget is
     /// spent) or when spinning is off, until the departure itself.
     pub fn sleep_for(&self, wait: u64) -> u64 {
-        if self.share_ppm == 0 || wait <= self.spin_ns {
+        let window = self.window_ns();
+        if self.share_ppm == 0 || wait <= window {
             wait
         } else {
-            wait - self.spin_ns
+            wait - window
         }
     }
 }
@@ -133,6 +173,74 @@ mod tests {
             );
             assert!(precise < 0.5, "share {share}: {precise} precise");
         }
+    }
+
+    /// As [`simulate`], but every sleep wakes `late` ns after it was asked
+    /// to end, reported to the budget; returns the mean departure lateness.
+    fn simulate_late_wakes(
+        budget: &mut SpinBudget,
+        gap: u64,
+        late: u64,
+        total: u64,
+        report: bool,
+    ) -> f64 {
+        let (mut now, mut next, mut late_sum, mut departures) = (0u64, gap, 0u64, 0u64);
+        while now < total {
+            if now >= next {
+                late_sum += now - next;
+                departures += 1;
+                next += gap;
+                continue;
+            }
+            let wait = next - now;
+            if budget.spin_now(now, wait) {
+                now += US.min(wait);
+            } else {
+                let asked = now + budget.sleep_for(wait).max(1).min(wait);
+                now = asked + late;
+                if report {
+                    budget.woke(late);
+                }
+            }
+        }
+        late_sum as f64 / departures.max(1) as f64
+    }
+
+    #[test]
+    fn the_window_grows_to_cover_late_wake_ups_and_decays_after() {
+        // Wake-ups 400 µs late, twice the configured window: after some 23
+        // late wake-ups (of 100) the window covers them and departures leave
+        // on time.
+        let mut b = SpinBudget::new(200 * US, 0.05);
+        let mean_late = simulate_late_wakes(&mut b, 50_000 * US, 400 * US, 5_000_000 * US, true);
+        assert!(mean_late < 60.0 * US as f64, "mean lateness {mean_late} ns");
+        assert_eq!(b.window_ns(), 600 * US);
+        let later = simulate_late_wakes(&mut b, 50_000 * US, 400 * US, 5_000_000 * US, true);
+        assert!(later < US as f64, "mean lateness once settled {later} ns");
+        // Unreported, the fixed window leaves every departure 200 µs late.
+        let mut fixed = SpinBudget::new(200 * US, 0.05);
+        let mean_late =
+            simulate_late_wakes(&mut fixed, 50_000 * US, 400 * US, 5_000_000 * US, false);
+        assert!((mean_late - 200_000.0).abs() < 1_000.0, "{mean_late}");
+        // Prompt wake-ups shrink it back to the configured window.
+        for _ in 0..400 {
+            b.woke(5 * US);
+        }
+        assert_eq!(b.window_ns(), 200 * US);
+        // One wake-up in twenty very late (a preemption) hardly moves it.
+        for i in 0..2_000 {
+            b.woke(if i % 20 == 0 { 5_000 * US } else { 5 * US });
+        }
+        assert!(b.window_ns() <= 200 * US, "{}", b.window_ns());
+        // Never wider than the cap, never for a zero window.
+        for _ in 0..10_000 {
+            b.woke(50_000 * US);
+        }
+        assert_eq!(b.window_ns(), MAX_SPIN_NS);
+        let mut off = SpinBudget::new(0, 1.0);
+        off.woke(50_000 * US);
+        assert_eq!(off.window_ns(), 0);
+        assert!(!off.spin_now(0, 10));
     }
 
     #[test]

@@ -80,7 +80,7 @@ impl TestbedBuilder {
         self
     }
     /// Share of one core each emulator direction may spend spinning (default
-    /// 0.02; 1.0 = unlimited).
+    /// 0.05; 1.0 = unlimited).
     pub fn spin_share(mut self, share: f64) -> Self {
         self.spin_share = share;
         self

@@ -7,9 +7,11 @@
 //! with 1 ms jitter; and the error stays within the agent's own bound.
 //!
 //! Two things keep the path between the stamps symmetric: the WAN emulator
-//! wakes each direction early and busy-waits up to a departure (within 2 % of
+//! wakes each direction early and busy-waits up to a departure (within 5 % of
 //! a core), so both directions forward within a few µs of schedule (sleep
-//! wake-ups were ≈90 µs late, by different amounts per direction); and the
+//! wake-ups were ≈90 µs late, by different amounts per direction, and
+//! 200–400 µs under a parallel build: the spin window follows how late this
+//! machine's wake-ups are, up to 2 ms); and the
 //! agents probe in bursts of two, so minimum-delay filtering keeps datagrams
 //! that found the requester's host warm (the first after an idle period is
 //! 10–25 µs slower, in one direction only). Without them the quiet-path p99
