@@ -41,8 +41,12 @@ pub struct VmTestArgs {
     #[arg(long)]
     pub keep: bool,
     /// Seconds a guest may run before it is killed and reported.
-    #[arg(long, default_value_t = 900)]
+    #[arg(long, default_value_t = 1800)]
     pub timeout: u64,
+    /// Seconds a guest may go without printing before it is taken as hung,
+    /// killed and reported (a slow guest keeps printing test results).
+    #[arg(long, default_value_t = 600)]
+    pub stall: u64,
     /// Guest memory in MiB.
     #[arg(long, default_value_t = 2048)]
     pub memory: u32,
@@ -55,7 +59,8 @@ impl VmTestArgs {
             kernel: KernelChoice::All,
             filter: None,
             keep: false,
-            timeout: 900,
+            timeout: 1800,
+            stall: 600,
             memory: 2048,
         }
     }
@@ -195,6 +200,7 @@ fn boot_and_test(
         memory_mib: args.memory,
         cpus: 2,
         timeout: Duration::from_secs(args.timeout),
+        stall: Duration::from_secs(args.stall),
         echo: true,
     };
     let outcome = qemu::run(&boot)?;

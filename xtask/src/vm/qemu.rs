@@ -29,6 +29,8 @@ pub struct Boot<'a> {
     pub memory_mib: u32,
     pub cpus: u32,
     pub timeout: Duration,
+    /// Longest silence on the console before the guest is taken as hung.
+    pub stall: Duration,
     /// Echo the console to stderr as it arrives.
     pub echo: bool,
 }
@@ -120,21 +122,38 @@ fn run_with(boot: &Boot<'_>, accel: &'static str) -> Result<Outcome> {
     let mut seen = 0u64;
     let mut tail = String::new();
     let mut exit = None;
+    let mut last_output = Instant::now();
     let status = loop {
+        let before = seen;
         echo_new(&boot.console_log, &mut seen, &mut tail, boot.echo)?;
+        if seen > before {
+            last_output = Instant::now();
+        }
         if exit.is_none() {
             exit = exit_status(&tail);
         }
         if let Some(status) = child.try_wait()? {
             break status;
         }
-        if started.elapsed() > boot.timeout {
+        let why = if started.elapsed() > boot.timeout {
+            Some(format!("did not finish within {:?}", boot.timeout))
+        } else if last_output.elapsed() > boot.stall {
+            Some(format!(
+                "printed nothing for {:?} (hung?) after {:.0?}",
+                boot.stall,
+                started.elapsed()
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
             let _ = child.kill();
             let _ = child.wait();
             echo_new(&boot.console_log, &mut seen, &mut tail, false)?;
+            // The last lines first: a log excerpt is often cut at its end.
             bail!(
-                "the guest did not finish within {:?} and was killed; its console log ({}) ends with:\n{}",
-                boot.timeout,
+                "the guest {why} and was killed; the last test lines: {}; its console log ({}) ends with:\n{}",
+                last_test_lines(&tail, 4),
                 boot.console_log.display(),
                 last_lines(&tail, 60)
             );
@@ -197,6 +216,15 @@ pub fn exit_status(console: &str) -> Option<i32> {
         .rev()
         .find_map(|l| l.trim().strip_prefix(EXIT_MARKER.trim_end()))
         .and_then(|rest| rest.trim().parse().ok())
+}
+
+/// The last `n` lines of test output (`test ...`, suite markers), on one line.
+fn last_test_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("test ") || l.starts_with("=== suite"))
+        .collect();
+    lines[lines.len().saturating_sub(n)..].join(" | ")
 }
 
 fn last_lines(text: &str, n: usize) -> String {
