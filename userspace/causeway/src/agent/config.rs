@@ -19,6 +19,10 @@
 //! [[clock.peers]]
 //! name = "dc2-host0"
 //! addr = "10.1.0.2:7339"
+//! key_file = "keys/dc2-host0.key"  # optional: the pair's probe key, 64 hex
+//!                                   # digits, mode 0600 (relative to this
+//!                                   # file); probes are then tagged, and
+//!                                   # untagged, forged or replayed ones refused
 //!
 //! [clock.synthetic]                 # optional, tests only: this host's
 //! offset_ns = 25000000              # clock error (off when absent)
@@ -62,6 +66,13 @@ pub enum ConfigError {
     },
     #[error("{0}")]
     Invalid(String),
+    /// The key's bytes are never part of the message.
+    #[error("clock.peers.{peer}: key file {path}: {reason}")]
+    Key {
+        peer: String,
+        path: PathBuf,
+        reason: String,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,7 +150,8 @@ impl AgentConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&text).map_err(|e| match e {
+        let dir = path.parent().unwrap_or(Path::new(""));
+        Self::parse_in(&text, dir).map_err(|e| match e {
             ConfigError::Parse { source, .. } => ConfigError::Parse {
                 path: path.to_path_buf(),
                 source,
@@ -148,7 +160,13 @@ impl AgentConfig {
         })
     }
 
+    /// Parses `text`; relative key files are relative to the current directory.
     pub fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
+        Self::parse_in(text, Path::new(""))
+    }
+
+    /// Parses `text`; relative key files are relative to `dir`.
+    fn parse_in(text: &str, dir: &Path) -> Result<AgentConfig, ConfigError> {
         let f: FileConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
             path: PathBuf::from("<text>"),
             source,
@@ -211,6 +229,14 @@ impl AgentConfig {
                 ));
             }
         }
+        let mut peers = c.peers;
+        for p in &mut peers {
+            if let Some(file) = &p.key_file {
+                let path = dir.join(file);
+                p.key = Some(super::probe_keys::read_key(&p.name, &path)?);
+                p.key_file = Some(path);
+            }
+        }
         let clock = match c.synthetic {
             None => SyncClock::IDENTITY,
             Some(s) => {
@@ -235,7 +261,7 @@ impl AgentConfig {
             // Dual-stack when any peer is IPv6 (kernel stamps need IPv4
             // sockets: see `bpf_maps::clock`).
             bind: c.bind.unwrap_or_else(|| {
-                if c.peers.iter().any(|p| p.addr.is_ipv6()) {
+                if peers.iter().any(|p| p.addr.is_ipv6()) {
                     SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, CLOCK_PORT))
                 } else {
                     SocketAddr::from(([0, 0, 0, 0], CLOCK_PORT))
@@ -245,7 +271,7 @@ impl AgentConfig {
             fast_start: c.fast_start.unwrap_or(16),
             burst,
             kernel_stamps: c.kernel_stamps.unwrap_or(true),
-            peers: c.peers,
+            peers,
             clock,
             estimator: EstimatorConfig::default(),
         })

@@ -10,6 +10,7 @@ pub mod control;
 pub mod metrics;
 pub mod metrics_http;
 pub mod observe;
+mod probe_keys;
 pub mod report;
 
 use std::path::PathBuf;
