@@ -1,5 +1,6 @@
 //! Clock synchronisation: the agent, kernel stamps, chrony as a reference.
 
 mod agent;
+mod auth;
 mod chrony_reference;
 mod testbed;
