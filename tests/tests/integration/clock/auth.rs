@@ -131,7 +131,11 @@ fn agents_with_a_key_refuse_forged_untagged_and_replayed_probes() {
         "error {err} ns, bound {}",
         before.error_bound_ns
     );
-    let honest = a.status().expect("agent answers").session.ignored;
+    let r = a.status().expect("agent answers");
+    // Real kernel egress stamps agree with the covered userspace ones.
+    let ex = r.session.peers[0].exchanges;
+    assert!(ex.completed >= 20 && ex.kernel_inconsistent == 0, "{ex:?}");
+    let honest = r.session.ignored;
     assert_eq!(
         (
             honest.unauthenticated,

@@ -117,10 +117,14 @@ impl Session {
                 estimators.insert(s, Estimator::new(ecfg)?);
             }
             let timeout = cfg.timeout.as_nanos() as u64;
+            let mut requester = Requester::new(cfg.host_id, nonce.wrapping_add(i as u64), timeout);
+            if spec.key.is_some() {
+                requester.check_kernel_egress_stamps();
+            }
             peers.push(Peer {
                 spec: spec.clone(),
                 guard: PeerGuard::new(spec.key.clone()),
-                requester: Requester::new(cfg.host_id, nonce.wrapping_add(i as u64), timeout),
+                requester,
                 estimators,
             });
         }

@@ -80,7 +80,11 @@ impl Pair {
                 offset_ns: 3e6,
                 drift_ppm: 20.0,
             },
-            requester: Requester::new(1, 0xA11CE, 1_000_000_000),
+            requester: {
+                let mut r = Requester::new(1, 0xA11CE, 1_000_000_000);
+                r.check_kernel_egress_stamps();
+                r
+            },
             a_guard: PeerGuard::new(Some(key(1))),
             b_guard: PeerGuard::new(Some(key(1))),
             estimators,
@@ -93,11 +97,20 @@ impl Pair {
     /// A sends a request; it arrives at B (kernel t1, t2 written). Returns
     /// the request as B's socket reads it.
     fn send_request(&mut self) -> [u8; PROBE_LEN] {
+        self.send_request_rewritten(|_| {})
+    }
+
+    /// As `send_request`, with `on_wire` applied to the request in flight.
+    fn send_request_rewritten(
+        &mut self,
+        on_wire: impl Fn(&mut [u8; PROBE_LEN]),
+    ) -> [u8; PROBE_LEN] {
         let t = self.now;
         let req = self.requester.request(peer(), self.a.read(t));
         let mut b = req.encode();
         self.a_guard.seal(&mut b);
         kernel_stamp(&mut b, 0, self.a.read(t + HOOK_NS));
+        on_wire(&mut b);
         self.captured_requests.push(b);
         kernel_stamp(&mut b, 1, self.b.read(t + HOOK_NS + FWD_NS));
         b
@@ -385,4 +398,31 @@ fn keys_parse_from_hex_and_never_print() {
         Err(KeyError::NotHex(25))
     );
     assert_eq!(ProbeKey::parse_hex(&"0".repeat(64)), Err(KeyError::Zero));
+}
+
+#[test]
+fn rewritten_kernel_egress_stamps_cannot_push_the_kernel_source_out_of_bounds() {
+    // The kernel t1 crosses the wire outside the tag: an on-path attacker
+    // moves it 5 ms either way. The tag still verifies, but the kernel
+    // sample contradicts covered stamps and is dropped (the userspace
+    // sample of the same exchange is used).
+    let mut p = converged();
+    let before = p.estimates();
+    for shift in [-5_000_000i64, 5_000_000] {
+        let req = p.send_request_rewritten(|b| {
+            let o = stamp_offset(KERNEL, 0);
+            let v = u64::from_be_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+            b[o..o + 8].copy_from_slice(&v.wrapping_add_signed(shift).to_be_bytes());
+        });
+        let resp = p.answer(&req);
+        assert_eq!(
+            p.deliver(&resp),
+            Ok(1),
+            "shift {shift}: only the userspace sample"
+        );
+    }
+    assert_eq!(p.requester.counters.kernel_inconsistent, 2);
+    let after = p.estimates();
+    assert_eq!(before[0], after[0], "the kernel estimate moved");
+    p.round();
 }
