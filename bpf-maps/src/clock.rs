@@ -39,8 +39,11 @@
 //! written by the receiving host's own kernel (never on the wire), t1 and
 //! t2 come back covered in the response; only the egress stamps t1 (in the
 //! request, before the responder covers it) and t3 cross the wire
-//! uncovered: the kernel cannot compute a tag. Replay windows and the
-//! key-file format are in `causeway_core::clock::auth`.
+//! uncovered: the kernel cannot compute a tag. For a keyed peer the
+//! requester therefore uses a kernel sample only when those two agree with
+//! covered or local stamps (`Requester::check_kernel_egress_stamps`), which
+//! keeps a rewrite inside the covered userspace interval. Replay windows
+//! and the key-file format are in `causeway_core::clock::auth`.
 //!
 //! # Kernel stamping
 //! The XDP ingress and TC egress programs stamp IPv4 UDP probes to or from
