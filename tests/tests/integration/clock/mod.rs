@@ -3,4 +3,5 @@
 mod agent;
 mod auth;
 mod chrony_reference;
+mod control_group;
 mod testbed;

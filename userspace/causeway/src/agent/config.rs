@@ -3,6 +3,8 @@
 //! ```toml
 //! host_id = 1                       # this host's id in clock probes
 //! control_socket = "/run/causeway/agent.sock"   # optional
+//! control_group = "causeway"        # optional (name or gid): its members may
+//!                                   # use the control socket (mode 0660)
 //! metrics = "127.0.0.1:9464"        # optional: Prometheus /metrics
 //!
 //! [[interfaces]]                    # attached (or adopted) at start
@@ -80,11 +82,20 @@ pub enum ConfigError {
 struct FileConfig {
     host_id: u32,
     control_socket: Option<PathBuf>,
+    control_group: Option<FileGroup>,
     /// Where `/metrics` is served (Prometheus); off when absent.
     metrics: Option<SocketAddr>,
     #[serde(default)]
     interfaces: Vec<FileIface>,
     clock: FileClock,
+}
+
+/// A group by id or by name.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum FileGroup {
+    Id(u32),
+    Name(String),
 }
 
 #[derive(Debug, Deserialize)]
@@ -131,6 +142,8 @@ pub struct AgentConfig {
     pub host_id: u32,
     /// `None`: `<state root>/<scope>/agent.sock`.
     pub control_socket: Option<PathBuf>,
+    /// Group (gid) whose members may use the control socket besides root.
+    pub control_group: Option<u32>,
     /// Serve Prometheus metrics at `http://ADDR/metrics` ([`super::metrics`]).
     pub metrics: Option<SocketAddr>,
     pub interfaces: Vec<IfaceConfig>,
@@ -229,6 +242,15 @@ impl AgentConfig {
                 ));
             }
         }
+        let control_group = match f.control_group {
+            None => None,
+            Some(FileGroup::Id(gid)) => Some(gid),
+            Some(FileGroup::Name(name)) => match nix::unistd::Group::from_name(&name) {
+                Ok(Some(g)) => Some(g.gid.as_raw()),
+                Ok(None) => return invalid(format!("control_group: no group named '{name}'")),
+                Err(e) => return invalid(format!("control_group: cannot look up '{name}': {e}")),
+            },
+        };
         let mut peers = c.peers;
         for p in &mut peers {
             if let Some(file) = &p.key_file {
@@ -256,6 +278,7 @@ impl AgentConfig {
         Ok(AgentConfig {
             host_id: f.host_id,
             control_socket: f.control_socket,
+            control_group,
             metrics: f.metrics,
             interfaces,
             // Dual-stack when any peer is IPv6 (kernel stamps need IPv4
@@ -321,6 +344,16 @@ drift_ppb = 20000
         )
         .expect("valid");
         assert_eq!(single.burst, 1);
+        assert_eq!(c.control_group, None);
+        let by_id =
+            AgentConfig::parse(&GOOD.replace("host_id = 7", "host_id = 7\ncontrol_group = 4242"))
+                .expect("valid");
+        assert_eq!(by_id.control_group, Some(4242));
+        let by_name = AgentConfig::parse(
+            &GOOD.replace("host_id = 7", "host_id = 7\ncontrol_group = \"root\""),
+        )
+        .expect("valid");
+        assert_eq!(by_name.control_group, Some(0));
         let with_unit =
             AgentConfig::parse(&GOOD.replace("interval = \"50ms\"", "interval = \"250ms\""))
                 .expect("valid");
@@ -364,6 +397,13 @@ drift_ppb = 20000
             (
                 GOOD.replace("host_id = 7", "host_id = 7\nbogus = 1"),
                 "unknown field",
+            ),
+            (
+                GOOD.replace(
+                    "host_id = 7",
+                    "host_id = 7\ncontrol_group = \"no-such-group-cw\"",
+                ),
+                "no group named 'no-such-group-cw'",
             ),
             (
                 GOOD.replace(

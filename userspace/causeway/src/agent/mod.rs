@@ -154,7 +154,7 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         .control_socket
         .clone()
         .unwrap_or_else(|| default_socket(&layout, &scope));
-    let listener = control::bind(&socket)?;
+    let listener = control::bind(&socket, cfg.control_group)?;
     let metrics_listener = match cfg.metrics {
         Some(addr) => Some(
             metrics_http::bind(addr)
@@ -195,7 +195,12 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         }
         None => None,
     };
-    let control_task = tokio::spawn(control::serve(listener, report_rx, stop_rx));
+    let control_task = tokio::spawn(control::serve(
+        listener,
+        cfg.control_group,
+        report_rx,
+        stop_rx,
+    ));
     tracing::info!(socket = %socket.display(), peers = cfg.peers.len(), "agent running");
 
     let mut publish = tokio::time::interval(std::time::Duration::from_millis(100));
