@@ -34,7 +34,7 @@ fn policy_changes_are_recorded_with_who_what_and_the_digest() {
             )
             .expect("attach with a policy");
         let refused = locked.apply(
-            &[iface.clone()],
+            std::slice::from_ref(&iface),
             &input("bad.toml", INVALID),
             &FaultPlan::NONE,
         );
