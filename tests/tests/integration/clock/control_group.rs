@@ -1,6 +1,7 @@
 //! The agent's control socket with a control group: a non-root user whose
 //! group is the control group reads `causeway clock status`; the same user
-//! outside the group is refused.
+//! outside the group is refused. The clock map's pin gets mode 0640 and
+//! the configured group.
 
 use std::{
     net::IpAddr,
@@ -11,7 +12,11 @@ use std::{
     process::Command,
 };
 
-use causeway::clock::SyncClock;
+use bpf_maps::clock::MAP_CLOCK_PEERS;
+use causeway::{
+    clock::SyncClock,
+    datapath::{Layout, NetnsScope},
+};
 use causeway_test_support::{netns::VethLink, require_root};
 use causeway_tests::{causeway_cli::causeway_bin, clock_agent::Agent};
 
@@ -40,13 +45,23 @@ fn a_member_of_the_control_group_reads_clock_status_and_others_cannot() {
         1,
         peer,
         SyncClock::IDENTITY,
-        &format!("control_group = {CONTROL_GID}"),
+        &format!("control_group = {CONTROL_GID}\nclock_map_group = {CONTROL_GID}"),
     );
     a.wait_ready();
     let socket = a.socket();
     let meta = std::fs::metadata(&socket).expect("socket exists");
     assert_eq!(meta.permissions().mode() & 0o777, 0o660);
     assert_eq!(meta.gid(), CONTROL_GID);
+
+    // The clock map training processes read: group-readable, not writable.
+    let paths = Layout::default()
+        .iface(&NetnsScope::Named(a.netns.clone()), &a.iface)
+        .expect("paths");
+    let pin = std::fs::metadata(paths.maps_dir.join(MAP_CLOCK_PEERS)).expect("clock map pin");
+    assert_eq!(
+        (pin.permissions().mode() & 0o777, pin.gid()),
+        (0o640, CONTROL_GID)
+    );
 
     let member = status_as(&socket, CONTROL_GID);
     let out = String::from_utf8_lossy(&member.stdout);

@@ -5,6 +5,8 @@
 //! control_socket = "/run/causeway/agent.sock"   # optional
 //! control_group = "causeway"        # optional (name or gid): its members may
 //!                                   # use the control socket (mode 0660)
+//! clock_map_group = "training"      # optional (name or gid): the CW_CLK_PEERS
+//!                                   # pin becomes 0640 with this group (else 0600)
 //! metrics = "127.0.0.1:9464"        # optional: Prometheus /metrics
 //!
 //! [[interfaces]]                    # attached (or adopted) at start
@@ -83,6 +85,7 @@ struct FileConfig {
     host_id: u32,
     control_socket: Option<PathBuf>,
     control_group: Option<FileGroup>,
+    clock_map_group: Option<FileGroup>,
     /// Where `/metrics` is served (Prometheus); off when absent.
     metrics: Option<SocketAddr>,
     #[serde(default)]
@@ -144,6 +147,8 @@ pub struct AgentConfig {
     pub control_socket: Option<PathBuf>,
     /// Group (gid) whose members may use the control socket besides root.
     pub control_group: Option<u32>,
+    /// Group (gid) given read access to the pinned clock map.
+    pub clock_map_group: Option<u32>,
     /// Serve Prometheus metrics at `http://ADDR/metrics` ([`super::metrics`]).
     pub metrics: Option<SocketAddr>,
     pub interfaces: Vec<IfaceConfig>,
@@ -242,15 +247,8 @@ impl AgentConfig {
                 ));
             }
         }
-        let control_group = match f.control_group {
-            None => None,
-            Some(FileGroup::Id(gid)) => Some(gid),
-            Some(FileGroup::Name(name)) => match nix::unistd::Group::from_name(&name) {
-                Ok(Some(g)) => Some(g.gid.as_raw()),
-                Ok(None) => return invalid(format!("control_group: no group named '{name}'")),
-                Err(e) => return invalid(format!("control_group: cannot look up '{name}': {e}")),
-            },
-        };
+        let control_group = resolve_group("control_group", f.control_group)?;
+        let clock_map_group = resolve_group("clock_map_group", f.clock_map_group)?;
         let mut peers = c.peers;
         for p in &mut peers {
             if let Some(file) = &p.key_file {
@@ -279,6 +277,7 @@ impl AgentConfig {
             host_id: f.host_id,
             control_socket: f.control_socket,
             control_group,
+            clock_map_group,
             metrics: f.metrics,
             interfaces,
             // Dual-stack when any peer is IPv6 (kernel stamps need IPv4
@@ -298,6 +297,24 @@ impl AgentConfig {
             clock,
             estimator: EstimatorConfig::default(),
         })
+    }
+}
+
+/// A group's id, looked up by name when given one.
+fn resolve_group(key: &str, g: Option<FileGroup>) -> Result<Option<u32>, ConfigError> {
+    let name = match g {
+        None => return Ok(None),
+        Some(FileGroup::Id(gid)) => return Ok(Some(gid)),
+        Some(FileGroup::Name(name)) => name,
+    };
+    match nix::unistd::Group::from_name(&name) {
+        Ok(Some(g)) => Ok(Some(g.gid.as_raw())),
+        Ok(None) => Err(ConfigError::Invalid(format!(
+            "{key}: no group named '{name}'"
+        ))),
+        Err(e) => Err(ConfigError::Invalid(format!(
+            "{key}: cannot look up '{name}': {e}"
+        ))),
     }
 }
 
