@@ -1,6 +1,8 @@
 //! Probe key files (`clock.peers.key_file` in the agent's configuration):
 //! 64 hex digits (32 bytes, `causeway_core::clock::auth`), not readable by
 //! group or others. Errors name the peer and the file, never the key.
+//! Both agents of a pair hold the same key; make one with
+//! `umask 077; od -An -tx1 -N32 /dev/urandom | tr -d ' \n' > pair.key`.
 
 use std::path::Path;
 
