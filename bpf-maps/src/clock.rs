@@ -13,9 +13,37 @@
 //!  16  nonce    u64  chosen by the requester, echoed by the responder
 //!  24  stamps   3 sets × 4 slots (t1, t2, t3, t4) × u64 ns
 //!               set 0 kernel (eBPF), 1 SO_TIMESTAMPING, 2 userspace
-//! 120  auth     [u8; 16] reserved for an authentication tag (zero)
+//! 120  auth     [u8; 16] authentication tag if FLAG_AUTH, else zero
 //! 136  end
 //! ```
+//!
+//! # Authentication (`FLAG_AUTH`)
+//! Between two agents that share a key for their pair, every probe carries
+//! `FLAG_AUTH` and a tag: HMAC-SHA256 (key 32 bytes), truncated to its
+//! leftmost 16 bytes, over all 136 bytes with three things zeroed: the auth
+//! field, and the kernel stamp slots that the eBPF programs may write into
+//! a probe of that kind in flight together with their `FLAG_KERNEL_T*`
+//! bits. Who writes what:
+//! ```text
+//!   kind       sender fixes (covered)               kernel writes (excluded)
+//!   request    all but kernel t1, t2                kernel t1 (sender's TC egress),
+//!                                                   kernel t2 (receiver's XDP), bits 0-1
+//!   response   all but kernel t3, t4; including     kernel t3 (responder's TC egress),
+//!              the kernel t1, t2 (and bits 0-1)     kernel t4 (requester's XDP), bits 2-3
+//!              the responder copies from the request
+//!   follow-up  everything                           nothing (never stamped)
+//! ```
+//! So the magic, version, kind, the other flags (FLAG_AUTH itself too),
+//! sequence, sender, nonce, the SO_TIMESTAMPING and userspace stamps are
+//! all covered. Of the kernel stamps, t2 (request) and t4 (response) are
+//! written by the receiving host's own kernel (never on the wire), t1 and
+//! t2 come back covered in the response; only the egress stamps t1 (in the
+//! request, before the responder covers it) and t3 cross the wire
+//! uncovered: the kernel cannot compute a tag. For a keyed peer the
+//! requester therefore uses a kernel sample only when those two agree with
+//! covered or local stamps (`Requester::check_kernel_egress_stamps`), which
+//! keeps a rewrite inside the covered userspace interval. Replay windows
+//! and the key-file format are in `causeway_core::clock::auth`.
 //!
 //! # Kernel stamping
 //! The XDP ingress and TC egress programs stamp IPv4 UDP probes to or from
@@ -71,10 +99,10 @@ pub const fn stamp_offset(set: usize, slot: usize) -> usize {
 pub const FLAG_KERNEL_T1: u16 = 1 << 0;
 /// A follow-up carrying the responder's SO_TIMESTAMPING t3 will be sent.
 pub const FLAG_TWO_STEP: u16 = 1 << 4;
-/// The auth field holds a tag (not yet defined in version 1: refused).
+/// The auth field holds a tag (see "Authentication" above).
 pub const FLAG_AUTH: u16 = 1 << 5;
 /// Flags a version-1 decoder accepts.
-pub const FLAGS_KNOWN_V1: u16 = 0x000f | FLAG_TWO_STEP;
+pub const FLAGS_KNOWN_V1: u16 = 0x000f | FLAG_TWO_STEP | FLAG_AUTH;
 
 /// Single-entry array: what the programs stamp and how.
 pub const MAP_CLOCK_CONFIG: &str = "CW_CLK_CFG";

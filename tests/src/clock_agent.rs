@@ -47,11 +47,25 @@ impl Agent {
         clock: SyncClock,
         top: &str,
     ) -> Agent {
+        Self::start_full(netns, iface, host_id, peer, clock, top, "")
+    }
+
+    /// As [`Agent::start_with`], with `peer_lines` (TOML lines of the peer's
+    /// entry, e.g. `key_file = "/tmp/k"`) added to the peer.
+    pub fn start_full(
+        netns: &str,
+        iface: &str,
+        host_id: u32,
+        peer: IpAddr,
+        clock: SyncClock,
+        top: &str,
+        peer_lines: &str,
+    ) -> Agent {
         let config =
             std::env::temp_dir().join(format!("cw-clock-{}-{netns}.toml", std::process::id()));
         let text = format!(
             "host_id = {host_id}\n{top}\n[[interfaces]]\nname = \"{iface}\"\n[clock]\ninterval = \"100ms\"\n\
-             [[clock.peers]]\nname = \"peer\"\naddr = \"{peer}:7339\"\n\
+             [[clock.peers]]\nname = \"peer\"\naddr = \"{peer}:7339\"\n{peer_lines}\n\
              [clock.synthetic]\noffset_ns = {}\ndrift_ppb = {}\nepoch_ns = {}\n",
             clock.offset_ns, clock.drift_ppb, clock.epoch_ns
         );

@@ -3,6 +3,10 @@
 //! ```toml
 //! host_id = 1                       # this host's id in clock probes
 //! control_socket = "/run/causeway/agent.sock"   # optional
+//! control_group = "causeway"        # optional (name or gid): its members may
+//!                                   # use the control socket (mode 0660)
+//! clock_map_group = "training"      # optional (name or gid): the CW_CLK_PEERS
+//!                                   # pin becomes 0640 with this group (else 0600)
 //! metrics = "127.0.0.1:9464"        # optional: Prometheus /metrics
 //!
 //! [[interfaces]]                    # attached (or adopted) at start
@@ -19,6 +23,10 @@
 //! [[clock.peers]]
 //! name = "dc2-host0"
 //! addr = "10.1.0.2:7339"
+//! key_file = "keys/dc2-host0.key"  # optional: the pair's probe key, 64 hex
+//!                                   # digits, mode 0600 (relative to this
+//!                                   # file); probes are then tagged, and
+//!                                   # untagged, forged or replayed ones refused
 //!
 //! [clock.synthetic]                 # optional, tests only: this host's
 //! offset_ns = 25000000              # clock error (off when absent)
@@ -62,6 +70,13 @@ pub enum ConfigError {
     },
     #[error("{0}")]
     Invalid(String),
+    /// The key's bytes are never part of the message.
+    #[error("clock.peers.{peer}: key file {path}: {reason}")]
+    Key {
+        peer: String,
+        path: PathBuf,
+        reason: String,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,11 +84,21 @@ pub enum ConfigError {
 struct FileConfig {
     host_id: u32,
     control_socket: Option<PathBuf>,
+    control_group: Option<FileGroup>,
+    clock_map_group: Option<FileGroup>,
     /// Where `/metrics` is served (Prometheus); off when absent.
     metrics: Option<SocketAddr>,
     #[serde(default)]
     interfaces: Vec<FileIface>,
     clock: FileClock,
+}
+
+/// A group by id or by name.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum FileGroup {
+    Id(u32),
+    Name(String),
 }
 
 #[derive(Debug, Deserialize)]
@@ -120,6 +145,10 @@ pub struct AgentConfig {
     pub host_id: u32,
     /// `None`: `<state root>/<scope>/agent.sock`.
     pub control_socket: Option<PathBuf>,
+    /// Group (gid) whose members may use the control socket besides root.
+    pub control_group: Option<u32>,
+    /// Group (gid) given read access to the pinned clock map.
+    pub clock_map_group: Option<u32>,
     /// Serve Prometheus metrics at `http://ADDR/metrics` ([`super::metrics`]).
     pub metrics: Option<SocketAddr>,
     pub interfaces: Vec<IfaceConfig>,
@@ -139,7 +168,8 @@ impl AgentConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&text).map_err(|e| match e {
+        let dir = path.parent().unwrap_or(Path::new(""));
+        Self::parse_in(&text, dir).map_err(|e| match e {
             ConfigError::Parse { source, .. } => ConfigError::Parse {
                 path: path.to_path_buf(),
                 source,
@@ -148,7 +178,13 @@ impl AgentConfig {
         })
     }
 
+    /// Parses `text`; relative key files are relative to the current directory.
     pub fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
+        Self::parse_in(text, Path::new(""))
+    }
+
+    /// Parses `text`; relative key files are relative to `dir`.
+    fn parse_in(text: &str, dir: &Path) -> Result<AgentConfig, ConfigError> {
         let f: FileConfig = toml::from_str(text).map_err(|source| ConfigError::Parse {
             path: PathBuf::from("<text>"),
             source,
@@ -211,6 +247,16 @@ impl AgentConfig {
                 ));
             }
         }
+        let control_group = resolve_group("control_group", f.control_group)?;
+        let clock_map_group = resolve_group("clock_map_group", f.clock_map_group)?;
+        let mut peers = c.peers;
+        for p in &mut peers {
+            if let Some(file) = &p.key_file {
+                let path = dir.join(file);
+                p.key = Some(super::probe_keys::read_key(&p.name, &path)?);
+                p.key_file = Some(path);
+            }
+        }
         let clock = match c.synthetic {
             None => SyncClock::IDENTITY,
             Some(s) => {
@@ -230,12 +276,14 @@ impl AgentConfig {
         Ok(AgentConfig {
             host_id: f.host_id,
             control_socket: f.control_socket,
+            control_group,
+            clock_map_group,
             metrics: f.metrics,
             interfaces,
             // Dual-stack when any peer is IPv6 (kernel stamps need IPv4
             // sockets: see `bpf_maps::clock`).
             bind: c.bind.unwrap_or_else(|| {
-                if c.peers.iter().any(|p| p.addr.is_ipv6()) {
+                if peers.iter().any(|p| p.addr.is_ipv6()) {
                     SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, CLOCK_PORT))
                 } else {
                     SocketAddr::from(([0, 0, 0, 0], CLOCK_PORT))
@@ -245,10 +293,28 @@ impl AgentConfig {
             fast_start: c.fast_start.unwrap_or(16),
             burst,
             kernel_stamps: c.kernel_stamps.unwrap_or(true),
-            peers: c.peers,
+            peers,
             clock,
             estimator: EstimatorConfig::default(),
         })
+    }
+}
+
+/// A group's id, looked up by name when given one.
+fn resolve_group(key: &str, g: Option<FileGroup>) -> Result<Option<u32>, ConfigError> {
+    let name = match g {
+        None => return Ok(None),
+        Some(FileGroup::Id(gid)) => return Ok(Some(gid)),
+        Some(FileGroup::Name(name)) => name,
+    };
+    match nix::unistd::Group::from_name(&name) {
+        Ok(Some(g)) => Ok(Some(g.gid.as_raw())),
+        Ok(None) => Err(ConfigError::Invalid(format!(
+            "{key}: no group named '{name}'"
+        ))),
+        Err(e) => Err(ConfigError::Invalid(format!(
+            "{key}: cannot look up '{name}': {e}"
+        ))),
     }
 }
 
@@ -295,6 +361,16 @@ drift_ppb = 20000
         )
         .expect("valid");
         assert_eq!(single.burst, 1);
+        assert_eq!(c.control_group, None);
+        let by_id =
+            AgentConfig::parse(&GOOD.replace("host_id = 7", "host_id = 7\ncontrol_group = 4242"))
+                .expect("valid");
+        assert_eq!(by_id.control_group, Some(4242));
+        let by_name = AgentConfig::parse(
+            &GOOD.replace("host_id = 7", "host_id = 7\ncontrol_group = \"root\""),
+        )
+        .expect("valid");
+        assert_eq!(by_name.control_group, Some(0));
         let with_unit =
             AgentConfig::parse(&GOOD.replace("interval = \"50ms\"", "interval = \"250ms\""))
                 .expect("valid");
@@ -338,6 +414,13 @@ drift_ppb = 20000
             (
                 GOOD.replace("host_id = 7", "host_id = 7\nbogus = 1"),
                 "unknown field",
+            ),
+            (
+                GOOD.replace(
+                    "host_id = 7",
+                    "host_id = 7\ncontrol_group = \"no-such-group-cw\"",
+                ),
+                "no group named 'no-such-group-cw'",
             ),
             (
                 GOOD.replace(

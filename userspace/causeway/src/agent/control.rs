@@ -1,5 +1,8 @@
 //! The agent's local control socket: a unix stream socket, mode 0600, that
-//! accepts only root or the agent's own user (checked with SO_PEERCRED).
+//! accepts only root or the agent's own user (checked with SO_PEERCRED);
+//! with a control group (`control_group` in agent.toml) mode 0660, owned by
+//! that group, and its members are served too (primary group from
+//! SO_PEERCRED, or supplementary membership of the peer's user).
 //! One JSON request per line, one JSON response per line.
 //!
 //! ```text
@@ -75,8 +78,8 @@ fn io_err(what: &'static str, path: &Path) -> impl Fn(std::io::Error) -> Control
 }
 
 /// Binds the socket at `path` (replacing a stale one, refusing a live one)
-/// with mode 0600.
-pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
+/// with mode 0600, or 0660 and group `group` when one is given.
+pub fn bind(path: &Path, group: Option<u32>) -> Result<UnixListener, ControlError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io_err("create the directory of", path))?;
     }
@@ -87,14 +90,41 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
         std::fs::remove_file(path).map_err(io_err("remove the stale socket", path))?;
     }
     let listener = UnixListener::bind(path).map_err(io_err("bind the control socket", path))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+    if let Some(gid) = group {
+        std::os::unix::fs::chown(path, None, Some(gid))
+            .map_err(io_err("give the control group", path))?;
+    }
+    let mode = if group.is_some() { 0o660 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(io_err("restrict the permissions of", path))?;
     Ok(listener)
+}
+
+/// Whether a peer with these credentials may use the socket.
+fn permitted(uid: u32, gid: u32, me: u32, group: Option<u32>) -> bool {
+    if uid == 0 || uid == me {
+        return true;
+    }
+    let Some(g) = group else { return false };
+    if gid == g {
+        return true;
+    }
+    // Supplementary groups of the peer's user (SO_PEERCRED has only the
+    // primary one).
+    use nix::unistd::{getgrouplist, Gid, Uid, User};
+    let Ok(Some(user)) = User::from_uid(Uid::from_raw(uid)) else {
+        return false;
+    };
+    let Ok(name) = std::ffi::CString::new(user.name) else {
+        return false;
+    };
+    getgrouplist(&name, user.gid).is_ok_and(|gs| gs.contains(&Gid::from_raw(g)))
 }
 
 /// Serves requests until `shutdown` turns true; answers from `report`.
 pub async fn serve(
     listener: UnixListener,
+    group: Option<u32>,
     report: watch::Receiver<AgentReport>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -106,7 +136,9 @@ pub async fn serve(
             }
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                let allowed = stream.peer_cred().is_ok_and(|c| c.uid() == 0 || c.uid() == me);
+                let allowed = stream
+                    .peer_cred()
+                    .is_ok_and(|c| permitted(c.uid(), c.gid(), me, group));
                 let report = report.clone();
                 tokio::spawn(async move {
                     if let Err(e) = handle(stream, allowed, report).await {
@@ -127,7 +159,7 @@ async fn handle(
     let mut lines = AsyncBufReader::new(rd).lines();
     while let Some(line) = lines.next_line().await? {
         let resp = if !allowed {
-            failure("permission denied: only root or the agent's user may use this socket")
+            failure("permission denied: only root, the agent's user or its control group may use this socket")
         } else {
             match serde_json::from_str::<Request>(&line) {
                 Ok(Request::Ping) => Response {
@@ -192,4 +224,20 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
         });
     }
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::permitted;
+
+    #[test]
+    fn root_the_agent_and_the_control_group_are_permitted() {
+        let me = 1000;
+        assert!(permitted(0, 0, me, None));
+        assert!(permitted(me, 1234, me, None));
+        assert!(!permitted(4321, 4242, me, None));
+        assert!(permitted(4321, 4242, me, Some(4242)));
+        // 4321 names no user here: no supplementary groups to find.
+        assert!(!permitted(4321, 100, me, Some(4242)));
+    }
 }

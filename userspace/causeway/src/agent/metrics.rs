@@ -124,6 +124,12 @@ pub fn encode_observation(o: &Observation) -> String {
         secs(),
     );
     let samples = gauge(&mut reg, "clock_samples", "Exchanges in the estimate", None);
+    let refused = counter(
+        &mut reg,
+        "clock_probes_refused",
+        "Clock probes refused by authentication, by reason",
+        None,
+    );
 
     for i in &o.interfaces {
         let iface = i.stats.iface.as_str();
@@ -155,6 +161,15 @@ pub fn encode_observation(o: &Observation) -> String {
         }
     }
     for p in &o.peers {
+        let r = p.probes_refused;
+        for (reason, n) in [
+            ("unauthenticated", r.unauthenticated),
+            ("forged", r.forged),
+            ("replayed", r.replayed),
+        ] {
+            let l = labels(&[("peer", &p.name), ("addr", &p.addr), ("reason", reason)]);
+            refused.get_or_create(&l).inc_by(n);
+        }
         let (Some(source), Some(off), Some(b)) = (&p.source, p.offset_ns, p.error_bound_ns) else {
             continue;
         };
@@ -218,6 +233,11 @@ mod tests {
                     error_bound_ns: Some(12_000.0),
                     drift_ppm: Some(1.5),
                     samples: 40,
+                    probes_refused: crate::clock::auth::AuthCounters {
+                        unauthenticated: 0,
+                        forged: 4,
+                        replayed: 2,
+                    },
                 },
                 PeerObservation {
                     name: "dc3".into(),
@@ -245,6 +265,8 @@ mod tests {
             r#"causeway_shaper_over_limit_packets_total{iface="wan0",class="gradient",outcome="passed"} 1"#,
             r#"causeway_clock_offset_seconds{peer="dc2",addr="10.1.0.2:7339",source="kernel"} -0.0025"#,
             r#"causeway_clock_error_bound_seconds{peer="dc2",addr="10.1.0.2:7339",source="kernel"} 0.000012"#,
+            r#"causeway_clock_probes_refused_total{peer="dc2",addr="10.1.0.2:7339",reason="forged"} 4"#,
+            r#"causeway_clock_probes_refused_total{peer="dc2",addr="10.1.0.2:7339",reason="replayed"} 2"#,
             "# EOF",
         ] {
             assert!(
@@ -252,7 +274,13 @@ mod tests {
                 "missing {line:?} in\n{text}"
             );
         }
-        // A peer without an estimate has no samples rather than zeros.
-        assert!(!text.contains("dc3"), "{text}");
+        // A peer without an estimate has no samples rather than zeros (its
+        // refusal counters, all zero, are the only lines naming it).
+        assert!(
+            text.lines()
+                .filter(|l| l.contains("dc3"))
+                .all(|l| l.starts_with("causeway_clock_probes_refused_total") && l.ends_with(" 0")),
+            "{text}"
+        );
     }
 }

@@ -10,6 +10,7 @@ pub mod control;
 pub mod metrics;
 pub mod metrics_http;
 pub mod observe;
+mod probe_keys;
 pub mod report;
 
 use std::path::PathBuf;
@@ -118,6 +119,7 @@ fn own_interfaces(
         };
         maps.set_config(&cfg.clock.stamp_config(port))
             .map_err(maps_err)?;
+        restrict_clock_map(&paths.maps_dir, cfg.clock_map_group).map_err(err)?;
         tracing::info!(
             iface = %i.name, xdp_link = xdp.link_id, xdp_adopted = xdp.adopted,
             tc_link = tc.link_id, tc_adopted = tc.adopted, kernel_stamps = cfg.kernel_stamps,
@@ -130,6 +132,27 @@ fn own_interfaces(
         });
     }
     Ok(owned)
+}
+
+/// Gives the pinned peer-clock map an explicit mode: 0600 (root only), or
+/// 0640 with `group`, whose members may then open it read-only (readers
+/// also need CAP_BPF while `kernel.unprivileged_bpf_disabled` is set).
+fn restrict_clock_map(maps_dir: &std::path::Path, group: Option<u32>) -> Result<(), DatapathError> {
+    use std::os::unix::fs::PermissionsExt;
+    let pin = maps_dir.join(bpf_maps::clock::MAP_CLOCK_PEERS);
+    let io = |what| {
+        let pin = pin.clone();
+        move |source| DatapathError::Io {
+            what,
+            path: pin,
+            source,
+        }
+    };
+    std::os::unix::fs::chown(&pin, None, Some(group.unwrap_or(0)))
+        .map_err(io("set the group of"))?;
+    let mode = if group.is_some() { 0o640 } else { 0o600 };
+    std::fs::set_permissions(&pin, std::fs::Permissions::from_mode(mode))
+        .map_err(io("set the mode of"))
 }
 
 /// Runs the agent until SIGTERM/SIGINT.
@@ -153,7 +176,7 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         .control_socket
         .clone()
         .unwrap_or_else(|| default_socket(&layout, &scope));
-    let listener = control::bind(&socket)?;
+    let listener = control::bind(&socket, cfg.control_group)?;
     let metrics_listener = match cfg.metrics {
         Some(addr) => Some(
             metrics_http::bind(addr)
@@ -194,7 +217,12 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         }
         None => None,
     };
-    let control_task = tokio::spawn(control::serve(listener, report_rx, stop_rx));
+    let control_task = tokio::spawn(control::serve(
+        listener,
+        cfg.control_group,
+        report_rx,
+        stop_rx,
+    ));
     tracing::info!(socket = %socket.display(), peers = cfg.peers.len(), "agent running");
 
     let mut publish = tokio::time::interval(std::time::Duration::from_millis(100));

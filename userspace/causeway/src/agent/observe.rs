@@ -13,7 +13,7 @@ use crate::{
 };
 
 use super::report::AgentReport;
-use crate::shaper::config::OverAction;
+use crate::{clock::auth::AuthCounters, shaper::config::OverAction};
 
 /// Everything at one instant.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -59,6 +59,10 @@ pub struct PeerObservation {
     pub error_bound_ns: Option<f64>,
     pub drift_ppm: Option<f64>,
     pub samples: u64,
+    /// Probes from this peer refused by authentication (all zero when the
+    /// peer has no key).
+    #[serde(default)]
+    pub probes_refused: AuthCounters,
 }
 
 /// Reads the counters and shaping of `ifaces` in `scope` and takes the clock
@@ -146,6 +150,7 @@ pub fn peers(report: &AgentReport) -> Vec<PeerObservation> {
             error_bound_ns: p.selected.as_ref().map(|s| s.error_bound_ns),
             drift_ppm: p.selected.as_ref().map(|s| s.drift_ppm),
             samples: p.selected.as_ref().map_or(0, |s| s.samples_used as u64),
+            probes_refused: p.auth,
         })
         .collect()
 }

@@ -122,4 +122,22 @@ fn print_table(r: &AgentReport) {
         "answered {} requests; ignored {} malformed, {} from unknown peers; {} estimates published",
         r.session.requests_answered, ig.malformed, ig.unknown_peer, r.published
     );
+    let keyed: Vec<&str> = r
+        .session
+        .peers
+        .iter()
+        .filter(|p| p.authenticated)
+        .map(|p| p.name.as_str())
+        .collect();
+    println!(
+        "authenticated probes: {}; refused {} unauthenticated, {} forged, {} replayed",
+        if keyed.is_empty() {
+            "off (no peer has a key)".to_string()
+        } else {
+            format!("on for {}", keyed.join(", "))
+        },
+        ig.unauthenticated,
+        ig.forged,
+        ig.replayed
+    );
 }

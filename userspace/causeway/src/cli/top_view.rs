@@ -249,6 +249,7 @@ mod tests {
                 error_bound_ns: Some(12_000.0),
                 drift_ppm: Some(1.5),
                 samples: 40,
+                ..PeerObservation::default()
             }],
         }
     }

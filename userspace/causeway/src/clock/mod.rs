@@ -11,6 +11,7 @@ pub mod session;
 #[allow(unsafe_code)] // setsockopt/recvmsg for kernel timestamps
 pub mod socket;
 pub mod source;
+pub mod status;
 
 #[cfg(test)]
 mod session_tests;

@@ -7,16 +7,20 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::SocketAddr,
+    path::PathBuf,
     sync::Arc,
     time::Duration,
 };
 
+use bpf_maps::clock::PROBE_LEN;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+pub use super::status::{IgnoredCounters, PeerStatus, SessionStatus, SourceEstimate};
 use super::{
-    estimator::{Estimate, Estimator, EstimatorConfig},
-    exchange::{follow_up, respond, ExchangeCounters, Requester, RxStamps},
+    auth::{AuthReject, PeerGuard, ProbeKey},
+    estimator::{Estimator, EstimatorConfig},
+    exchange::{follow_up, respond, Requester, RxStamps},
     probe::{Kind, Probe},
     socket::StampedSocket,
     source::{Source, SyncClock},
@@ -28,6 +32,15 @@ use super::{
 pub struct PeerSpec {
     pub name: String,
     pub addr: SocketAddr,
+    /// The file holding the key this pair shares (64 hex digits, mode
+    /// 0600 or stricter): every probe to and from the peer is then tagged
+    /// and checked (`causeway_core::clock::auth`). Read by the agent's
+    /// configuration into `key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// The key itself (never serialised or printed).
+    #[serde(skip)]
+    pub key: Option<ProbeKey>,
 }
 
 /// What a [`Session`] does.
@@ -55,86 +68,24 @@ pub struct SessionConfig {
     pub zero_checksum: bool,
 }
 
-/// Datagrams the session ignored, by reason.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IgnoredCounters {
-    pub malformed: u64,
-    pub unknown_peer: u64,
-    pub rejected_samples: u64,
-}
-
-/// One source's current estimate of a peer.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SourceEstimate {
-    pub source: Source,
-    pub offset_ns: f64,
-    pub drift_ppm: f64,
-    pub error_bound_ns: f64,
-    /// How fast the bound grows away from `at_local_ns`, ppm.
-    #[serde(default)]
-    pub drift_bound_ppm: f64,
-    pub min_rtt_ns: u64,
-    pub samples_used: usize,
-    pub samples_accepted: u64,
-    pub at_local_ns: u64,
-    /// The regression fit's offset (diagnostics).
-    #[serde(default)]
-    pub fit_offset_ns: f64,
-}
-
-impl SourceEstimate {
-    fn new(source: Source, e: &Estimate, accepted: u64) -> Self {
-        SourceEstimate {
-            source,
-            offset_ns: e.offset_ns,
-            drift_ppm: e.drift_ppm,
-            error_bound_ns: e.error_bound_ns,
-            drift_bound_ppm: e.drift_bound_ppm,
-            min_rtt_ns: e.min_delay_ns,
-            samples_used: e.samples_used,
-            samples_accepted: accepted,
-            at_local_ns: e.at_local_ns,
-            fit_offset_ns: e.fit_offset_ns,
-        }
-    }
-}
-
-/// What is known about one peer.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PeerStatus {
-    pub name: String,
-    pub addr: SocketAddr,
-    /// The estimate to use: the best source that has one.
-    pub selected: Option<SourceEstimate>,
-    /// Every source's estimate, best source first.
-    pub sources: Vec<SourceEstimate>,
-    pub exchanges: ExchangeCounters,
-}
-
-/// The session's published state.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct SessionStatus {
-    pub host_id: u32,
-    pub software_stamps: bool,
-    pub zero_checksum: bool,
-    pub peers: Vec<PeerStatus>,
-    pub ignored: IgnoredCounters,
-    pub requests_answered: u64,
-    /// Socket errors (counted, logged, survived).
-    #[serde(default)]
-    pub io_errors: u64,
-}
-
 struct Peer {
     spec: PeerSpec,
+    guard: PeerGuard,
     requester: Requester,
     estimators: BTreeMap<Source, Estimator>,
 }
 
 /// What a transmit-stamp id belongs to.
 enum TxRecord {
-    Request { peer: usize, seq: u32 },
-    Response { to: SocketAddr, response: Probe },
+    Request {
+        peer: usize,
+        seq: u32,
+    },
+    Response {
+        peer: usize,
+        to: SocketAddr,
+        response: Probe,
+    },
 }
 
 pub struct Session {
@@ -166,9 +117,14 @@ impl Session {
                 estimators.insert(s, Estimator::new(ecfg)?);
             }
             let timeout = cfg.timeout.as_nanos() as u64;
+            let mut requester = Requester::new(cfg.host_id, nonce.wrapping_add(i as u64), timeout);
+            if spec.key.is_some() {
+                requester.check_kernel_egress_stamps();
+            }
             peers.push(Peer {
                 spec: spec.clone(),
-                requester: Requester::new(cfg.host_id, nonce.wrapping_add(i as u64), timeout),
+                guard: PeerGuard::new(spec.key.clone()),
+                requester,
                 estimators,
             });
         }
@@ -266,7 +222,9 @@ impl Session {
         let addr = self.peers[i].spec.addr;
         let t1 = self.cfg.clock.now();
         let req = self.peers[i].requester.request(addr, t1);
-        let id = match self.sock.send_to(&req.encode(), addr).await {
+        let mut bytes = req.encode();
+        self.peers[i].guard.seal(&mut bytes);
+        let id = match self.sock.send_to(&bytes, addr).await {
             Ok(id) => id,
             Err(e) => {
                 self.io_failed("send a request", &e);
@@ -292,10 +250,11 @@ impl Session {
                 Some(TxRecord::Request { peer, seq }) => {
                     self.peers[peer].requester.tx_software(seq, stamp)
                 }
-                Some(TxRecord::Response { to, response }) => {
-                    let f = follow_up(&response, stamp);
+                Some(TxRecord::Response { peer, to, response }) => {
+                    let mut f = follow_up(&response, stamp).encode();
+                    self.peers[peer].guard.seal(&mut f);
                     // Follow-ups get no transmit stamp of their own that matters.
-                    if let Err(e) = self.sock.send_to(&f.encode(), to).await {
+                    if let Err(e) = self.sock.send_to(&f, to).await {
                         self.io_failed("send a follow-up", &e);
                     }
                 }
@@ -326,11 +285,28 @@ impl Session {
             self.status.ignored.unknown_peer += 1;
             return;
         };
+        // `decode` accepted exactly PROBE_LEN bytes.
+        let Ok(raw) = <&[u8; PROBE_LEN]>::try_from(bytes) else {
+            self.status.ignored.malformed += 1;
+            return;
+        };
+        if let Err(e) = self.peers[idx].guard.admit(raw) {
+            tracing::debug!(%from, error = %e, "ignoring clock probe");
+            let c = &mut self.status.ignored;
+            match e {
+                AuthReject::Unauthenticated => c.unauthenticated += 1,
+                AuthReject::Forged => c.forged += 1,
+                AuthReject::Replayed => c.replayed += 1,
+            }
+            return;
+        }
         if probe.kind == Kind::Request {
             let two_step = self.sock.software_stamps();
             let t3 = self.cfg.clock.now();
             let resp = respond(&probe, self.cfg.host_id, rx, t3, two_step);
-            let id = match self.sock.send_to(&resp.encode(), from).await {
+            let mut bytes = resp.encode();
+            self.peers[idx].guard.seal(&mut bytes);
+            let id = match self.sock.send_to(&bytes, from).await {
                 Ok(id) => id,
                 Err(e) => {
                     self.io_failed("send a response", &e);
@@ -341,6 +317,7 @@ impl Session {
                 self.tx.insert(
                     id,
                     TxRecord::Response {
+                        peer: idx,
                         to: from,
                         response: resp,
                     },
@@ -382,6 +359,8 @@ impl Session {
                     selected: sources.first().copied(),
                     sources,
                     exchanges: p.requester.counters,
+                    authenticated: p.guard.requires_auth(),
+                    auth: p.guard.counters,
                 }
             })
             .collect();

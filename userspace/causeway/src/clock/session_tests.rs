@@ -6,6 +6,7 @@ use std::{net::SocketAddr, time::Duration};
 use tokio::sync::watch;
 
 use super::{
+    auth::ProbeKey,
     session::{PeerSpec, Session, SessionConfig, SessionStatus},
     source::{raw_tai_now, Source, SyncClock},
     EstimatorConfig,
@@ -18,6 +19,8 @@ fn config(host_id: u32, bind: SocketAddr, peer: SocketAddr, clock: SyncClock) ->
         peers: vec![PeerSpec {
             name: "peer".into(),
             addr: peer,
+            key_file: None,
+            key: None,
         }],
         interval: Duration::from_millis(20),
         fast_start: 8,
@@ -116,4 +119,61 @@ async fn ipv6_loopback_sessions_work() {
     .await;
     let sel = st.peers[0].selected.expect("an estimate over IPv6");
     assert!(sel.offset_ns.abs() <= sel.error_bound_ns, "{sel:?}");
+}
+
+fn keyed(mut c: SessionConfig, key: Option<[u8; 32]>) -> SessionConfig {
+    c.peers[0].key = key.map(ProbeKey::from_bytes);
+    c
+}
+
+#[tokio::test]
+async fn sessions_sharing_a_key_converge_and_refuse_nothing() {
+    let (a, b) = free_port_pair("127.0.0.1");
+    let k = Some([7u8; 32]);
+    let st = pair(
+        keyed(config(1, a, b, SyncClock::IDENTITY), k),
+        keyed(config(2, b, a, SyncClock::IDENTITY), k),
+        Duration::from_millis(1000),
+    )
+    .await;
+    let peer = &st.peers[0];
+    assert!(peer.authenticated);
+    assert!(peer.exchanges.completed >= 10, "{:?}", peer.exchanges);
+    let sel = peer
+        .selected
+        .expect("an estimate with authenticated probes");
+    assert!(sel.offset_ns.abs() <= sel.error_bound_ns, "{sel:?}");
+    let i = st.ignored;
+    assert_eq!(
+        (i.malformed, i.unauthenticated, i.forged, i.replayed),
+        (0, 0, 0, 0),
+        "{st:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_wrong_or_missing_key_yields_no_estimate_and_is_counted() {
+    // B holds another key: every response is forged as far as A can tell.
+    let (a, b) = free_port_pair("127.0.0.1");
+    let st = pair(
+        keyed(config(1, a, b, SyncClock::IDENTITY), Some([7u8; 32])),
+        keyed(config(2, b, a, SyncClock::IDENTITY), Some([8u8; 32])),
+        Duration::from_millis(600),
+    )
+    .await;
+    assert!(st.peers[0].selected.is_none(), "{st:?}");
+    assert!(st.ignored.forged >= 5, "{:?}", st.ignored);
+    assert_eq!(st.peers[0].auth.forged, st.ignored.forged);
+    assert_eq!(st.peers[0].exchanges.completed, 0);
+    // B has no key: it answers, untagged, and A refuses every answer.
+    let (a, b) = free_port_pair("127.0.0.1");
+    let st = pair(
+        keyed(config(1, a, b, SyncClock::IDENTITY), Some([7u8; 32])),
+        config(2, b, a, SyncClock::IDENTITY),
+        Duration::from_millis(600),
+    )
+    .await;
+    assert!(st.peers[0].selected.is_none(), "{st:?}");
+    assert!(st.ignored.unauthenticated >= 5, "{:?}", st.ignored);
+    assert_eq!(st.ignored.forged, 0);
 }

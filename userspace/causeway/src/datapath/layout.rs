@@ -106,6 +106,11 @@ impl Layout {
         self.state_root.join("lock")
     }
 
+    /// The policy audit log (`datapath::audit`).
+    pub fn audit_log(&self) -> PathBuf {
+        self.state_root.join("audit.log")
+    }
+
     /// Every (scope, interface) with a pin directory, sorted; only `scope`
     /// when given.
     pub fn attachments(

@@ -10,6 +10,7 @@
 
 pub mod apply;
 pub mod attach;
+pub mod audit;
 pub mod bpffs;
 pub mod fault;
 pub mod layout;

@@ -6,6 +6,7 @@
 use super::{
     apply::{self, Applied, ApplyError, PolicyInput, RulesState, Target},
     attach::{self, inspect, AttachMode, Attached, Detached, PinState},
+    audit::AuditLog,
     fault::FaultPlan,
     layout::Layout,
     netns::NetnsScope,
@@ -116,6 +117,46 @@ impl Locked<'_> {
         input: &PolicyInput,
         faults: &FaultPlan,
     ) -> Result<Vec<Applied>, ApplyError> {
+        let mut audit = self.open_audit()?;
+        let result = self.apply_unaudited(ifaces, input, faults);
+        self.audit(&mut audit, "apply", ifaces, input, result.as_ref().err());
+        result
+    }
+
+    fn open_audit(&self) -> Result<AuditLog, ApplyError> {
+        AuditLog::open(&self.dp.layout.audit_log()).map_err(|e| ApplyError::Datapath(Box::new(e)))
+    }
+
+    /// Appends the outcome of a change to the audit log (opened before the
+    /// change; a failure to append now is logged loudly, the change stands).
+    fn audit(
+        &self,
+        log: &mut AuditLog,
+        command: &str,
+        ifaces: &[String],
+        input: &PolicyInput,
+        failed: Option<&ApplyError>,
+    ) {
+        let outcome = failed.map_or_else(|| "applied".to_string(), |e| format!("failed: {e}"));
+        let r = AuditLog::record(
+            command,
+            self.dp.scope.to_string(),
+            ifaces,
+            &input.source,
+            &input.text,
+            outcome,
+        );
+        if let Err(e) = log.append(&r) {
+            tracing::error!(error = %e, "policy change not recorded in the audit log");
+        }
+    }
+
+    fn apply_unaudited(
+        &self,
+        ifaces: &[String],
+        input: &PolicyInput,
+        faults: &FaultPlan,
+    ) -> Result<Vec<Applied>, ApplyError> {
         let policy = input
             .parse()
             .map_err(|e| ApplyError::Invalid(Box::new(e)))?;
@@ -147,6 +188,29 @@ impl Locked<'_> {
     /// its rules in the maps before the program sees a frame, and a failure
     /// later removes the whole new attachment again.
     pub fn attach(
+        &self,
+        iface: &str,
+        mode: AttachMode,
+        input: Option<&PolicyInput>,
+        faults: &FaultPlan,
+    ) -> Result<AttachedWithPolicy, ApplyError> {
+        let Some(policy_input) = input else {
+            return self.attach_unaudited(iface, mode, None, faults);
+        };
+        let mut audit = self.open_audit()?;
+        let result = self.attach_unaudited(iface, mode, input, faults);
+        let ifaces = [iface.to_string()];
+        self.audit(
+            &mut audit,
+            "attach",
+            &ifaces,
+            policy_input,
+            result.as_ref().err(),
+        );
+        result
+    }
+
+    fn attach_unaudited(
         &self,
         iface: &str,
         mode: AttachMode,

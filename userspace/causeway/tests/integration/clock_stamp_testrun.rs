@@ -182,3 +182,32 @@ fn stamping_is_off_until_a_port_is_configured() {
         .expect("config");
     assert_ne!(h.run(&frame, false, clock).0, frame);
 }
+
+#[test]
+fn tagged_probes_still_verify_after_the_kernel_stamps_them() {
+    require_root!("tagged_probes_still_verify_after_the_kernel_stamps_them");
+    // The tag excludes exactly the slots and flags the real programs write
+    // (`bpf_maps::clock`, "Authentication"): verify after each hook.
+    use causeway::clock::auth::{seal, verify, ProbeKey};
+    let clock = SyncClock::IDENTITY;
+    let h = Harness::new(clock, CLOCK_PORT);
+    let key = ProbeKey::from_bytes([0x5a; 32]);
+    let cases = [
+        (Kind::Request, true, 40000, CLOCK_PORT),
+        (Kind::Request, false, 40000, CLOCK_PORT),
+        (Kind::Response, true, CLOCK_PORT, 40000),
+        (Kind::Response, false, CLOCK_PORT, 40000),
+    ];
+    for (kind, egress, sport, dport) in cases {
+        let mut sealed = [0u8; PROBE_LEN];
+        sealed.copy_from_slice(&probe(kind));
+        seal(&key, &mut sealed);
+        let frame = ipv4_udp(sport, dport, 0, &sealed);
+        let (out, _, _) = h.run(&frame, egress, clock);
+        assert_ne!(out, frame, "{kind:?} egress={egress}: not stamped");
+        let mut got = [0u8; PROBE_LEN];
+        got.copy_from_slice(&out[PAYLOAD..PAYLOAD + PROBE_LEN]);
+        assert_eq!(verify(&key, &got), Ok(()), "{kind:?} egress={egress}");
+        Probe::decode(&got).expect("still a valid probe");
+    }
+}

@@ -13,6 +13,7 @@ mod cli_pipes;
 mod clock_stamp_testrun;
 mod gcra_testrun;
 mod policy_apply_undo;
+mod policy_audit;
 mod probe_codec;
 mod program_table;
 mod tc_testrun;

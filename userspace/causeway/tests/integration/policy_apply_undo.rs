@@ -65,7 +65,7 @@ dscp = "af41"
 class = "video"
 "#;
 
-const UNSHAPED: &str = r#"
+pub(crate) const UNSHAPED: &str = r#"
 [[class]]
 id = 2
 name = "gradient"
@@ -78,7 +78,7 @@ src_port = 4000
 class = "gradient"
 "#;
 
-const INVALID: &str = r#"
+pub(crate) const INVALID: &str = r#"
 [[class]]
 id = 2
 name = "gradient"
@@ -91,14 +91,14 @@ class = "gradient"
 
 /// The namespace, its veth, and the test's pin and state roots; all
 /// removed on drop, also when the test panics.
-struct Setup {
-    ns: String,
-    iface: String,
-    layout: Layout,
+pub(crate) struct Setup {
+    pub(crate) ns: String,
+    pub(crate) iface: String,
+    pub(crate) layout: Layout,
 }
 
 impl Setup {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = format!("{}x{n}", std::process::id());
@@ -136,7 +136,7 @@ impl Setup {
 
     /// Runs `f` on a thread inside the namespace (children it spawns, `tc`
     /// and `bpftool`, inherit it).
-    fn in_ns<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+    pub(crate) fn in_ns<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         let path = format!("/run/netns/{}", self.ns);
         std::thread::spawn(move || {
             let file = File::open(&path).expect("open the namespace");
@@ -147,7 +147,7 @@ impl Setup {
         .unwrap_or_else(|e| std::panic::resume_unwind(e))
     }
 
-    fn datapath(&self) -> Datapath {
+    pub(crate) fn datapath(&self) -> Datapath {
         Datapath::new(self.layout.clone(), NetnsScope::Named(self.ns.clone()))
     }
 }

@@ -38,6 +38,11 @@ pub struct ExchangeCounters {
     pub wrong_nonce: u64,
     pub replayed: u64,
     pub wrong_kind: u64,
+    /// Kernel samples dropped because an egress stamp (which no tag
+    /// covers) contradicts the covered or local stamps
+    /// ([`Requester::check_kernel_egress_stamps`]).
+    #[serde(default)]
+    pub kernel_inconsistent: u64,
 }
 
 /// Local receive stamps of a response.
@@ -70,6 +75,7 @@ pub struct Requester {
     pending: BTreeMap<u32, Pending>,
     /// Sequence numbers answered recently (for replay detection).
     answered: BTreeMap<u32, u64>,
+    check_kernel_egress: bool,
     pub counters: ExchangeCounters,
 }
 
@@ -82,8 +88,21 @@ impl Requester {
             timeout_ns,
             pending: BTreeMap::new(),
             answered: BTreeMap::new(),
+            check_kernel_egress: false,
             counters: ExchangeCounters::default(),
         }
+    }
+
+    /// For authenticated peers: the kernel egress stamps t1 (request) and
+    /// t3 (response) cross the wire outside the tag, so a kernel sample is
+    /// used only if they agree with the stamps the tag covers or this host
+    /// took: u1 ≤ k1, k4 ≤ u4 (ours), k2 ≤ u2, u3 ≤ k3 (the responder's,
+    /// covered) and k3 − k2 ≤ k4 − k1. Then the kernel sample's offset
+    /// interval lies inside the covered userspace one, which holds the
+    /// truth: a rewrite can bias the kernel source at most by the
+    /// userspace-stamped round trip, never beyond it.
+    pub fn check_kernel_egress_stamps(&mut self) {
+        self.check_kernel_egress = true;
     }
 
     /// A new request to `peer`, stamped `user_t1` (taken just before send).
@@ -175,8 +194,20 @@ impl Requester {
     fn on_response(&mut self, probe: &Probe, p: Pending, rx: RxStamps) -> Vec<(Source, Sample)> {
         let mut out = Vec::new();
         let all_kernel = (0..4).all(|s| probe.flags & (FLAG_KERNEL_T1 << s) != 0);
-        if all_kernel {
-            let k = probe.stamps[KERNEL];
+        let k = probe.stamps[KERNEL];
+        let u = probe.stamps[USER];
+        let consistent = !self.check_kernel_egress
+            || (p.user_t1 <= k[0]
+                && k[3] <= rx.user
+                && k[1] <= u[1]
+                && u[2] <= k[2]
+                && k[0] <= k[3]
+                && k[1] <= k[2]
+                && k[2] - k[1] <= k[3] - k[0]);
+        if all_kernel && !consistent {
+            self.counters.kernel_inconsistent += 1;
+        }
+        if all_kernel && consistent {
             out.push((
                 Source::Kernel,
                 Sample {
@@ -187,7 +218,6 @@ impl Requester {
                 },
             ));
         }
-        let u = probe.stamps[USER];
         if u[0] == p.user_t1 && u[1] != 0 && u[2] != 0 {
             out.push((
                 Source::Userspace,

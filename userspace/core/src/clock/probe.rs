@@ -58,9 +58,7 @@ pub enum DecodeError {
     Kind(u8),
     #[error("unknown flags {0:#06x}")]
     Flags(u16),
-    #[error("authenticated probes are not supported by this version")]
-    Auth,
-    #[error("reserved auth field is not zero")]
+    #[error("auth field is not zero but FLAG_AUTH is clear")]
     AuthNotZero,
     #[error("kernel flag set for slot t{0} but the slot is empty")]
     KernelFlagWithoutStamp(usize),
@@ -136,15 +134,14 @@ impl Probe {
             k => return Err(DecodeError::Kind(k)),
         };
         let flags = u16_at(PROBE_OFF_FLAGS);
-        if flags & FLAG_AUTH != 0 {
-            return Err(DecodeError::Auth);
-        }
         if flags & !FLAGS_KNOWN_V1 != 0 {
             return Err(DecodeError::Flags(flags & !FLAGS_KNOWN_V1));
         }
-        if b[PROBE_OFF_AUTH..PROBE_OFF_AUTH + PROBE_AUTH_LEN]
-            .iter()
-            .any(|&x| x != 0)
+        // The tag itself is checked by `auth` (it needs the peer's key).
+        if flags & FLAG_AUTH == 0
+            && b[PROBE_OFF_AUTH..PROBE_OFF_AUTH + PROBE_AUTH_LEN]
+                .iter()
+                .any(|&x| x != 0)
         {
             return Err(DecodeError::AuthNotZero);
         }
@@ -258,9 +255,11 @@ mod tests {
             b[off] = byte;
             assert_eq!(Probe::decode(&b), Err(err), "byte {off} = {byte}");
         }
+        // With FLAG_AUTH the field is a tag: the codec leaves it to `auth`.
         let mut b = good;
         b[PROBE_OFF_FLAGS + 1] |= FLAG_AUTH as u8;
-        assert_eq!(Probe::decode(&b), Err(DecodeError::Auth));
+        b[PROBE_OFF_AUTH + 3] = 1;
+        assert!(Probe::decode(&b).is_ok());
     }
 
     #[test]
@@ -293,7 +292,8 @@ mod tests {
     fn every_single_byte_corruption_is_refused_or_decodes_consistently() {
         // Flipping any bit either yields a clean error or a probe whose
         // re-encoding is exactly the corrupted bytes: the decoder never
-        // invents or drops information.
+        // invents or drops information (the auth field, a tag checked by
+        // `auth`, aside).
         let good = response().encode();
         for i in 0..PROBE_LEN {
             for bit in 0..8 {
