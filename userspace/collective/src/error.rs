@@ -44,6 +44,8 @@ pub enum StoreError {
     Protocol(String),
     #[error("store: value of key {key:?} is not a number")]
     NotANumber { key: String },
+    #[error("store: {0}")]
+    Tls(Box<TlsError>),
 }
 
 /// Mutual TLS between ranks and with the bootstrap store: every variant that

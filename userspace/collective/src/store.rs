@@ -18,7 +18,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::StoreError;
+use crate::store_stream::StoreStream;
 use crate::transport::tagging::{self, TrafficKind};
+use crate::transport::tls_config::TlsContext;
 
 /// Store connections are control traffic (see [`tagging`]).
 fn tag<'a>(s: impl Into<socket2::SockRef<'a>>) -> std::io::Result<()> {
@@ -56,6 +58,12 @@ pub struct StoreServer {
 impl StoreServer {
     /// Binds `addr` (port 0 picks a free port) and serves in background threads.
     pub fn bind(addr: SocketAddr) -> Result<Self, StoreError> {
+        Self::bind_tls(addr, None)
+    }
+
+    /// As [`bind`](Self::bind); with `tls`, every client must complete a
+    /// mutual TLS handshake before its first request is read.
+    pub fn bind_tls(addr: SocketAddr, tls: Option<Arc<TlsContext>>) -> Result<Self, StoreError> {
         let io = |context, e| StoreError::Io {
             addr: addr.to_string(),
             context,
@@ -63,12 +71,20 @@ impl StoreServer {
         };
         let listener = TcpListener::bind(addr).map_err(|e| io("bind", e))?;
         tag(&listener).map_err(|e| io("tag", e))?;
-        Self::serve_on(listener)
+        Self::serve_on_tls(listener, tls)
     }
 
     /// Serves on a listener that is already bound (a communicator's idle mesh
     /// listener, whose address every peer knows: see `membership`).
     pub fn serve_on(listener: TcpListener) -> Result<Self, StoreError> {
+        Self::serve_on_tls(listener, None)
+    }
+
+    /// As [`serve_on`](Self::serve_on), with mutual TLS when `tls` is set.
+    pub fn serve_on_tls(
+        listener: TcpListener,
+        tls: Option<Arc<TlsContext>>,
+    ) -> Result<Self, StoreError> {
         let addr = listener
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
@@ -86,7 +102,7 @@ impl StoreServer {
         let (stop2, state2) = (stop.clone(), state.clone());
         thread::Builder::new()
             .name("cw-store".into())
-            .spawn(move || accept_loop(listener, state2, stop2))
+            .spawn(move || accept_loop(listener, state2, stop2, tls))
             .map_err(|e| io("spawn", e))?;
         Ok(StoreServer { addr, stop, state })
     }
@@ -112,24 +128,34 @@ impl Drop for StoreServer {
     }
 }
 
-fn accept_loop(listener: TcpListener, state: Arc<State>, stop: Arc<AtomicBool>) {
+fn accept_loop(
+    listener: TcpListener,
+    state: Arc<State>,
+    stop: Arc<AtomicBool>,
+    tls: Option<Arc<TlsContext>>,
+) {
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((s, _)) => {
                 let _ = tag(&s);
-                let (state, stop) = (state.clone(), stop.clone());
+                let (state, stop, tls) = (state.clone(), stop.clone(), tls.clone());
                 let _ = thread::Builder::new()
                     .name("cw-store-conn".into())
-                    .spawn(move || serve(s, state, stop));
+                    .spawn(move || {
+                        let _ = s.set_nonblocking(false);
+                        let _ = s.set_nodelay(true);
+                        match StoreStream::server(s, tls.as_ref()) {
+                            Ok(s) => serve(s, state, stop),
+                            Err(e) => tracing::warn!(%e, "store: connection refused"),
+                        }
+                    });
             }
             Err(_) => thread::sleep(Duration::from_millis(5)),
         }
     }
 }
 
-fn serve(mut s: TcpStream, state: Arc<State>, stop: Arc<AtomicBool>) {
-    let _ = s.set_nonblocking(false);
-    let _ = s.set_nodelay(true);
+fn serve(mut s: StoreStream, state: Arc<State>, stop: Arc<AtomicBool>) {
     state.clients.fetch_add(1, Ordering::AcqRel);
     state.accepted.fetch_add(1, Ordering::AcqRel);
     let mut will: Option<(String, Vec<u8>)> = None;
@@ -214,7 +240,7 @@ fn handle(
     }
 }
 
-fn read_request(s: &mut TcpStream) -> Result<(u8, String, Vec<u8>, Duration), StoreError> {
+fn read_request(s: &mut impl Read) -> Result<(u8, String, Vec<u8>, Duration), StoreError> {
     let proto = StoreError::Protocol;
     let mut h = [0u8; 3];
     s.read_exact(&mut h).map_err(|e| proto(e.to_string()))?;
@@ -242,27 +268,40 @@ fn read_request(s: &mut TcpStream) -> Result<(u8, String, Vec<u8>, Duration), St
     ))
 }
 
-fn write_msg(s: &mut TcpStream, parts: &[&[u8]]) -> std::io::Result<()> {
+fn write_msg(s: &mut impl Write, parts: &[&[u8]]) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
     parts.iter().for_each(|p| buf.extend_from_slice(p));
-    s.write_all(&buf)
+    s.write_all(&buf)?;
+    s.flush()
 }
 
 /// A connection to the store.
 pub struct StoreClient {
-    stream: TcpStream,
+    stream: StoreStream,
     addr: SocketAddr,
 }
 
 impl StoreClient {
     /// Connects, retrying until `timeout` (the server may not be up yet).
     pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<Self, StoreError> {
+        Self::connect_tls(addr, timeout, None)
+    }
+
+    /// As [`connect`](Self::connect), over mutual TLS when `tls` is set (a
+    /// refused handshake is not retried).
+    pub fn connect_tls(
+        addr: SocketAddr,
+        timeout: Duration,
+        tls: Option<&Arc<TlsContext>>,
+    ) -> Result<Self, StoreError> {
         let deadline = Instant::now() + timeout;
         loop {
             match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
                 Ok(stream) => {
                     let _ = stream.set_nodelay(true);
                     let _ = tag(&stream);
+                    let stream = StoreStream::client(stream, tls, &addr.to_string())
+                        .map_err(|e| StoreError::Tls(Box::new(e)))?;
                     return Ok(StoreClient { stream, addr });
                 }
                 Err(e) if Instant::now() >= deadline => {
@@ -287,12 +326,13 @@ impl StoreClient {
         })?;
         let _ = stream.set_nodelay(true);
         let _ = tag(&stream);
+        let stream = StoreStream::Plain(stream);
         Ok(StoreClient { stream, addr })
     }
 
     /// The local address of the connection: the interface that reaches the master.
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.stream.local_addr().ok()
+        self.stream.tcp().local_addr().ok()
     }
 
     fn call(
@@ -322,6 +362,7 @@ impl StoreClient {
             &ms.to_le_bytes(),
         ];
         self.stream
+            .tcp()
             .set_read_timeout(Some(timeout + Duration::from_secs(10)))
             .map_err(|e| io("set timeout", e))?;
         write_msg(&mut self.stream, &req).map_err(|e| io("send", e))?;
