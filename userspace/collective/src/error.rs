@@ -46,6 +46,9 @@ pub enum StoreError {
     NotANumber { key: String },
     #[error("store: {0}")]
     Tls(Box<TlsError>),
+    /// A limit of the store refused this request (the connection goes on).
+    #[error("store: request on key {key:?} {reason}")]
+    Refused { key: String, reason: String },
 }
 
 /// Mutual TLS between ranks and with the bootstrap store: every variant that

@@ -123,7 +123,13 @@ mod rendezvous;
 pub mod schedule;
 mod setup;
 pub mod store;
+mod store_client;
+mod store_limits;
 mod store_stream;
+/// Certificates for the TLS tests (shared with the integration tests).
+#[cfg(test)]
+#[path = "../tests/integration/pki.rs"]
+mod test_pki;
 pub mod topology;
 pub mod transport;
 pub mod wire;

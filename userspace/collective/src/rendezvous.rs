@@ -104,7 +104,12 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
         .local_addr()
         .map_err(|e| CollectiveError::io("listener address", e))?;
 
-    if store.add(&format!("claim/{}", id.rank), 1)? > 1 {
+    let claimed = match store.add(&format!("claim/{}", id.rank), 1) {
+        // With TLS: another certificate claimed this rank first.
+        Err(StoreError::Refused { .. }) => 2,
+        r => r?,
+    };
+    if claimed > 1 {
         store.set("error", format!("dup {}", id.rank).as_bytes())?;
         return Err(CollectiveError::DuplicateRank { rank: id.rank });
     }

@@ -53,6 +53,14 @@ impl StoreStream {
         Ok(StoreStream::Tls(Box::new(t)))
     }
 
+    /// The client's certificate (DER), with TLS: who owns the keys it claims.
+    pub fn peer_identity(&self) -> Option<Vec<u8>> {
+        match self {
+            StoreStream::Plain(_) => None,
+            StoreStream::Tls(t) => t.peer_certificate().map(|c| c.as_ref().to_vec()),
+        }
+    }
+
     pub fn tcp(&self) -> &TcpStream {
         match self {
             StoreStream::Plain(s) => s,

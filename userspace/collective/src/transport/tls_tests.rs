@@ -6,8 +6,7 @@ use time::{Duration, OffsetDateTime};
 use super::*;
 use crate::transport::tls_config::{peer_name, TlsFiles, TlsMode};
 
-#[path = "../../tests/integration/pki.rs"]
-mod pki;
+use crate::test_pki as pki;
 
 fn context(
     dir: &std::path::Path,
