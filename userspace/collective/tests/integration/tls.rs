@@ -200,3 +200,54 @@ fn a_store_client_without_a_trusted_certificate_cannot_claim_a_rank_and_the_job_
         );
     }
 }
+
+#[test]
+fn rotating_a_certificate_during_a_sequence_of_allreduces_fails_none_of_them() {
+    let d = pki::dir("it-rotate");
+    let layout: Layout = vec![("d0".into(), "h0".into()), ("d1".into(), "h1".into())];
+    let (d0, d1) = (Ca::new("d0"), Ca::new("d1"));
+    let tls = rank_settings(&d, &layout, &[&d0, &d1], TlsMode::Wan, |r| {
+        layout[r].0.clone()
+    });
+    let rotate = |r: usize| {
+        // A new key and certificate in place of the old files, as an
+        // operator's rotation would leave them.
+        let ca = if r == 0 { &d0 } else { &d1 };
+        let (cert, key) = ca.issue(&layout[r].1);
+        let f = tls[r].files.as_ref().expect("files");
+        std::fs::write(&f.cert, cert).expect("write");
+        std::fs::write(&f.key, key).expect("write");
+    };
+    let want = {
+        let (a, b) = (input(0, 50_000), input(1, 50_000));
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| (x + y).to_bits())
+            .collect::<Vec<u32>>()
+    };
+    // Rank 1's files change between allreduces: the running job keeps its
+    // connections, every call completes.
+    let got = run(&layout, &tls, |c| {
+        (0..6)
+            .map(|i| {
+                if i == 3 && c.rank() == 1 {
+                    rotate(1);
+                }
+                allreduce_bits(c)
+            })
+            .collect::<Vec<_>>()
+    });
+    for (r, g) in got.into_iter().enumerate() {
+        let g = g.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        assert!(g.iter().all(|v| *v == want), "rank {r}: a result differs");
+    }
+    // The next job starts with rank 1's new certificate, rank 0 keeps its old one.
+    let got = run(&layout, &tls, allreduce_bits);
+    for (r, g) in got.into_iter().enumerate() {
+        assert_eq!(
+            g.unwrap_or_else(|e| panic!("rank {r}: {e}")),
+            want,
+            "rank {r}"
+        );
+    }
+}
