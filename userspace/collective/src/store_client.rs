@@ -39,7 +39,8 @@ impl StoreClient {
                 Ok(stream) => {
                     let _ = stream.set_nodelay(true);
                     let _ = tag(&stream);
-                    let stream = StoreStream::client(stream, tls, &addr.to_string())
+                    let wait = crate::store_stream::HANDSHAKE_TIMEOUT;
+                    let stream = StoreStream::client(stream, tls, &addr.to_string(), wait)
                         .map_err(|e| StoreError::Tls(Box::new(e)))?;
                     return Ok(StoreClient { stream, addr });
                 }
@@ -58,6 +59,18 @@ impl StoreClient {
     /// One connection attempt, no retry: `Err` when nothing listens at `addr`
     /// (a dead process) or it does not answer the handshake within `timeout`.
     pub fn connect_once(addr: SocketAddr, timeout: Duration) -> Result<Self, StoreError> {
+        Self::connect_once_tls(addr, timeout, None, Duration::ZERO)
+    }
+
+    /// As [`connect_once`](Self::connect_once), over mutual TLS when `tls`
+    /// is set; the handshake waits up to `wait` for a server that accepts
+    /// but does not serve yet.
+    pub fn connect_once_tls(
+        addr: SocketAddr,
+        timeout: Duration,
+        tls: Option<&Arc<TlsContext>>,
+        wait: Duration,
+    ) -> Result<Self, StoreError> {
         let stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| StoreError::Io {
             addr: addr.to_string(),
             context: "connect",
@@ -65,7 +78,8 @@ impl StoreClient {
         })?;
         let _ = stream.set_nodelay(true);
         let _ = tag(&stream);
-        let stream = StoreStream::Plain(stream);
+        let stream = StoreStream::client(stream, tls, &addr.to_string(), wait)
+            .map_err(|e| StoreError::Tls(Box::new(e)))?;
         Ok(StoreClient { stream, addr })
     }
 

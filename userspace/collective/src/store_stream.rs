@@ -21,19 +21,21 @@ pub(crate) enum StoreStream {
 }
 
 /// How long a TLS handshake with the store may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl StoreStream {
-    /// The client side of a connection to `addr`.
+    /// The client side of a connection to `addr`; the handshake may wait
+    /// `wait` for the server (at least [`HANDSHAKE_TIMEOUT`]).
     pub fn client(
         s: TcpStream,
         tls: Option<&Arc<TlsContext>>,
         addr: &str,
+        wait: Duration,
     ) -> Result<Self, TlsError> {
         let Some(ctx) = tls else {
             return Ok(StoreStream::Plain(s));
         };
-        let _ = s.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
+        let _ = s.set_read_timeout(Some(wait.max(HANDSHAKE_TIMEOUT)));
         let t = tls::connect_store(ctx, s, format!("store at {addr}"))?;
         Ok(StoreStream::Tls(Box::new(t)))
     }

@@ -45,7 +45,7 @@ fn rank_settings(
 fn run<R: Send>(
     layout: &Layout,
     tls: &[TlsSettings],
-    f: impl Fn(&Communicator) -> R + Sync,
+    f: impl Fn(Communicator) -> R + Sync,
 ) -> Vec<Result<R, CollectiveError>> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -64,7 +64,7 @@ fn run<R: Send>(
                     .host_id(h)
                     .options(test_options())
                     .tls(tls[r].clone());
-                s.spawn(move || b.build().map(|c| f(&c)))
+                s.spawn(move || b.build().map(f))
             })
             .collect();
         hs.into_iter()
@@ -90,10 +90,12 @@ fn allreduce_over_tls_gives_the_bits_of_plaintext() {
     let d = pki::dir("it-bits");
     let layout = two_domains(4);
     let (d0, d1) = (Ca::new("d0"), Ca::new("d1"));
-    let plain = run(&layout, &vec![TlsSettings::default(); 4], allreduce_bits);
+    let plain = run(&layout, &vec![TlsSettings::default(); 4], |c| {
+        allreduce_bits(&c)
+    });
     for mode in [TlsMode::Wan, TlsMode::All] {
         let tls = rank_settings(&d, &layout, &[&d0, &d1], mode, |r| layout[r].0.clone());
-        let got = run(&layout, &tls, allreduce_bits);
+        let got = run(&layout, &tls, |c| allreduce_bits(&c));
         for (r, (p, t)) in plain.iter().zip(&got).enumerate() {
             let (p, t) = (p.as_ref().expect("plain"), t.as_ref().expect("tls"));
             assert!(
@@ -233,7 +235,7 @@ fn rotating_a_certificate_during_a_sequence_of_allreduces_fails_none_of_them() {
                 if i == 3 && c.rank() == 1 {
                     rotate(1);
                 }
-                allreduce_bits(c)
+                allreduce_bits(&c)
             })
             .collect::<Vec<_>>()
     });
@@ -242,12 +244,49 @@ fn rotating_a_certificate_during_a_sequence_of_allreduces_fails_none_of_them() {
         assert!(g.iter().all(|v| *v == want), "rank {r}: a result differs");
     }
     // The next job starts with rank 1's new certificate, rank 0 keeps its old one.
-    let got = run(&layout, &tls, allreduce_bits);
+    let got = run(&layout, &tls, |c| allreduce_bits(&c));
     for (r, g) in got.into_iter().enumerate() {
         assert_eq!(
             g.unwrap_or_else(|e| panic!("rank {r}: {e}")),
             want,
             "rank {r}"
         );
+    }
+}
+
+/// With TLS on every link, rank 3 leaves; the survivors (two domains) shrink
+/// through a TLS standby store and TLS links, and their allreduce is exact.
+#[test]
+fn survivors_shrink_over_tls() {
+    let d = pki::dir("it-shrink");
+    let layout: Layout = (0..4)
+        .map(|r| (format!("d{}", r % 2), format!("h{r}")))
+        .collect();
+    let (d0, d1) = (Ca::new("d0"), Ca::new("d1"));
+    let tls = rank_settings(&d, &layout, &[&d0, &d1], TlsMode::All, |r| {
+        layout[r].0.clone()
+    });
+    let all_done = std::sync::Barrier::new(4);
+    let got = run(&layout, &tls, |mut c| {
+        allreduce_bits(&c);
+        // Rank 3 leaves only once every rank has its result.
+        all_done.wait();
+        if c.rank() == 3 {
+            return None;
+        }
+        // Until the loss of rank 3 shows.
+        while c.barrier().is_ok() {}
+        let next = c
+            .shrink()
+            .unwrap_or_else(|e| panic!("rank {}: shrink: {e}", c.rank()));
+        let mut v = vec![next.rank() as f32 + 1.0; 1000];
+        next.allreduce(&mut v, ReduceOp::Sum)
+            .expect("allreduce after shrink");
+        Some((next.world_size(), v))
+    });
+    for (r, g) in got.into_iter().enumerate().take(3) {
+        let (world, v) = g.expect("rank").expect("survivor");
+        assert_eq!(world, 3, "rank {r}");
+        assert!(v.iter().all(|x| *x == 6.0), "rank {r}: {:?}", &v[..4]);
     }
 }
