@@ -65,6 +65,11 @@ impl CommunicatorBuilder {
         self.opts.wan_codec = c;
         self
     }
+    /// Mutual TLS (as `CAUSEWAY_TLS*`).
+    pub fn tls(mut self, t: crate::transport::tls_config::TlsSettings) -> Self {
+        self.opts.tls = t;
+        self
+    }
     /// `false`: rank 0 does not start a store (one is already running at `master`).
     pub fn host_store(mut self, yes: bool) -> Self {
         self.host_store = yes;

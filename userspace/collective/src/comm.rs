@@ -91,7 +91,13 @@ impl Communicator {
                 return Err(e);
             }
         };
-        let seat = Seat::new(&id, &opts, joined.addrs.clone(), joined.listener);
+        let seat = Seat::new(
+            &id,
+            &opts,
+            joined.addrs.clone(),
+            joined.listener,
+            joined.tls.clone(),
+        );
         let pool = BufferPool::new(64 + 4 * id.world * opts.window);
         let (ev_tx, ev_rx) = channel();
         // Data frames carry at most one chunk; control frames (aborts) up to a few KiB.

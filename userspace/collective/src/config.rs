@@ -83,6 +83,9 @@ pub struct Options {
     /// Ports this rank may accept peers on (`CAUSEWAY_PORT_BASE`,
     /// `CAUSEWAY_PORT_COUNT`): the first free one is taken.
     pub ports: causeway_core::traffic::ListenPorts,
+    /// Mutual TLS (`CAUSEWAY_TLS`, `CAUSEWAY_TLS_CERT`, `CAUSEWAY_TLS_KEY`,
+    /// `CAUSEWAY_TLS_CA`): see [`crate::transport::tls_config`].
+    pub tls: crate::transport::tls_config::TlsSettings,
 }
 
 impl Default for Options {
@@ -108,6 +111,7 @@ impl Default for Options {
             latency_bytes: 256 << 10,
             wan_codec: crate::codec::CodecSpec::None,
             ports: causeway_core::traffic::ListenPorts::default(),
+            tls: Default::default(),
         }
     }
 }
@@ -261,6 +265,7 @@ impl Options {
                 })?;
         }
         o.ports = ports_from_env(o.ports)?;
+        o.tls = crate::transport::tls_config::TlsSettings::from_env()?;
         o.validate()?;
         Ok(o)
     }

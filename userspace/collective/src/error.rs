@@ -44,6 +44,39 @@ pub enum StoreError {
     Protocol(String),
     #[error("store: value of key {key:?} is not a number")]
     NotANumber { key: String },
+    #[error("store: {0}")]
+    Tls(Box<TlsError>),
+    /// A limit of the store refused this request (the connection goes on).
+    #[error("store: request on key {key:?} {reason}")]
+    Refused { key: String, reason: String },
+}
+
+/// Mutual TLS between ranks and with the bootstrap store: every variant that
+/// is about a connection names its peer (`rank 2 at 10.0.0.2:4000`, `store
+/// client 10.0.0.9:51000`).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TlsError {
+    /// A certificate, key or CA file that cannot be used.
+    #[error("TLS file {path}: {reason}")]
+    File { path: String, reason: String },
+    /// A domain or host label that cannot be part of a certificate name.
+    #[error("TLS identity: {0}")]
+    Label(String),
+    /// The handshake failed: the peer's certificate was refused (another
+    /// CA, expired, not for this name) or the peer refused ours.
+    #[error("TLS handshake with {peer}: {source}")]
+    Handshake { peer: String, source: rustls::Error },
+    /// The peer's certificate is valid but names another domain or host than
+    /// the rendezvous gives that rank.
+    #[error("TLS peer {peer}: its certificate does not name {expected}")]
+    WrongIdentity { peer: String, expected: String },
+    /// A connection that must be TLS arrived in plaintext (or the reverse).
+    #[error("TLS peer {peer}: {detail}")]
+    Refused { peer: String, detail: String },
+    /// A record failed to decrypt or authenticate (tampered ciphertext) or
+    /// broke the protocol: the connection is closed.
+    #[error("TLS record from {peer}: {source}")]
+    Record { peer: String, source: rustls::Error },
 }
 
 /// Everything a collective operation or the communicator set-up can fail with.
@@ -159,6 +192,8 @@ pub enum CollectiveError {
     },
     #[error("shared memory: {0}")]
     Shm(String),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 impl CollectiveError {

@@ -114,6 +114,7 @@ mod handle;
 mod links;
 pub mod membership;
 mod mesh;
+mod mesh_tls;
 #[cfg(feature = "peer-clock")]
 pub mod peer_clock;
 pub mod pool;
@@ -122,6 +123,13 @@ mod rendezvous;
 pub mod schedule;
 mod setup;
 pub mod store;
+mod store_client;
+mod store_limits;
+mod store_stream;
+/// Certificates for the TLS tests (shared with the integration tests).
+#[cfg(test)]
+#[path = "../tests/integration/pki.rs"]
+mod test_pki;
 pub mod topology;
 pub mod transport;
 pub mod wire;
@@ -134,7 +142,7 @@ pub use config::{DomainClaim, Identity, Options};
 pub use cost::CostModel;
 pub use dtype::{DType, Element, ReduceOp};
 pub use engine::Progress;
-pub use error::{CollectiveError, ConfigError, Rank, Result, StoreError};
+pub use error::{CollectiveError, ConfigError, Rank, Result, StoreError, TlsError};
 pub use handle::Handle;
 pub use membership::Membership;
 pub use schedule::Algorithm;

@@ -105,6 +105,8 @@ pub(crate) struct Seat {
     pub addrs: Vec<SocketAddr>,
     listener: Option<TcpListener>,
     server: Option<StoreServer>,
+    /// This rank's TLS identity: standby stores and their clients use it too.
+    pub tls: Option<std::sync::Arc<crate::transport::tls_config::TlsContext>>,
     pub membership: Membership,
     retired: bool,
 }
@@ -115,6 +117,7 @@ impl Seat {
         opts: &Options,
         addrs: Vec<SocketAddr>,
         listener: TcpListener,
+        tls: Option<std::sync::Arc<crate::transport::tls_config::TlsContext>>,
     ) -> Self {
         Seat {
             id: id.clone(),
@@ -122,6 +125,7 @@ impl Seat {
             addrs,
             listener: Some(listener),
             server: None,
+            tls,
             membership: Membership {
                 epoch: 0,
                 previous: (0..id.world).map(Some).collect(),
@@ -164,7 +168,7 @@ impl Seat {
         let l = self.listener.take().ok_or_else(|| {
             self.fail("this communicator already coordinated a membership change")
         })?;
-        Ok(StoreServer::serve_on(l)?)
+        Ok(StoreServer::serve_on_tls(l, self.tls.clone())?)
     }
 
     fn fail(&self, detail: impl Into<String>) -> CollectiveError {
@@ -222,6 +226,8 @@ impl Communicator {
     }
 }
 
+type Tls = std::sync::Arc<crate::transport::tls_config::TlsContext>;
+
 fn point_at(id: &mut Identity, store: SocketAddr) {
     id.master_addr = store.ip().to_string();
     id.master_port = store.port();
@@ -230,8 +236,9 @@ fn point_at(id: &mut Identity, store: SocketAddr) {
 const PROBE_WAIT: Duration = Duration::from_secs(1);
 /// The standby store of `addr`, once its owner has opened it; `None` when the
 /// process is gone or does not open it within `timeout`.
-fn reach(addr: SocketAddr, timeout: Duration) -> Option<StoreClient> {
-    let mut c = StoreClient::connect_once(addr, timeout.min(PROBE_WAIT * 2)).ok()?;
+fn reach(addr: SocketAddr, timeout: Duration, tls: Option<&Tls>) -> Option<StoreClient> {
+    let mut c =
+        StoreClient::connect_once_tls(addr, timeout.min(PROBE_WAIT * 2), tls, timeout).ok()?;
     c.get("open", timeout).ok()?;
     Some(c)
 }
@@ -252,7 +259,7 @@ mod tests {
         let addr = gone.local_addr().expect("addr");
         drop(gone);
         let t = Instant::now();
-        assert!(reach(addr, Duration::from_secs(5)).is_none());
+        assert!(reach(addr, Duration::from_secs(5), None).is_none());
         assert!(!listening(addr));
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -262,6 +269,6 @@ mod tests {
         StoreClient::connect(server.addr(), Duration::from_secs(5))
             .and_then(|mut c| c.set("open", b"1"))
             .expect("open");
-        assert!(reach(addr, Duration::from_secs(5)).is_some());
+        assert!(reach(addr, Duration::from_secs(5), None).is_some());
     }
 }

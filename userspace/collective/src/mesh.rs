@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Options;
 use crate::error::{CollectiveError, Rank, Result};
+use crate::mesh_tls;
 use crate::pool::BufferPool;
 use crate::rendezvous::Joined;
 use crate::setup;
@@ -17,6 +18,7 @@ use crate::topology::LinkClass;
 use crate::transport::shm::{ShmRing, ShmTransport};
 use crate::transport::tagging;
 use crate::transport::tcp::{self, TcpTransport, TcpTuning};
+use crate::transport::tls_config::{TlsContext, TlsMode};
 use crate::transport::Transport;
 use crate::wire::{read_frame, write_frame, ConnRole, FrameHeader, FrameKind, Hello};
 
@@ -110,19 +112,24 @@ pub(crate) fn connect_all(
             }
             Err(e) => return Err(CollectiveError::io("accept", e)),
         };
-        let mut stream = stream;
+        let stream = stream;
         stream
             .set_nonblocking(false)
             .map_err(|e| CollectiveError::io("accept", e))?;
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .map_err(|e| CollectiveError::io("accept", e))?;
-        let Some(h) = read_hello(&mut stream, &pool) else {
+        // TLS first when the peer starts it: nothing it sends is read
+        // before its certificate is verified.
+        let Some((mut secured, h)) = mesh_tls::hello(j.tls.as_deref(), &stream, &pool) else {
             continue;
         };
         let q = h.rank as usize;
         if h.session != j.session || h.world as usize != world || q <= me || q >= world {
             // A stray or stale connection: not part of this communicator.
+            continue;
+        }
+        if !mesh_tls::admit(j, me, q, &mut secured, tls_for(j, me, q).is_some())? {
             continue;
         }
         let i = h.index as usize;
@@ -150,13 +157,13 @@ pub(crate) fn connect_all(
                     latency: false,
                 });
                 conns[q].push(Conn {
-                    transport: tcp_transport(stream, q)?,
+                    transport: mesh_tls::transport(secured, stream, q)?,
                     data: false,
                     latency: false,
                 });
             }
             (ConnRole::TcpData, None) => conns[q].push(Conn {
-                transport: tcp_transport(stream, q)?,
+                transport: mesh_tls::transport(secured, stream, q)?,
                 data: true,
                 latency: is_latency(j, opts, me, q, i),
             }),
@@ -189,7 +196,7 @@ fn dial_peer(j: &Joined, opts: &Options, me: Rank, q: Rank) -> Result<Vec<Conn>>
         role,
         shm,
     };
-    let dial = |h: Hello| -> Result<TcpStream> {
+    let dial = |h: Hello| -> Result<Box<dyn Transport>> {
         let latency = is_latency(j, opts, me, q, h.index as usize);
         let cc: &[&str] = if latency {
             &tcp::LATENCY_CONGESTION
@@ -201,14 +208,21 @@ fn dial_peer(j: &Joined, opts: &Options, me: Rank, q: Rank) -> Result<Vec<Conn>>
         })?;
         tag(&s, tagging::kind_of(h.role, latency))?;
         let p = h.encode();
-        write_frame(
-            &mut s,
-            &FrameHeader::control(FrameKind::Hello, p.len() as u32),
-            &p,
-        )
-        .map_err(|e| CollectiveError::io(format!("hello to rank {q}"), e))?;
+        let hello = FrameHeader::control(FrameKind::Hello, p.len() as u32);
+        let sent = |e| CollectiveError::io(format!("hello to rank {q}"), e);
+        let t: Box<dyn Transport> = match tls_for(j, me, q) {
+            Some(ctx) => {
+                let mut t = mesh_tls::dial(ctx, j, q, &s)?;
+                write_frame(&mut t, &hello, &p).map_err(sent)?;
+                Box::new(t)
+            }
+            None => {
+                write_frame(&mut s, &hello, &p).map_err(sent)?;
+                tcp_transport(s.try_clone().map_err(sent)?, q)?
+            }
+        };
         tune(j, opts, me, q, &s, latency);
-        Ok(s)
+        Ok(t)
     };
     if shm {
         let (tx_path, rx_path) = (ring_path(j.session, me, q), ring_path(j.session, q, me));
@@ -217,22 +231,22 @@ fn dial_peer(j: &Joined, opts: &Options, me: Rank, q: Rank) -> Result<Vec<Conn>>
         let tx = ShmRing::create(&tx_path, opts.shm_ring_bytes).map_err(shm_err)?;
         let rx = ShmRing::create(&rx_path, opts.shm_ring_bytes).map_err(shm_err)?;
         let paths = (tx_path.display().to_string(), rx_path.display().to_string());
-        let s = dial(hello(0, ConnRole::TcpControl, Some(paths)))?;
+        let t = dial(hello(0, ConnRole::TcpControl, Some(paths)))?;
         out.push(Conn {
             transport: Box::new(ShmTransport::new(tx, rx)),
             data: true,
             latency: false,
         });
         out.push(Conn {
-            transport: tcp_transport(s, q)?,
+            transport: t,
             data: false,
             latency: false,
         });
     } else {
         for i in 0..n {
-            let s = dial(hello(i as u32, ConnRole::TcpData, None))?;
+            let t = dial(hello(i as u32, ConnRole::TcpData, None))?;
             out.push(Conn {
-                transport: tcp_transport(s, q)?,
+                transport: t,
                 data: true,
                 latency: is_latency(j, opts, me, q, i),
             });
@@ -241,7 +255,18 @@ fn dial_peer(j: &Joined, opts: &Options, me: Rank, q: Rank) -> Result<Vec<Conn>>
     Ok(out)
 }
 
-fn read_hello(s: &mut (impl Read + ?Sized), pool: &BufferPool) -> Option<Hello> {
+/// The TLS identity to use between `me` and `q`, if their link is encrypted:
+/// every TCP connection under `all`, those across domains under `wan`.
+fn tls_for(j: &Joined, me: Rank, q: Rank) -> Option<&TlsContext> {
+    let ctx = j.tls.as_deref()?;
+    match ctx.mode {
+        TlsMode::All => Some(ctx),
+        TlsMode::Wan if j.topology.class(me, q) == LinkClass::InterDomain => Some(ctx),
+        _ => None,
+    }
+}
+
+pub(crate) fn read_hello(s: &mut (impl Read + ?Sized), pool: &BufferPool) -> Option<Hello> {
     let mut s = s;
     let f = read_frame(&mut s, 4096, pool).ok()?;
     (f.header.kind == FrameKind::Hello)
@@ -301,7 +326,7 @@ fn tag(s: &TcpStream, kind: tagging::TrafficKind) -> Result<()> {
     tagging::tag(s, kind).map_err(|e| CollectiveError::io(format!("tag a {kind:?} connection"), e))
 }
 
-fn tcp_transport(s: TcpStream, q: Rank) -> Result<Box<dyn Transport>> {
+pub(crate) fn tcp_transport(s: TcpStream, q: Rank) -> Result<Box<dyn Transport>> {
     Ok(Box::new(TcpTransport::new(s).map_err(|e| {
         CollectiveError::io(format!("socket to rank {q}"), e)
     })?))

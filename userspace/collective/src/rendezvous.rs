@@ -2,6 +2,7 @@
 //! a session id, publish where we listen, learn everyone else's address and labels.
 
 use std::net::{IpAddr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::agree::{self, Entry};
@@ -12,6 +13,7 @@ use crate::store::{StoreClient, StoreServer};
 use crate::topology::Topology;
 use crate::transport::tagging;
 use crate::transport::tcp::{self, TcpTuning};
+use crate::transport::tls_config::{self, TlsContext};
 
 /// Everything the mesh needs, learned from the store.
 pub(crate) struct Joined {
@@ -21,6 +23,8 @@ pub(crate) struct Joined {
     pub domains: Vec<String>,
     pub addrs: Vec<SocketAddr>,
     pub listener: TcpListener,
+    /// This rank's TLS identity, when `CAUSEWAY_TLS` is not `off`.
+    pub tls: Option<Arc<TlsContext>>,
 }
 
 /// The bootstrap store: this rank's connection, and the server when this rank hosts it.
@@ -65,12 +69,17 @@ pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
 pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(Joined, Bootstrap)> {
     let master = resolve(&id.master_addr, id.master_port)?;
     let deadline = Instant::now() + opts.rendezvous_timeout;
+    let tls = opts.tls.load()?;
+    if tls.is_some() {
+        // Our own certificate's name must be expressible: fail before joining.
+        tls_config::peer_name(&id.domain, &id.host_id)?;
+    }
     let server = if id.rank == 0 && host_store {
-        Some(StoreServer::bind(master)?)
+        Some(StoreServer::bind_tls(master, tls.clone())?)
     } else {
         None
     };
-    let mut store = StoreClient::connect(master, opts.rendezvous_timeout)?;
+    let mut store = StoreClient::connect_tls(master, opts.rendezvous_timeout, tls.as_ref())?;
     let ip: IpAddr = match id.listen_ip {
         Some(ip) => ip,
         None => store
@@ -95,7 +104,12 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
         .local_addr()
         .map_err(|e| CollectiveError::io("listener address", e))?;
 
-    if store.add(&format!("claim/{}", id.rank), 1)? > 1 {
+    let claimed = match store.add(&format!("claim/{}", id.rank), 1) {
+        // With TLS: another certificate claimed this rank first.
+        Err(StoreError::Refused { .. }) => 2,
+        r => r?,
+    };
+    if claimed > 1 {
         store.set("error", format!("dup {}", id.rank).as_bytes())?;
         return Err(CollectiveError::DuplicateRank { rank: id.rank });
     }
@@ -150,6 +164,20 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
         .zip(&domains)
         .map(|(e, d)| (d.clone(), e.host.clone()))
         .collect();
+    let domain_count = {
+        let mut d: Vec<&String> = domains.iter().collect();
+        d.sort();
+        d.dedup();
+        d.len()
+    };
+    if tls.is_none() && domain_count > 1 && id.rank == 0 {
+        tracing::warn!(
+            domains = domain_count,
+            "RUNNING WITHOUT TLS ACROSS {domain_count} DOMAINS: anyone on the path can read and forge tensors and rendezvous keys; set CAUSEWAY_TLS_CERT, CAUSEWAY_TLS_KEY, CAUSEWAY_TLS_CA (made with `causeway certs`)"
+        );
+    } else if tls.is_none() && domain_count > 1 {
+        tracing::warn!("running without TLS across {domain_count} domains");
+    }
     let joined = Joined {
         session,
         topology: Topology::from_labels(&labels),
@@ -157,6 +185,7 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
         domains,
         addrs: entries.iter().map(|e| e.addr).collect(),
         listener,
+        tls,
     };
     Ok((joined, boot))
 }

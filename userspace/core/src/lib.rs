@@ -11,6 +11,7 @@
 
 pub mod classifier;
 pub mod clock;
+pub mod identity;
 pub mod policy;
 pub mod shaper;
 pub mod traffic;

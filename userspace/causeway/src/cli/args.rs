@@ -116,6 +116,11 @@ pub enum Command {
         after_help = "Examples:\n  causeway top\n  causeway --netns dc1 top --iface veth0 --interval 500ms"
     )]
     Top(super::top::TopArgs),
+
+    /// Identities for the collective library's mutual TLS: a CA per domain,
+    /// a certificate per host naming `<host>.<domain>.causeway`.
+    #[command(subcommand)]
+    Certs(super::certs::CertsCommand),
 }
 
 #[derive(Debug, Args)]

@@ -3,6 +3,7 @@
 
 mod agent_cmd;
 mod args;
+mod certs;
 mod clock_cmd;
 mod exit;
 mod interfaces;
@@ -105,5 +106,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Clock(c) => clock_cmd::run(&ctx, &c),
         Command::Log(l) => log_cmd::run(&ctx, &l),
         Command::Top(t) => top::run(&ctx, &t),
+        Command::Certs(c) => certs::run(&c),
     }
 }

@@ -18,7 +18,8 @@ impl CommunicatorBuilder {
         let deadline = Instant::now() + opts.rendezvous_timeout;
         let left = || deadline.saturating_duration_since(Instant::now());
         let fail = |detail: String| CollectiveError::Membership { epoch: 0, detail };
-        let mut store = StoreClient::connect(addr, left())?;
+        let tls = opts.tls.load()?;
+        let mut store = StoreClient::connect_once_tls(addr, left(), tls.as_ref(), left())?;
         store.get("open", left())?;
         let ticket = store.add("join/ticket", 1)? - 1;
         let grown = String::from_utf8_lossy(&store.get("grown", left())?).into_owned();
@@ -58,7 +59,8 @@ pub(super) fn grow(comm: &mut Communicator, joiners: usize) -> Result<Communicat
     let addr = seat.addrs[0];
     let (mut store, server) = if me == 0 {
         let server = comm.seat_mut().open_store()?;
-        let mut store = StoreClient::connect(server.addr(), timeout)?;
+        let tls = comm.seat().tls.clone();
+        let mut store = StoreClient::connect_tls(server.addr(), timeout, tls.as_ref())?;
         store.set("open", epoch.to_string().as_bytes())?;
         while (store.add("join/ticket", 0)? as usize) < joiners {
             if Instant::now() >= deadline {
@@ -76,8 +78,8 @@ pub(super) fn grow(comm: &mut Communicator, joiners: usize) -> Result<Communicat
         )?;
         (store, Some(server))
     } else {
-        let store =
-            reach(addr, left()).ok_or_else(|| seat.fail("rank 0 did not open its store"))?;
+        let store = reach(addr, left(), seat.tls.as_ref())
+            .ok_or_else(|| seat.fail("rank 0 did not open its store"))?;
         (store, None)
     };
     let rec = String::from_utf8_lossy(&store.get("grown", left())?).into_owned();

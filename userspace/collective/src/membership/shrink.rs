@@ -20,7 +20,7 @@ pub(super) fn shrink(comm: &mut Communicator) -> Result<Communicator> {
     let mut lost: Vec<Rank> = Vec::new();
     let mut coordinator = None;
     for (c, a) in addrs.iter().enumerate().take(me) {
-        match reach(*a, timeout) {
+        match reach(*a, timeout, seat.tls.as_ref()) {
             Some(store) => {
                 coordinator = Some((c, store, None));
                 break;
@@ -32,7 +32,8 @@ pub(super) fn shrink(comm: &mut Communicator) -> Result<Communicator> {
         Some(found) => found,
         None => {
             let server = comm.seat_mut().open_store()?;
-            let mut store = StoreClient::connect(server.addr(), timeout)?;
+            let tls = comm.seat().tls.clone();
+            let mut store = StoreClient::connect_tls(server.addr(), timeout, tls.as_ref())?;
             store.set("open", epoch.to_string().as_bytes())?;
             (me, store, Some(server))
         }

@@ -10,6 +10,8 @@ use std::sync::Arc;
 pub mod shm;
 pub mod tagging;
 pub mod tcp;
+pub mod tls;
+pub mod tls_config;
 
 /// Ends a transport from any thread.
 pub trait Closer: Send + Sync {

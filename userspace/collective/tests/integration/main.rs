@@ -3,7 +3,7 @@
 //! (`rendezvous`), ranks that must agree on domains and wire options
 //! (`agreement`), set-up failures every rank hears of (`setup_failure`), a
 //! rank that dies (`fault`), a rank that stops (`hang`), a peer that speaks
-//! garbage (`hostile`), WAN codecs over real connections (`codecs`) and the blocking calls' memory (`memory`). Ranks run
+//! garbage (`hostile`), mutual TLS (`tls`, certificates from `pki`), WAN codecs over real connections (`codecs`) and the blocking calls' memory (`memory`). Ranks run
 //! as threads of this process (`world`) or as worker processes (`procs`,
 //! `fault`, `hang`).
 //!
@@ -19,8 +19,10 @@ mod hang;
 mod hostile;
 mod memory;
 mod ops;
+mod pki;
 mod procs;
 mod rendezvous;
 mod setup_failure;
 mod shrink;
+mod tls;
 mod world;

@@ -1,0 +1,352 @@
+//! A TCP connection wrapped in mutual TLS 1.3 (rustls, ring provider).
+//!
+//! The handshake runs to completion before the first application byte (the
+//! mesh's hello, the store's first request) is read, so a peer without a
+//! certificate from a trusted CA is refused before anything it sends is
+//! looked at. After the split, the reader and the writer share the rustls
+//! state behind one mutex but never hold it across socket I/O: the writer
+//! encrypts into a reused buffer and sends it unlocked, the reader receives
+//! unlocked and decrypts under the lock. Records are full 16 KiB TLS
+//! records; a write hands rustls up to [`WRITE_SLICE`] bytes at once.
+//! A record that fails authentication (tampered ciphertext) ends the
+//! connection with [`TlsError::Record`] naming the peer.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConnection, Connection, ServerConnection};
+
+use super::tls_config::TlsContext;
+use super::{Closer, Reader, Transport, Writer};
+use crate::error::TlsError;
+
+/// Plaintext handed to rustls per call (it encrypts it into 16 KiB records).
+pub const WRITE_SLICE: usize = 256 << 10;
+/// Ciphertext read from the socket per call.
+const READ_BUF: usize = 64 << 10;
+
+/// An established TLS connection, before or after its split.
+#[derive(Debug)]
+pub struct TlsTransport {
+    conn: Connection,
+    stream: TcpStream,
+    peer: String,
+}
+
+/// The rustls error inside an I/O error from `complete_io`, if there is one.
+fn tls_cause(e: &io::Error) -> Option<rustls::Error> {
+    e.get_ref()
+        .and_then(|i| i.downcast_ref::<rustls::Error>())
+        .cloned()
+}
+
+fn handshake_error(peer: &str, e: io::Error) -> TlsError {
+    TlsError::Handshake {
+        peer: peer.into(),
+        source: tls_cause(&e).unwrap_or_else(|| rustls::Error::General(e.to_string())),
+    }
+}
+
+fn finish_handshake(
+    mut conn: Connection,
+    mut stream: TcpStream,
+    peer: String,
+) -> Result<TlsTransport, TlsError> {
+    while conn.is_handshaking() {
+        conn.complete_io(&mut stream)
+            .map_err(|e| handshake_error(&peer, e))?;
+    }
+    // Anything still queued (the client's Finished).
+    while conn.wants_write() {
+        conn.write_tls(&mut stream)
+            .map_err(|e| handshake_error(&peer, e))?;
+    }
+    Ok(TlsTransport { conn, stream, peer })
+}
+
+/// Client side: proves our certificate, checks the peer's chain and `name`.
+pub fn connect(
+    ctx: &TlsContext,
+    stream: TcpStream,
+    name: ServerName<'static>,
+    peer: String,
+) -> Result<TlsTransport, TlsError> {
+    let c =
+        ClientConnection::new(ctx.client.clone(), name).map_err(|source| TlsError::Handshake {
+            peer: peer.clone(),
+            source,
+        })?;
+    finish_handshake(c.into(), stream, peer)
+}
+
+/// Client side of the bootstrap store: checks the chain only.
+pub fn connect_store(
+    ctx: &TlsContext,
+    stream: TcpStream,
+    peer: String,
+) -> Result<TlsTransport, TlsError> {
+    let name =
+        ServerName::try_from("store.causeway").map_err(|e| TlsError::Label(e.to_string()))?;
+    let c = ClientConnection::new(ctx.store_client.clone(), name).map_err(|source| {
+        TlsError::Handshake {
+            peer: peer.clone(),
+            source,
+        }
+    })?;
+    finish_handshake(c.into(), stream, peer)
+}
+
+/// Server side: requires a client certificate chaining to a trusted CA.
+pub fn accept(ctx: &TlsContext, stream: TcpStream, peer: String) -> Result<TlsTransport, TlsError> {
+    let c = ServerConnection::new(ctx.server.clone()).map_err(|source| TlsError::Handshake {
+        peer: peer.clone(),
+        source,
+    })?;
+    finish_handshake(c.into(), stream, peer)
+}
+
+/// Whether the first byte waiting on `s` starts a TLS record (a handshake),
+/// without consuming it. `Ok(None)`: the peer closed.
+pub fn starts_tls(s: &TcpStream) -> io::Result<Option<bool>> {
+    let mut b = [0u8; 1];
+    Ok(match s.peek(&mut b)? {
+        0 => None,
+        _ => Some(b[0] == 0x16),
+    })
+}
+
+impl TlsTransport {
+    /// The peer's certificate (the end entity), once the handshake is done.
+    pub fn peer_certificate(&self) -> Option<rustls::pki_types::CertificateDer<'static>> {
+        self.conn
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| c.clone().into_owned())
+    }
+
+    /// Checks that the peer's certificate names `domain` and `host`.
+    pub fn check_peer(&self, domain: &str, host: &str) -> Result<(), TlsError> {
+        let wrong = || TlsError::WrongIdentity {
+            peer: self.peer.clone(),
+            expected: causeway_core::identity::host_name(domain, host)
+                .unwrap_or_else(|_| format!("{host}.{domain}")),
+        };
+        let cert = self.peer_certificate().ok_or_else(wrong)?;
+        match super::tls_config::names(&cert, domain, host)? {
+            true => Ok(()),
+            false => Err(wrong()),
+        }
+    }
+
+    /// Renames the peer for errors (once the hello said which rank it is).
+    pub fn set_peer(&mut self, peer: String) {
+        self.peer = peer;
+    }
+
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+}
+
+/// Before the split: a blocking duplex stream (hello, store requests).
+impl Read for TlsTransport {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.conn.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            if self.conn.read_tls(&mut self.stream)? == 0 {
+                return Ok(0);
+            }
+            if let Err(source) = self.conn.process_new_packets() {
+                let peer = self.peer.clone();
+                // The alert telling the peer why, best effort.
+                let _ = self.conn.write_tls(&mut self.stream);
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    TlsError::Record { peer, source },
+                ));
+            }
+        }
+    }
+}
+
+impl Write for TlsTransport {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self
+            .conn
+            .writer()
+            .write(&buf[..buf.len().min(WRITE_SLICE)])?;
+        self.flush()?;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        while self.conn.wants_write() {
+            self.conn.write_tls(&mut self.stream)?;
+        }
+        Ok(())
+    }
+}
+
+struct Shared {
+    conn: Mutex<Connection>,
+    peer: String,
+}
+
+impl Shared {
+    fn lock(&self) -> io::Result<MutexGuard<'_, Connection>> {
+        self.conn
+            .lock()
+            .map_err(|_| io::Error::other(format!("TLS state of {} poisoned", self.peer)))
+    }
+}
+
+struct TlsReader {
+    shared: Arc<Shared>,
+    sock: TcpStream,
+    buf: Vec<u8>,
+    /// Ciphertext received but not yet handed to rustls: `buf[pos..end]`.
+    pos: usize,
+    end: usize,
+}
+
+impl TlsReader {
+    fn record_error(&self, source: rustls::Error) -> io::Error {
+        let peer = self.shared.peer.clone();
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            TlsError::Record { peer, source },
+        )
+    }
+}
+
+impl Read for TlsReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            {
+                let mut c = self.shared.lock()?;
+                loop {
+                    // Plaintext first: rustls refuses more ciphertext while
+                    // its plaintext buffer is full.
+                    match c.reader().read(out) {
+                        Ok(n) => return Ok(n),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                    if self.pos == self.end {
+                        break;
+                    }
+                    let mut rd = &self.buf[self.pos..self.end];
+                    self.pos += c.read_tls(&mut rd)?;
+                    if let Err(e) = c.process_new_packets() {
+                        return Err(self.record_error(e));
+                    }
+                }
+            }
+            let n = self.sock.read(&mut self.buf)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            (self.pos, self.end) = (0, n);
+        }
+    }
+}
+
+struct TlsWriter {
+    shared: Arc<Shared>,
+    sock: TcpStream,
+    /// Ciphertext to send; its capacity is kept between writes.
+    out: Vec<u8>,
+}
+
+/// Moves every record rustls has ready into `out`.
+fn drain(c: &mut Connection, out: &mut Vec<u8>) -> io::Result<()> {
+    while c.wants_write() {
+        c.write_tls(out)?;
+    }
+    Ok(())
+}
+
+impl Write for TlsWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = {
+            let mut c = self.shared.lock()?;
+            let n = c.writer().write(&buf[..buf.len().min(WRITE_SLICE)])?;
+            drain(&mut c, &mut self.out)?;
+            n
+        };
+        let sent = self.sock.write_all(&self.out);
+        self.out.clear();
+        sent.map(|()| n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        {
+            let mut c = self.shared.lock()?;
+            drain(&mut c, &mut self.out)?;
+        }
+        let sent = self.sock.write_all(&self.out);
+        self.out.clear();
+        sent
+    }
+}
+
+struct TlsCloser {
+    shared: Arc<Shared>,
+    sock: TcpStream,
+}
+
+impl Closer for TlsCloser {
+    fn close(&self) {
+        let _ = self.sock.shutdown(Shutdown::Both);
+    }
+    fn finish(&self) {
+        let mut out = Vec::new();
+        if let Ok(mut c) = self.shared.lock() {
+            c.send_close_notify();
+            while c.wants_write() && c.write_tls(&mut out).is_ok() {}
+        }
+        let _ = (&self.sock).write_all(&out);
+        let _ = self.sock.shutdown(Shutdown::Write);
+    }
+}
+
+impl Transport for TlsTransport {
+    fn describe(&self) -> String {
+        format!("tls {}", self.peer)
+    }
+
+    fn split(self: Box<Self>) -> io::Result<(Reader, Writer, Arc<dyn Closer>)> {
+        let this = *self;
+        this.stream.set_read_timeout(None)?;
+        this.stream.set_write_timeout(None)?;
+        let shared = Arc::new(Shared {
+            conn: Mutex::new(this.conn),
+            peer: this.peer,
+        });
+        let r = TlsReader {
+            shared: shared.clone(),
+            sock: this.stream.try_clone()?,
+            buf: vec![0; READ_BUF],
+            pos: 0,
+            end: 0,
+        };
+        let w = TlsWriter {
+            shared: shared.clone(),
+            sock: this.stream.try_clone()?,
+            out: Vec::with_capacity(WRITE_SLICE + (WRITE_SLICE >> 6)),
+        };
+        let c = TlsCloser {
+            shared,
+            sock: this.stream,
+        };
+        Ok((Box::new(r), Box::new(w), Arc::new(c)))
+    }
+}
+
+#[cfg(test)]
+#[path = "tls_tests.rs"]
+mod tests;

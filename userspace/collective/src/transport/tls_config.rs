@@ -1,0 +1,276 @@
+//! Mutual TLS settings and the loaded identity of this rank.
+//!
+//! `CAUSEWAY_TLS` = `wan` (connections across domains and the bootstrap
+//! store), `all` (every TCP connection) or `off`; the default is `wan` when
+//! `CAUSEWAY_TLS_CERT`, `CAUSEWAY_TLS_KEY` and `CAUSEWAY_TLS_CA` are set
+//! (made by `causeway certs`), `off` otherwise. `CAUSEWAY_TLS_CA` is a PEM
+//! bundle of the CAs this rank trusts (every domain's CA; each is
+//! name-constrained to its own domain). A peer is accepted when its chain
+//! ends at one of them and its certificate names the domain and host the
+//! rendezvous says that rank has (`<host>.<domain>.causeway`, see
+//! [`causeway_core::identity`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::crypto::{ring as provider, WebPkiSupportedAlgorithms};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+
+use crate::error::{ConfigError, TlsError};
+
+/// Which connections are encrypted and authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsMode {
+    #[default]
+    Off,
+    /// Across domains, and the bootstrap store.
+    Wan,
+    /// Every TCP connection (shared memory stays as it is).
+    All,
+}
+
+/// Where this rank's certificate, key and trusted CAs are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+/// `CAUSEWAY_TLS*`, as [`crate::Options::tls`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TlsSettings {
+    pub mode: TlsMode,
+    pub files: Option<TlsFiles>,
+}
+
+impl TlsSettings {
+    /// `mode` with these files.
+    pub fn new(mode: TlsMode, files: TlsFiles) -> Self {
+        TlsSettings {
+            mode,
+            files: Some(files),
+        }
+    }
+
+    /// Reads `CAUSEWAY_TLS`, `CAUSEWAY_TLS_CERT`, `CAUSEWAY_TLS_KEY`, `CAUSEWAY_TLS_CA`.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
+        let paths = [
+            var("CAUSEWAY_TLS_CERT"),
+            var("CAUSEWAY_TLS_KEY"),
+            var("CAUSEWAY_TLS_CA"),
+        ];
+        let files =
+            match paths {
+                [Some(cert), Some(key), Some(ca)] => Some(TlsFiles {
+                    cert: cert.into(),
+                    key: key.into(),
+                    ca: ca.into(),
+                }),
+                [None, None, None] => None,
+                _ => return Err(ConfigError::Invalid(
+                    "set all of CAUSEWAY_TLS_CERT, CAUSEWAY_TLS_KEY and CAUSEWAY_TLS_CA, or none"
+                        .into(),
+                )),
+            };
+        let mode = match var("CAUSEWAY_TLS").as_deref() {
+            None if files.is_some() => TlsMode::Wan,
+            None | Some("off") => TlsMode::Off,
+            Some("wan") => TlsMode::Wan,
+            Some("all") => TlsMode::All,
+            Some(v) => {
+                return Err(ConfigError::InvalidVar {
+                    name: "CAUSEWAY_TLS".into(),
+                    value: v.into(),
+                    reason: "expected wan, all or off".into(),
+                })
+            }
+        };
+        if mode != TlsMode::Off && files.is_none() {
+            return Err(ConfigError::Invalid(
+                "CAUSEWAY_TLS is on but CAUSEWAY_TLS_CERT, CAUSEWAY_TLS_KEY, CAUSEWAY_TLS_CA are not set (make them with `causeway certs`)".into(),
+            ));
+        }
+        Ok(TlsSettings { mode, files })
+    }
+
+    /// The loaded identity, or `None` when TLS is off.
+    pub fn load(&self) -> Result<Option<Arc<TlsContext>>, TlsError> {
+        match (&self.files, self.mode) {
+            (Some(f), TlsMode::Wan | TlsMode::All) => {
+                Ok(Some(Arc::new(TlsContext::load(self.mode, f)?)))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// This rank's certificate and key and the CAs it trusts, ready for handshakes.
+#[derive(Debug)]
+pub struct TlsContext {
+    pub mode: TlsMode,
+    /// Verifies a peer's chain and name (`<host>.<domain>.causeway`).
+    pub(crate) client: Arc<ClientConfig>,
+    /// Verifies only the chain (the bootstrap store's certificate: which
+    /// host serves it is not known before the rendezvous).
+    pub(crate) store_client: Arc<ClientConfig>,
+    /// Requires a client certificate chaining to a trusted CA.
+    pub(crate) server: Arc<ServerConfig>,
+}
+
+impl TlsContext {
+    pub fn load(mode: TlsMode, f: &TlsFiles) -> Result<Self, TlsError> {
+        let bad = |path: &Path, reason: String| TlsError::File {
+            path: path.display().to_string(),
+            reason,
+        };
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&f.cert)
+            .and_then(|i| i.collect())
+            .map_err(|e| bad(&f.cert, e.to_string()))?;
+        if chain.is_empty() {
+            return Err(bad(&f.cert, "no CERTIFICATE in it".into()));
+        }
+        let key = PrivateKeyDer::from_pem_file(&f.key).map_err(|e| bad(&f.key, e.to_string()))?;
+        let mut roots = RootCertStore::empty();
+        let cas: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&f.ca)
+            .and_then(|i| i.collect())
+            .map_err(|e| bad(&f.ca, e.to_string()))?;
+        for ca in cas {
+            roots
+                .add(ca)
+                .map_err(|e| bad(&f.ca, format!("not a usable CA certificate: {e}")))?;
+        }
+        if roots.is_empty() {
+            return Err(bad(&f.ca, "no CA CERTIFICATE in it".into()));
+        }
+        let roots = Arc::new(roots);
+        let p = Arc::new(provider::default_provider());
+        let versions = &[&rustls::version::TLS13];
+        let cfg = |e: rustls::Error| bad(&f.cert, e.to_string());
+        let server_verifier = WebPkiServerVerifier::builder_with_provider(roots.clone(), p.clone())
+            .build()
+            .map_err(|e| bad(&f.ca, e.to_string()))?;
+        let client_verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), p.clone())
+            .build()
+            .map_err(|e| bad(&f.ca, e.to_string()))?;
+        let client_cfg = |verifier: Arc<dyn ServerCertVerifier>| -> Result<_, TlsError> {
+            let mut c = ClientConfig::builder_with_provider(p.clone())
+                .with_protocol_versions(versions)
+                .map_err(cfg)?
+                .dangerous()
+                .with_custom_certificate_verifier(verifier)
+                .with_client_auth_cert(chain.clone(), key.clone_key())
+                .map_err(cfg)?;
+            c.resumption = rustls::client::Resumption::disabled();
+            Ok(Arc::new(c))
+        };
+        let client = client_cfg(server_verifier.clone())?;
+        let store_client = client_cfg(Arc::new(ChainOnly {
+            inner: server_verifier,
+            roots,
+            algs: p.signature_verification_algorithms,
+        }))?;
+        let mut server = ServerConfig::builder_with_provider(p.clone())
+            .with_protocol_versions(versions)
+            .map_err(cfg)?
+            .with_client_cert_verifier(client_verifier)
+            .with_single_cert(chain, key)
+            .map_err(cfg)?;
+        // No resumption: every connection proves its certificate afresh.
+        server.send_tls13_tickets = 0;
+        Ok(TlsContext {
+            mode,
+            client,
+            store_client,
+            server: Arc::new(server),
+        })
+    }
+}
+
+/// The name a rank's certificate must carry.
+pub fn peer_name(domain: &str, host: &str) -> Result<ServerName<'static>, TlsError> {
+    let name = causeway_core::identity::host_name(domain, host)
+        .map_err(|e| TlsError::Label(e.to_string()))?;
+    ServerName::try_from(name).map_err(|e| TlsError::Label(e.to_string()))
+}
+
+/// Whether the end-entity certificate `der` names `domain` and `host`.
+pub fn names(der: &CertificateDer<'_>, domain: &str, host: &str) -> Result<bool, TlsError> {
+    let name = peer_name(domain, host)?;
+    let ee = webpki::EndEntityCert::try_from(der)
+        .map_err(|e| TlsError::Label(format!("unparseable peer certificate: {e}")))?;
+    Ok(ee.verify_is_valid_for_subject_name(&name).is_ok())
+}
+
+/// A server verifier that checks the chain (to a trusted CA, in validity,
+/// for server authentication) and the handshake signature, but not the name.
+#[derive(Debug)]
+struct ChainOnly {
+    inner: Arc<WebPkiServerVerifier>,
+    roots: Arc<RootCertStore>,
+    algs: WebPkiSupportedAlgorithms,
+}
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let ee = webpki::EndEntityCert::try_from(end_entity)
+            .map_err(|e| rustls::Error::General(e.to_string()))?;
+        ee.verify_for_usage(
+            self.algs.all,
+            &self.roots.roots,
+            intermediates,
+            now,
+            webpki::KeyUsage::server_auth(),
+            None,
+            None,
+        )
+        .map_err(webpki_error)?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+fn webpki_error(e: webpki::Error) -> rustls::Error {
+    use rustls::CertificateError as C;
+    rustls::Error::InvalidCertificate(match e {
+        webpki::Error::CertExpired { .. } => C::Expired,
+        webpki::Error::CertNotValidYet { .. } => C::NotValidYet,
+        webpki::Error::UnknownIssuer => C::UnknownIssuer,
+        webpki::Error::InvalidSignatureForPublicKey => C::BadSignature,
+        e => C::Other(rustls::OtherError(Arc::new(e))),
+    })
+}
