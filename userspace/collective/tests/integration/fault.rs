@@ -52,9 +52,13 @@ fn killed_rank_is_named_by_every_survivor() {
 #[test]
 fn rank_that_leaves_early_is_named_and_later_ops_fail_fast() {
     let layout = two_domains(4);
+    // Rank 1 leaves only once every rank has its first result: it can
+    // finish before a peer has read its last chunk.
+    let first_done = AllArrive::new(layout.len());
     let results = run_world(&layout, &test_options(), |c| {
         let mut v = vec![1.0f32; 10_000];
         c.allreduce(&mut v, ReduceOp::Sum).expect("first allreduce");
+        first_done.wait();
         if c.rank() == 1 {
             return Ok(()); // drops its communicator: goodbye, connections closed
         }

@@ -191,8 +191,11 @@ fn a_survivor_that_stays_away_is_left_out_in_bounded_time() {
         ..test_options()
     };
     let both = std::sync::Barrier::new(2);
+    let all_done = crate::world::AllArrive::new(3);
     let out = spawn(&["d0", "d0", "d1"], &opts, |mut c| {
         exact_allreduces(&c, 2);
+        // Rank 2 leaves only once every rank has its results.
+        all_done.wait();
         if c.rank() == 2 {
             return None;
         }
@@ -227,8 +230,11 @@ fn a_survivor_that_stays_away_is_left_out_in_bounded_time() {
 /// the old one keeps failing with a typed error.
 #[test]
 fn killed_domain_leaves_a_working_single_domain_communicator() {
+    let all_done = crate::world::AllArrive::new(4);
     let out = spawn(&["d0", "d1", "d0", "d1"], &test_options(), |mut c| {
         exact_allreduces(&c, 3);
+        // d1 leaves only once every rank has its results.
+        all_done.wait();
         if c.rank() % 2 == 1 {
             return None; // the whole of d1 is gone
         }
@@ -294,8 +300,11 @@ fn joiner_grows_a_shrunk_communicator_back() {
             exact_allreduces(&c, 20);
         });
         let addr_tx = std::sync::Mutex::new(addr_tx);
+        let all_done = crate::world::AllArrive::new(3);
         let out = spawn(&["d0", "d1", "d1"], &opts, |mut c| {
             exact_allreduces(&c, 2);
+            // Rank 1 leaves only once every rank has its results.
+            all_done.wait();
             if c.rank() == 1 {
                 return None;
             }

@@ -266,7 +266,7 @@ fn survivors_shrink_over_tls() {
     let tls = rank_settings(&d, &layout, &[&d0, &d1], TlsMode::All, |r| {
         layout[r].0.clone()
     });
-    let all_done = std::sync::Barrier::new(4);
+    let all_done = crate::world::AllArrive::new(4);
     let got = run(&layout, &tls, |mut c| {
         allreduce_bits(&c);
         // Rank 3 leaves only once every rank has its result.

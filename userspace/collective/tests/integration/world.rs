@@ -71,3 +71,38 @@ pub fn two_domains(n: usize) -> Layout {
         .map(|r| (format!("d{}", r % 2), format!("h{}", r / 4)))
         .collect()
 }
+
+/// A barrier for the rank threads of one test that gives up after a minute
+/// (a rank that panicked before it never arrives: the others must fail, not hang).
+pub struct AllArrive {
+    n: usize,
+    arrived: std::sync::Mutex<usize>,
+    cv: std::sync::Condvar,
+}
+
+impl AllArrive {
+    pub fn new(n: usize) -> Self {
+        Self {
+            n,
+            arrived: std::sync::Mutex::new(0),
+            cv: std::sync::Condvar::new(),
+        }
+    }
+
+    /// Returns once all `n` ranks have called it; panics after 60 s.
+    pub fn wait(&self) {
+        let mut arrived = self.arrived.lock().unwrap_or_else(|p| p.into_inner());
+        *arrived += 1;
+        self.cv.notify_all();
+        let (arrived, waited) = self
+            .cv
+            .wait_timeout_while(arrived, Duration::from_secs(60), |a| *a < self.n)
+            .unwrap_or_else(|p| p.into_inner());
+        assert!(
+            !waited.timed_out(),
+            "only {} of {} ranks arrived within 60 s",
+            *arrived,
+            self.n
+        );
+    }
+}
