@@ -8,6 +8,9 @@
 
 use std::{fmt::Write as _, path::PathBuf};
 
+/// The guest script's first line: the kernel booted and the script runs.
+pub const STARTED_MARKER: &str = "guest: kernel";
+
 /// One test binary and the tests of it to run in the guest.
 #[derive(Clone, Debug)]
 pub struct Suite {
@@ -53,7 +56,9 @@ pub fn script(
         let _ = writeln!(s, "mount -t tmpfs vmtmp '{}' 2>/dev/null", dir.display());
     }
     s.push_str("ip link set lo up\n");
-    s.push_str("echo \"guest: kernel $(uname -r), $(nproc) cpus\"\n");
+    s.push_str(&format!(
+        "echo \"{STARTED_MARKER} $(uname -r), $(nproc) cpus\"\n"
+    ));
     s.push_str("status=0\n");
     for suite in suites {
         let _ = writeln!(s, "echo '=== suite {}'", suite.name);

@@ -203,19 +203,31 @@ fn boot_and_test(
         stall: Duration::from_secs(args.stall),
         echo: true,
     };
-    let outcome = match qemu::run(&boot) {
-        Err(e) if guest_crashed(&format!("{e:#}")) => {
-            // Multi-threaded TCG occasionally breaks the guest kernel itself
-            // (seen: an int3 Oops in sched_clock_tick while 7.3 patches its
-            // static keys during boot, on a loaded host). That is the
-            // emulator's fault, not a test's: boot once more, say so loudly.
-            eprintln!(
-                "vm: kernel {}: the guest crashed or hung, not a test: booting it once more. First attempt: {e:#}",
-                k.line.name()
-            );
-            qemu::run(&boot).context("the second boot, after the guest crashed or hung")?
+    // Multi-threaded TCG occasionally breaks the guest kernel itself (seen:
+    // an int3 Oops in 7.3's sched_clock_tick while it patches static keys,
+    // and a panic in 6.12's timer softirq during ACPI probing, both in the
+    // first two seconds of boot). That is the emulator's fault, not a
+    // test's: boot again, loudly. A crash before the guest script started
+    // costs seconds, so it gets two more boots; a later crash or a stall one.
+    let mut reboots = 0;
+    let outcome = loop {
+        match qemu::run(&boot) {
+            Err(e) if guest_crashed(&format!("{e:#}")) => {
+                let started = std::fs::read_to_string(&boot.console_log)
+                    .is_ok_and(|c| c.contains(guest::STARTED_MARKER));
+                let allowed = if started { 1 } else { 2 };
+                if reboots >= allowed {
+                    return Err(e.context(format!("after {reboots} more boots")));
+                }
+                reboots += 1;
+                eprintln!(
+                    "vm: kernel {}: the guest crashed or hung ({}), not a test: booting it again. Attempt {reboots}: {e:#}",
+                    k.line.name(),
+                    if started { "while testing" } else { "during boot" }
+                );
+            }
+            other => break other?,
         }
-        other => other?,
     };
     // Facts the tests recorded for docs/KERNELS.md, kept beside the kernels.
     if let Ok(facts) = std::fs::read_to_string(out_dir.join("facts.txt")) {
