@@ -111,9 +111,17 @@ pub fn run(args: &VmTestArgs) -> Result<()> {
     let mut results = Vec::new();
     for line in args.kernel.lines() {
         eprintln!("vm: === kernel {} ===", line.name());
+        let on_line = suites::for_kernel(&suites, line);
+        if on_line.is_empty() {
+            eprintln!(
+                "vm: no selected test runs on {} (see suites::ONE_KERNEL)",
+                line.name()
+            );
+            continue;
+        }
         let result = match kernel::fetch(&vm_dir, line) {
             Ok(k) => {
-                let outcome = boot_and_test(&vm_dir, &k, &suites, args);
+                let outcome = boot_and_test(&vm_dir, &k, &on_line, args);
                 KernelResult {
                     line,
                     version: k.version,

@@ -23,7 +23,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use super::guest::Suite;
+use super::{guest::Suite, KernelLine};
 use crate::cmd;
 
 /// One selection: a package's integration binary and name prefixes of the
@@ -54,10 +54,7 @@ const SELECTIONS: &[Selection] = &[
             "admission_testrun::",
             "policy_apply_undo::a_failed_attach_with_a_policy_leaves_nothing",
         ],
-        // Its bound counts whole refilled frames (floor) but the kernel also
-        // admits on a partial one; runs slow enough under TCG to cross that
-        // edge admit one frame more (55 of 54 seen on 6.1). It runs on the host.
-        skip: &["tc_testrun::kernel_bucket_charges_exactly_what_the_model_computes"],
+        skip: &[],
         threads: 2,
     },
     Selection {
@@ -70,15 +67,47 @@ const SELECTIONS: &[Selection] = &[
             "cli::classify_traffic::",
             "shaper::htb::",
         ],
-        // Not yet passing under TCG at this host's load (12–18): agents
-        // take 14–40 s to start, status polls time out, the emulator runs
-        // 6–7 ms late and the agent then publishes its userspace estimate;
-        // the netem phases pass (docs/KERNELS.md). Run it with
-        // `--filter clock_wan` after removing this entry.
-        skip: &["vm::clock_wan::clock_sync_over_netem_and_the_emulator_side_by_side"],
+        skip: &[],
         threads: 1,
     },
 ];
+
+/// Tests that run in one guest only: each takes 1–3 minutes under TCG and
+/// checks the WAN emulation (netem against the userspace emulator, clock
+/// sync over netem), which does not change with the kernel line, while the
+/// verifier, attach-mode and test-run checks run on every kernel.
+const ONE_KERNEL: &[(&str, KernelLine)] = &[
+    (
+        "vm::collective_wan::allreduce_over_netem_and_the_emulator_side_by_side",
+        KernelLine::V6_1,
+    ),
+    (
+        "vm::clock_wan::clock_sync_over_netem_quiet_and_jittery",
+        KernelLine::V6_12,
+    ),
+];
+
+/// `suites` as they run on `line`: without the tests that [`ONE_KERNEL`]
+/// gives to another kernel, and without suites left empty by that.
+pub fn for_kernel(suites: &[Suite], line: KernelLine) -> Vec<Suite> {
+    suites
+        .iter()
+        .map(|s| Suite {
+            filters: s
+                .filters
+                .iter()
+                .filter(|t| {
+                    ONE_KERNEL
+                        .iter()
+                        .all(|(name, only)| name != t || *only == line)
+                })
+                .cloned()
+                .collect(),
+            ..s.clone()
+        })
+        .filter(|s| !s.filters.is_empty())
+        .collect()
+}
 
 /// Builds the test binaries and returns the suites to run, narrowed by
 /// `filter`.
@@ -185,27 +214,35 @@ fn build_verifier_reject() -> Result<PathBuf> {
 
 /// `cargo test --no-run` for the packages' integration binaries; returns
 /// (package name, executable).
+/// With the package sets of the host's test stages, so that after
+/// `cargo xtask test`'s host stages nothing is rebuilt (cargo unifies
+/// features per invocation: another set recompiles the shared crates).
 fn build() -> Result<Vec<(String, PathBuf)>> {
-    let mut c = cmd::cargo();
-    c.args([
-        "test",
-        "--no-run",
-        "--message-format=json-render-diagnostics",
-    ]);
-    for sel in SELECTIONS {
-        c.args(["--package", sel.package]);
+    let mut found = Vec::new();
+    for packages in [crate::test::CRATES_PACKAGES, crate::test::NETNS_PACKAGES] {
+        let mut c = cmd::cargo();
+        c.args([
+            "test",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .args(packages)
+        .args(["--test", "integration"]);
+        eprintln!(
+            "+ cargo test --no-run {} --test integration (the VM stage's test binaries)",
+            packages.join(" ")
+        );
+        let out = c
+            .current_dir(cmd::root())
+            .stderr(Stdio::inherit())
+            .output()
+            .context("running cargo test --no-run")?;
+        if !out.status.success() {
+            bail!("building the test binaries failed: {}", out.status);
+        }
+        found.extend(executables(&String::from_utf8_lossy(&out.stdout)));
     }
-    c.args(["--test", "integration"]);
-    eprintln!("+ cargo test --no-run (the VM stage's test binaries)");
-    let out = c
-        .current_dir(cmd::root())
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running cargo test --no-run")?;
-    if !out.status.success() {
-        bail!("building the test binaries failed: {}", out.status);
-    }
-    Ok(executables(&String::from_utf8_lossy(&out.stdout)))
+    Ok(found)
 }
 
 /// The (package, executable) of every `compiler-artifact` message with one.
@@ -259,6 +296,31 @@ fn list(binary: &Path, dir: &Path) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_kernel_tests_run_only_on_their_kernel() {
+        let (clock, clock_line) = ONE_KERNEL[1];
+        let suite = |filters: &[&str]| Suite {
+            name: "netns".into(),
+            binary: "/b".into(),
+            cwd: "/".into(),
+            filters: filters.iter().map(|f| f.to_string()).collect(),
+            exact: true,
+            threads: 1,
+            env: Vec::new(),
+        };
+        let all = [suite(&["vm::netem::x", clock]), suite(&[clock])];
+        for line in KernelLine::ALL {
+            let got = for_kernel(&all, line);
+            if line == clock_line {
+                assert_eq!(got.len(), 2);
+                assert_eq!(got[0].filters, ["vm::netem::x", clock]);
+            } else {
+                assert_eq!(got.len(), 1, "the clock-only suite is dropped on {line:?}");
+                assert_eq!(got[0].filters, ["vm::netem::x"]);
+            }
+        }
+    }
 
     #[test]
     fn package_names_are_read_from_both_id_forms() {

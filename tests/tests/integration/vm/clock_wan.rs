@@ -1,32 +1,34 @@
-//! The agent's clock sync between two domains over the kernel's netem and
-//! over the userspace emulator with the same profile, in one run: a quiet
-//! phase, then 1 ms jitter each way (after 300 probes, as on the host's
-//! `clock::testbed`). Synthetic clock errors (offset + drift) give the
-//! ground truth; the kernel-stamped estimate's |error| is printed per
-//! emulator and phase (docs/KERNELS.md).
+//! The agent's clock sync between two domains over the kernel's netem, on
+//! the host's `clock::testbed` profile (wan40: 20 ms each way, 200 Mbit/s):
+//! a quiet phase, then 1 ms jitter each way (warmed up 4× longer, as on the
+//! host). Synthetic clock errors (offset + drift) give the ground truth;
+//! the kernel-stamped estimate's |error| is printed per phase, beside the
+//! host's run of the same test on the userspace emulator (docs/KERNELS.md).
 //!
-//! Asserted on both emulators: the kernel source is the one published, and
-//! its error stays within the agent's own published bound in ≥ 99 % of the
-//! polls. The host's p99 targets (20 µs quiet, 100 µs jittery) assume
-//! native timing; under TCG they are printed, not asserted. A status poll
-//! that times out under TCG is counted, not a failure.
+//! Asserted: the kernel source is the one published, and its error stays
+//! within the agent's own published bound in ≥ 99 % of the polls. The
+//! host's p99 targets (20 µs quiet, 100 µs jittery) assume native timing;
+//! under TCG they are printed, not asserted. A status poll that times out
+//! under TCG is counted, not a failure. The emulator's phases run on the
+//! host only: inside a TCG guest the userspace forwarder itself runs
+//! milliseconds late, which measures TCG, not the clock sync.
 
 use std::{collections::BTreeMap, time::Duration};
 
 use causeway::clock::Source;
-use causeway_netsim::params::ParamsPatch;
 use causeway_test_support::require_root;
 use causeway_tests::{
     clock_agent::{measure_ends, quantile, SourceErrors},
-    netem_wan::{Ends, NetemWan, WanProfile},
+    netem_wan::{NetemWan, WanProfile},
 };
 
 use super::fact;
 
+/// `causeway_netsim::Profile::Wan40`, the host clock test's profile.
 const QUIET: WanProfile = WanProfile {
     one_way_delay_ms: 20,
     jitter_ms: 0,
-    rate_mbit: 10,
+    rate_mbit: 200,
     loss: 0.0,
 };
 const JITTERY: WanProfile = WanProfile {
@@ -74,47 +76,15 @@ fn record(errors: &BTreeMap<Source, SourceErrors>, label: &str) -> Result<(), St
 
 #[test]
 #[ignore = "needs sch_netem (not in the host kernel): runs in the VM stage, cargo xtask vm-test"]
-fn clock_sync_over_netem_and_the_emulator_side_by_side() {
+fn clock_sync_over_netem_quiet_and_jittery() {
     require_root!();
     let wan = NetemWan::new(&QUIET);
     let quiet = measure_ends(&wan.ends(), None, true, "netem", WARMUP, MEASURE);
     wan.set(&JITTERY);
     let jittery = measure_ends(&wan.ends(), None, true, "netem+1ms", WARMUP * 4, MEASURE);
     drop(wan);
-    let tb = QUIET.netsim_testbed();
-    let emu_quiet = measure_ends(
-        &Ends::of_testbed(&tb),
-        Some(&tb),
-        true,
-        "netsim",
-        WARMUP,
-        MEASURE,
-    );
-    tb.set_path(
-        0,
-        &ParamsPatch {
-            jitter_ns: Some(JITTERY.jitter_ms * 1_000_000),
-            ..Default::default()
-        },
-    )
-    .expect("set jitter");
-    let emu_jittery = measure_ends(
-        &Ends::of_testbed(&tb),
-        Some(&tb),
-        true,
-        "netsim+1ms",
-        WARMUP * 4,
-        MEASURE,
-    );
-    drop(tb);
-    // All four recorded before the first assertion can stop the test.
-    let phases = [
-        (&quiet, "netem-quiet"),
-        (&jittery, "netem-jitter1ms"),
-        (&emu_quiet, "netsim-quiet"),
-        (&emu_jittery, "netsim-jitter1ms"),
-    ];
-    let failures: Vec<String> = phases
+    // Both recorded before the first assertion can stop the test.
+    let failures: Vec<String> = [(&quiet, "netem-quiet"), (&jittery, "netem-jitter1ms")]
         .into_iter()
         .filter_map(|(errors, label)| record(errors, label).err())
         .collect();
