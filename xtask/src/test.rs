@@ -21,6 +21,13 @@ pub struct TestArgs {
     pub python_only: bool,
 }
 
+/// The packages of the per-crate stage. Cargo unifies features over the
+/// packages of one invocation, so the VM stage builds its test binaries
+/// with the same sets (`vm::suites`) and reuses these builds.
+pub const CRATES_PACKAGES: &[&str] = &["--workspace", "--exclude", "causeway-tests"];
+/// The packages of the namespace stage (see [`CRATES_PACKAGES`]).
+pub const NETNS_PACKAGES: &[&str] = &["--package", "causeway-tests"];
+
 pub fn run(args: &TestArgs) -> Result<()> {
     if args.python_only {
         return crate::python::test();
@@ -35,24 +42,20 @@ pub fn run(args: &TestArgs) -> Result<()> {
     // --no-fail-fast: one failing test binary must not hide the others.
     // Unit tests and the per-crate tests (BPF_PROG_TEST_RUN, differential,
     // collectives on loopback) run with cargo's default parallelism.
-    let crates = cmd::run(cmd::cargo().args([
-        "test",
-        "--no-fail-fast",
-        "--workspace",
-        "--exclude",
-        "causeway-tests",
-    ]));
+    let crates = cmd::run(
+        cmd::cargo()
+            .args(["test", "--no-fail-fast"])
+            .args(CRATES_PACKAGES),
+    );
     // Namespace and testbed tests (one binary, `tests/tests/integration`)
     // measure rates and delays: one at a time, so that they do not steal
     // each other's two cores.
-    let netns = cmd::run(cmd::cargo().args([
-        "test",
-        "--no-fail-fast",
-        "--package",
-        "causeway-tests",
-        "--",
-        "--test-threads=1",
-    ]));
+    let netns = cmd::run(
+        cmd::cargo()
+            .args(["test", "--no-fail-fast"])
+            .args(NETNS_PACKAGES)
+            .args(["--", "--test-threads=1"]),
+    );
     // The VM stage: the same binaries inside Debian's 6.1, 6.12 and 7.x
     // kernels (qemu), where netem exists (`cargo xtask vm-test`).
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");

@@ -44,8 +44,16 @@ pub struct Outcome {
     pub wall: Duration,
 }
 
-/// Whether KVM can be used: /dev/kvm opens read-write.
+/// Whether KVM can be used: /dev/kvm opens read-write and is not only
+/// PVM's. A host whose KVM is `kvm_pvm` alone (pagetable-based
+/// virtualization, no VMX/SVM: this machine) runs only PVM-aware guest
+/// kernels, which Debian's are not; qemu then aborts on the first MSR.
 fn kvm_usable() -> bool {
+    let module = |m: &str| Path::new("/sys/module").join(m).exists();
+    if module("kvm_pvm") && !module("kvm_intel") && !module("kvm_amd") {
+        eprintln!("vm: /dev/kvm is kvm_pvm only (no VMX/SVM), which Debian kernels cannot use as guests: TCG");
+        return false;
+    }
     fs::OpenOptions::new()
         .read(true)
         .write(true)
