@@ -48,6 +48,8 @@ pub struct Communicator {
     _server: Option<StoreServer>,
     /// What a shrink or grow needs (see `membership`).
     seat: Seat,
+    /// Where this rank's metrics are served (`CAUSEWAY_METRICS_ADDR`).
+    metrics: Option<crate::metrics_http::Serving>,
 }
 
 impl Communicator {
@@ -111,7 +113,18 @@ impl Communicator {
             });
         }
         drop(ev_tx);
-        let engine = Engine::new(
+        let metrics = match opts.metrics_addr {
+            None => None,
+            Some(base) => {
+                let addr =
+                    crate::observe_env::rank_metrics_addr(base, id.local_rank.unwrap_or(0))?;
+                let m = Arc::new(crate::metrics::RankMetrics::new(id.rank, 0));
+                let serving = crate::metrics_http::serve(addr, m.clone())
+                    .map_err(|e| CollectiveError::io(format!("serve metrics on {addr}"), e))?;
+                Some((m, serving))
+            }
+        };
+        let mut engine = Engine::new(
             id.rank,
             joined.topology.clone(),
             opts.clone(),
@@ -119,6 +132,7 @@ impl Communicator {
             ev_rx,
             pool.clone(),
         );
+        engine.metrics = metrics.as_ref().map(|(m, _)| m.clone());
         let (jobs, job_rx) = channel();
         let worker = std::thread::Builder::new()
             .name(format!("cw-engine-{}", id.rank))
@@ -137,6 +151,7 @@ impl Communicator {
             pool,
             _server: boot.server,
             seat,
+            metrics: metrics.map(|(_, s)| s),
         };
         if opts.probe && id.world > 1 {
             comm.model = crate::probe::measure(&comm, &opts)?;
@@ -165,6 +180,11 @@ impl Communicator {
     /// Domain label of `rank`, as it registered.
     pub fn domain_of(&self, rank: Rank) -> Option<&str> {
         self.domains.get(rank).map(String::as_str)
+    }
+    /// Where this rank's Prometheus metrics are served, when they are
+    /// (`CAUSEWAY_METRICS_ADDR`, [`Options::metrics_addr`]).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr())
     }
     /// The link costs the algorithm choice uses (probed or configured).
     pub fn cost_model(&self) -> CostModel {
@@ -437,6 +457,12 @@ impl Communicator {
     }
     pub(crate) fn seat_mut(&mut self) -> &mut Seat {
         &mut self.seat
+    }
+    /// Labels the metrics with the membership's epoch (after a shrink or grow).
+    pub(crate) fn note_epoch(&self) {
+        if let Some(m) = &self.metrics {
+            m.metrics().set_epoch(self.seat.membership.epoch);
+        }
     }
     /// Stops the engine without waiting for it (queued operations finish,
     /// goodbyes to a hung peer may take up to the timeout); every later

@@ -339,6 +339,9 @@ impl Driver<'_, '_> {
                 h.op, h.lane, h.step, self.seq
             )));
         }
+        if let Some(m) = &self.e.metrics {
+            m.received(self.e.topo.class(self.e.me, peer), f.payload.len());
+        }
         let id = ChunkId {
             lane: h.lane as usize,
             step: h.step as usize,
@@ -396,6 +399,9 @@ impl Driver<'_, '_> {
         };
         if let Some(t) = &mut self.trace {
             t.push(Message::sent(peer, &h));
+        }
+        if let Some(m) = &self.e.metrics {
+            m.sent(self.e.topo.class(self.e.me, peer), p.len());
         }
         let small = s.transfer_len <= self.e.opts.latency_bytes;
         if !link.send_data(h, p, small) {

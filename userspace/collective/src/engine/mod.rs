@@ -98,6 +98,8 @@ pub(crate) struct Engine {
     pub closed: Vec<usize>,
     /// How the failing operation decided whom to blame (for the Abort).
     pub verdict: Option<Verdict>,
+    /// What `CAUSEWAY_METRICS_ADDR` serves ([`crate::metrics`]).
+    pub metrics: Option<Arc<crate::metrics::RankMetrics>>,
 }
 
 impl Engine {
@@ -129,13 +131,21 @@ impl Engine {
             feedback: ErrorFeedback::new(),
             closed: vec![0; world],
             verdict: None,
+            metrics: None,
         }
     }
 
     /// Runs jobs until the communicator is dropped, then says goodbye to every peer.
     pub fn run(mut self, jobs: Receiver<Job>) {
         while let Ok(mut job) = jobs.recv() {
+            let started = std::time::Instant::now();
             let res = self.run_job(&mut job);
+            if let (Some(m), JobKind::Op(k)) = (&self.metrics, &job.kind) {
+                match &res {
+                    Ok(()) => m.op_done(*k, job.buf.bytes().len() as u64, started.elapsed()),
+                    Err(e) => m.op_failed(*k, e),
+                }
+            }
             let _ = job.reply.send(res.map(|()| job.buf));
             job.progress.finished.store(true, Ordering::Release);
             if let Some(w) = job.waker.lock().ok().and_then(|mut w| w.take()) {
