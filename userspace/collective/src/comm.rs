@@ -116,8 +116,7 @@ impl Communicator {
         let metrics = match opts.metrics_addr {
             None => None,
             Some(base) => {
-                let addr =
-                    crate::observe_env::rank_metrics_addr(base, id.local_rank.unwrap_or(0))?;
+                let addr = crate::observe_env::rank_metrics_addr(base, id.local_rank.unwrap_or(0))?;
                 let m = Arc::new(crate::metrics::RankMetrics::new(id.rank, 0));
                 let serving = crate::metrics_http::serve(addr, m.clone())
                     .map_err(|e| CollectiveError::io(format!("serve metrics on {addr}"), e))?;

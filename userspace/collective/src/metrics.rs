@@ -208,12 +208,8 @@ pub(crate) fn encode_all(
                         .zip(h.buckets.iter().map(|b| b.load(Ordering::Relaxed)))
                         .collect();
                     let sum = h.sum_ns.load(Ordering::Relaxed) as f64 * 1e-9;
-                    e.encode_family(&labels)?.encode_histogram::<NoLabelSet>(
-                        sum,
-                        count,
-                        &buckets,
-                        None,
-                    )?;
+                    e.encode_family(&labels)?
+                        .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
                 }
             }
         }
@@ -230,8 +226,7 @@ pub(crate) fn encode_all(
             Pick::Received,
         ),
     ] {
-        let mut e =
-            enc.encode_descriptor(name, help, Some(&Unit::Bytes), MetricType::Counter)?;
+        let mut e = enc.encode_descriptor(name, help, Some(&Unit::Bytes), MetricType::Counter)?;
         for m in ranks {
             let (rank, epoch) = base(m);
             let values = match pick {

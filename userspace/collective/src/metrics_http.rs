@@ -70,7 +70,9 @@ impl Serving {
 /// Serves `metrics` at `addr` (a listener this process already has for
 /// `addr` is shared; port 0 binds any free port).
 pub(crate) fn serve(addr: SocketAddr, metrics: Arc<RankMetrics>) -> std::io::Result<Serving> {
-    let mut servers = SERVERS.lock().map_err(|_| std::io::Error::other("poisoned"))?;
+    let mut servers = SERVERS
+        .lock()
+        .map_err(|_| std::io::Error::other("poisoned"))?;
     servers.retain(|s| s.strong_count() > 0);
     let existing = servers
         .iter()
@@ -202,7 +204,10 @@ mod tests {
         assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
         assert!(text.contains(CONTENT_TYPE), "{text}");
         assert!(text.contains("causeway_op_duration_seconds_count{rank=\"0\",epoch=\"0\",op=\"barrier\",size_bucket=\"0-4KiB\"} 1"), "{text}");
-        assert!(text.contains("link=\"wan\"} 0") && text.contains("rank=\"1\""), "{text}");
+        assert!(
+            text.contains("link=\"wan\"} 0") && text.contains("rank=\"1\""),
+            "{text}"
+        );
         assert!(get(bound, "/").starts_with("HTTP/1.1 404"));
         drop(sa);
         let text = get(bound, "/metrics");

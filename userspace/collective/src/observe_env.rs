@@ -39,11 +39,12 @@ pub fn rank_metrics_addr(base: SocketAddr, local_rank: usize) -> Result<SocketAd
     if base.port() == 0 {
         return Ok(base);
     }
-    let port = u16::try_from(usize::from(base.port()) + local_rank)
-        .map_err(|_| ConfigError::Invalid(format!(
+    let port = u16::try_from(usize::from(base.port()) + local_rank).map_err(|_| {
+        ConfigError::Invalid(format!(
             "{METRICS_ADDR_ENV}: port {} + local rank {local_rank} is above 65535",
             base.port()
-        )))?;
+        ))
+    })?;
     let mut a = base;
     a.set_port(port);
     Ok(a)

@@ -13,7 +13,10 @@ fn sizes_and_latencies_fall_in_their_buckets() {
     assert_eq!(latency_index(Duration::from_micros(10)), 0);
     assert_eq!(latency_index(Duration::from_micros(11)), 1);
     assert_eq!(latency_index(Duration::from_millis(10)), 5);
-    assert_eq!(latency_index(Duration::from_secs(100)), LATENCY_BOUNDS.len());
+    assert_eq!(
+        latency_index(Duration::from_secs(100)),
+        LATENCY_BOUNDS.len()
+    );
     assert_eq!(SIZE_LABELS.len(), SIZE_BOUNDS.len() + 1);
 }
 
