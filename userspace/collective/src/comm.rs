@@ -50,6 +50,8 @@ pub struct Communicator {
     seat: Seat,
     /// Where this rank's metrics are served (`CAUSEWAY_METRICS_ADDR`).
     metrics: Option<crate::metrics_http::Serving>,
+    /// This rank's timeline (`CAUSEWAY_TRACE`).
+    tracer: Option<Arc<crate::trace::Tracer>>,
 }
 
 impl Communicator {
@@ -102,6 +104,10 @@ impl Communicator {
         );
         let pool = BufferPool::new(64 + 4 * id.world * opts.window);
         let (ev_tx, ev_rx) = channel();
+        let tracer = opts
+            .trace_dir
+            .as_deref()
+            .map(|d| Arc::new(crate::trace::Tracer::new(id.rank, d)));
         // Data frames carry at most one chunk; control frames (aborts) up to a few KiB.
         let max_frame = opts.chunk_bytes.max(64 << 10) as u32;
         let mut peers = Vec::with_capacity(id.world);
@@ -109,7 +115,14 @@ impl Communicator {
             peers.push(if q == id.rank {
                 None
             } else {
-                Some(links::start(q, c, &ev_tx, &pool, max_frame)?)
+                Some(links::start(
+                    q,
+                    c,
+                    &ev_tx,
+                    &pool,
+                    max_frame,
+                    tracer.clone(),
+                )?)
             });
         }
         drop(ev_tx);
@@ -132,6 +145,7 @@ impl Communicator {
             pool.clone(),
         );
         engine.metrics = metrics.as_ref().map(|(m, _)| m.clone());
+        engine.tracer = tracer.clone();
         let (jobs, job_rx) = channel();
         let worker = std::thread::Builder::new()
             .name(format!("cw-engine-{}", id.rank))
@@ -151,6 +165,7 @@ impl Communicator {
             _server: boot.server,
             seat,
             metrics: metrics.map(|(_, s)| s),
+            tracer,
         };
         if opts.probe && id.world > 1 {
             comm.model = crate::probe::measure(&comm, &opts)?;
@@ -457,6 +472,17 @@ impl Communicator {
     pub(crate) fn seat_mut(&mut self) -> &mut Seat {
         &mut self.seat
     }
+    /// Writes the timeline (`CAUSEWAY_TRACE`), with the clock estimates of
+    /// the peers evaluated halfway through it.
+    fn write_trace(&self) {
+        let Some(t) = &self.tracer else { return };
+        let notes =
+            crate::trace::clock_notes(&self.topo, self.rank, &self.seat.addrs, t.middle_ns());
+        match t.write(self.seat.membership.epoch, self.world, &notes) {
+            Ok(p) => tracing::info!(path = %p.display(), "trace written"),
+            Err(e) => tracing::warn!(error = %e, "writing the trace failed"),
+        }
+    }
     /// Labels the metrics with the membership's epoch (after a shrink or grow).
     pub(crate) fn note_epoch(&self) {
         if let Some(m) = &self.metrics {
@@ -482,5 +508,6 @@ impl Drop for Communicator {
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
+        self.write_trace();
     }
 }

@@ -89,6 +89,8 @@ pub struct Options {
     /// Serve this rank's Prometheus metrics here (`CAUSEWAY_METRICS_ADDR`;
     /// the port is offset by the local rank: [`crate::metrics`]).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Write this rank's timeline into this directory (`CAUSEWAY_TRACE`: [`crate::trace`]).
+    pub trace_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -116,6 +118,7 @@ impl Default for Options {
             ports: causeway_core::traffic::ListenPorts::default(),
             tls: Default::default(),
             metrics_addr: None,
+            trace_dir: None,
         }
     }
 }

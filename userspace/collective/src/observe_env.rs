@@ -1,5 +1,5 @@
 //! The observability variables: `CAUSEWAY_METRICS_ADDR` (`host:port`,
-//! [`crate::metrics`]).
+//! [`crate::metrics`]) and `CAUSEWAY_TRACE` (a directory, [`crate::trace`]).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -7,6 +7,7 @@ use crate::config::Options;
 use crate::error::ConfigError;
 
 pub const METRICS_ADDR_ENV: &str = "CAUSEWAY_METRICS_ADDR";
+pub const TRACE_ENV: &str = "CAUSEWAY_TRACE";
 
 /// `host:port` (a name is resolved; its first address is taken).
 pub fn parse_metrics_addr(value: &str) -> Result<SocketAddr, ConfigError> {
@@ -29,6 +30,9 @@ pub(crate) fn from_env(o: &mut Options) -> Result<(), ConfigError> {
         .filter(|v| !v.trim().is_empty())
     {
         o.metrics_addr = Some(parse_metrics_addr(&v)?);
+    }
+    if let Some(v) = std::env::var_os(TRACE_ENV).filter(|v| !v.is_empty()) {
+        o.trace_dir = Some(v.into());
     }
     Ok(())
 }

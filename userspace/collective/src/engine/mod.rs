@@ -90,7 +90,7 @@ pub(crate) struct Engine {
     next_op: u64,
     failure: Option<CollectiveError>,
     /// Frames that arrived for operations not started yet.
-    future: Vec<(Rank, Frame)>,
+    future: Vec<(Rank, Frame, std::time::Instant)>,
     plans: HashMap<(OpKind, usize, usize, Option<Algorithm>), Arc<Plan>>,
     /// Residuals of lossy calls with a feedback key.
     pub feedback: ErrorFeedback,
@@ -100,6 +100,8 @@ pub(crate) struct Engine {
     pub verdict: Option<Verdict>,
     /// What `CAUSEWAY_METRICS_ADDR` serves ([`crate::metrics`]).
     pub metrics: Option<Arc<crate::metrics::RankMetrics>>,
+    /// What `CAUSEWAY_TRACE` records ([`crate::trace`]).
+    pub tracer: Option<Arc<crate::trace::Tracer>>,
 }
 
 impl Engine {
@@ -132,6 +134,7 @@ impl Engine {
             closed: vec![0; world],
             verdict: None,
             metrics: None,
+            tracer: None,
         }
     }
 

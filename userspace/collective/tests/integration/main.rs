@@ -3,7 +3,7 @@
 //! (`rendezvous`), ranks that must agree on domains and wire options
 //! (`agreement`), set-up failures every rank hears of (`setup_failure`), a
 //! rank that dies (`fault`), a rank that stops (`hang`), a peer that speaks
-//! garbage (`hostile`), mutual TLS (`tls`, certificates from `pki`), WAN codecs over real connections (`codecs`) the blocking calls' memory (`memory`) and the per-rank Prometheus metrics (`metrics`). Ranks run
+//! garbage (`hostile`), mutual TLS (`tls`, certificates from `pki`), WAN codecs over real connections (`codecs`) the blocking calls' memory (`memory`) the per-rank Prometheus metrics (`metrics`) and the timeline's causality (`trace`). Ranks run
 //! as threads of this process (`world`) or as worker processes (`procs`,
 //! `fault`, `hang`).
 //!
@@ -26,4 +26,5 @@ mod rendezvous;
 mod setup_failure;
 mod shrink;
 mod tls;
+mod trace;
 mod world;
