@@ -476,8 +476,13 @@ impl Communicator {
     /// the peers evaluated halfway through it.
     fn write_trace(&self) {
         let Some(t) = &self.tracer else { return };
-        let notes =
-            crate::trace::clock_notes(&self.topo, self.rank, &self.seat.addrs, t.middle_ns());
+        let notes = crate::trace::clock_notes(
+            &self.topo,
+            self.rank,
+            &self.seat.addrs,
+            self.opts.clock_map.as_deref(),
+            t.middle_ns(),
+        );
         match t.write(self.seat.membership.epoch, self.world, &notes) {
             Ok(p) => tracing::info!(path = %p.display(), "trace written"),
             Err(e) => tracing::warn!(error = %e, "writing the trace failed"),

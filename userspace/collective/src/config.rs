@@ -91,6 +91,9 @@ pub struct Options {
     pub metrics_addr: Option<std::net::SocketAddr>,
     /// Write this rank's timeline into this directory (`CAUSEWAY_TRACE`: [`crate::trace`]).
     pub trace_dir: Option<std::path::PathBuf>,
+    /// The agent's pinned peer clock map the trace reads its offsets from
+    /// (`CAUSEWAY_CLOCK_MAP`, as [`crate::peer_clock`]).
+    pub clock_map: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -119,6 +122,7 @@ impl Default for Options {
             tls: Default::default(),
             metrics_addr: None,
             trace_dir: None,
+            clock_map: None,
         }
     }
 }

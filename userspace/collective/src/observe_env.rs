@@ -34,6 +34,9 @@ pub(crate) fn from_env(o: &mut Options) -> Result<(), ConfigError> {
     if let Some(v) = std::env::var_os(TRACE_ENV).filter(|v| !v.is_empty()) {
         o.trace_dir = Some(v.into());
     }
+    if let Some(v) = std::env::var_os("CAUSEWAY_CLOCK_MAP").filter(|v| !v.is_empty()) {
+        o.clock_map = Some(v.into());
+    }
     Ok(())
 }
 

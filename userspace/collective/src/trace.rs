@@ -18,7 +18,8 @@
 //! lists, per peer rank, the offset of its clock from this one (peer −
 //! local, ns) and its error bound: 0 and 0 on the same host (one clock),
 //! the agent's estimate for the peer's address when `CAUSEWAY_CLOCK_MAP`
-//! names its map, otherwise 0 with the bound `null` (unknown).
+//! ([`Options::clock_map`](crate::Options::clock_map)) names its map,
+//! otherwise 0 with the bound `null` (unknown).
 //! At most [`MAX_SPANS`] spans are kept; later ones are counted as dropped.
 
 use std::fmt::Write as _;
@@ -228,20 +229,20 @@ impl Tracer {
 
 /// How every other rank's clock relates to `me`'s, evaluated at local
 /// time `at_ns`: same host, the agent's estimate for the rank's address
-/// (`CAUSEWAY_CLOCK_MAP`), or unknown.
+/// (the pinned map at `clock_map`), or unknown.
 pub fn clock_notes(
     topo: &crate::topology::Topology,
     me: Rank,
     addrs: &[std::net::SocketAddr],
+    clock_map: Option<&Path>,
     at_ns: u64,
 ) -> Vec<PeerClockNote> {
     #[cfg(feature = "peer-clock")]
-    let map = std::env::var_os(crate::peer_clock::CLOCK_MAP_ENV)
-        .map(|_| crate::peer_clock::PeerClocks::from_env())
-        .and_then(|m| {
-            m.map_err(|e| tracing::warn!(error = %e, "trace: no clock estimates"))
-                .ok()
-        });
+    let map = clock_map.and_then(|p| {
+        crate::peer_clock::PeerClocks::open(p)
+            .map_err(|e| tracing::warn!(error = %e, "trace: no clock estimates"))
+            .ok()
+    });
     (0..topo.world())
         .filter(|&q| q != me)
         .map(|q| {
@@ -269,7 +270,7 @@ pub fn clock_notes(
                     };
                 }
             }
-            let _ = (addrs, at_ns);
+            let _ = (addrs, clock_map, at_ns);
             PeerClockNote {
                 rank: q,
                 offset_ns: 0.0,

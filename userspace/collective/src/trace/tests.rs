@@ -64,11 +64,13 @@ fn the_same_host_is_one_clock_and_others_are_unknown_without_an_agent() {
     let addrs: Vec<std::net::SocketAddr> = (0..3)
         .map(|i| format!("127.0.0.{}:1", i + 1).parse().expect("addr"))
         .collect();
-    let notes = clock_notes(&topo, 0, &addrs, 0);
+    let notes = clock_notes(&topo, 0, &addrs, None, 0);
     assert_eq!(notes.len(), 2);
     assert_eq!((notes[0].rank, notes[0].bound_ns), (1, Some(0.0)));
     assert_eq!(notes[0].source, "same_host");
-    if std::env::var_os("CAUSEWAY_CLOCK_MAP").is_none() {
-        assert_eq!((notes[1].rank, notes[1].bound_ns), (2, None));
-    }
+    assert_eq!((notes[1].rank, notes[1].bound_ns), (2, None));
+    // A map that cannot be opened leaves the bound unknown too.
+    let missing = std::path::Path::new("/nonexistent/CW_CLK_PEERS");
+    let notes = clock_notes(&topo, 0, &addrs, Some(missing), 0);
+    assert_eq!((notes[1].source, notes[1].bound_ns), ("none", None));
 }
