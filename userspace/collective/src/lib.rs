@@ -48,7 +48,7 @@
 //! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |
 //! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (`1mb`) and lanes in flight (4) |
 //! | `CAUSEWAY_METRICS_ADDR` | `host:port`: serve Prometheus metrics at `/metrics` (op latency per op and size, bytes per link class, errors: [`metrics`]); the port is offset by `LOCAL_RANK`, port 0 takes any free one ([`Communicator::metrics_addr`]); ranks of one process share a listener |
-//! | `CAUSEWAY_TRACE` | a directory: each rank writes its timeline (operations, every chunk sent and received, its clock offsets to the peers) to `rank-<r>.json` when the communicator is dropped ([`trace`]); `cargo xtask trace DIR` merges them onto rank 0's clock |
+//! | `CAUSEWAY_TRACE` | a directory: each rank writes its timeline (operations, every chunk sent and received, its clock offsets to the peers) to `rank-<r>.json` when the communicator is dropped ([`trace`]); `cargo xtask trace DIR` merges them onto rank 0's clock; the offsets come from the agent's map named by `CAUSEWAY_CLOCK_MAP` ([`Options::clock_map`]) |
 //! | `CAUSEWAY_WAN_CODEC` | codec of what crosses domains when a call names none (`none`; `bf16`, `fp16`, `int8[:BLOCK[:stochastic]]`, `topk:1%`, `lz4`, `zstd[:LEVEL]`; lossy ones apply to allreduce and reduce-scatter: [`CallOptions`]) |
 //!
 //! The options that change the wire (streams, shared memory, chunk size, window,
