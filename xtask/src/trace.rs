@@ -54,10 +54,12 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", out.display()))?;
     for r in merged["metadata"]["ranks"].as_array().into_iter().flatten() {
         println!(
-            "rank {}: offset {} ns, bound {} ns ({})",
+            "rank {}: offset {} ns, bound {} ({})",
             r["rank"],
             r["offset_ns"],
-            r["bound_ns"],
+            r["bound_ns"]
+                .as_f64()
+                .map_or("unknown".to_string(), |b| format!("{b:.0} ns")),
             r["how"].as_str().unwrap_or("")
         );
     }

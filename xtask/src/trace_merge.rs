@@ -86,12 +86,15 @@ pub fn shifts(ranks: &[RankTrace], assume_bound_ns: Option<f64>) -> Vec<Shift> {
         .map(|r| {
             let (offset, bound, how) = if r.rank == 0 {
                 (0.0, Some(0.0), "reference".to_string())
-            } else if let Some((o, b, s)) = r.peers.get(&0) {
+            } else if let Some((o, b, s)) = r.peers.get(&0).filter(|p| p.1.is_some()) {
                 (*o, *b, format!("own estimate of rank 0 ({s})"))
-            } else if let Some((o, b, s)) = zero.and_then(|z| z.peers.get(&r.rank)) {
+            } else if let Some((o, b, s)) = zero
+                .and_then(|z| z.peers.get(&r.rank))
+                .filter(|p| p.1.is_some())
+            {
                 (-*o, *b, format!("rank 0's estimate ({s})"))
             } else {
-                (0.0, None, "none".to_string())
+                (0.0, None, "no estimate".to_string())
             };
             let (bound, how) = match (bound, assume_bound_ns) {
                 (None, Some(a)) => (Some(a), format!("{how}, bound assumed")),

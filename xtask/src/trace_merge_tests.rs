@@ -91,7 +91,12 @@ fn rank_0s_estimate_is_used_negated_and_a_tight_bound_is_a_violation() {
         &[("send", 1, 0, 100 * MS, 100 * MS + 10)],
         &[(1, -5e6, Some(0.0))],
     );
-    let r1 = file(1, &[("recv", 0, 0, 95 * MS - 100, 95 * MS + 50)], &[]);
+    // Rank 1's own note on rank 0 has no bound: rank 0's estimate wins.
+    let r1 = file(
+        1,
+        &[("recv", 0, 0, 95 * MS - 100, 95 * MS + 50)],
+        &[(0, 0.0, None)],
+    );
     let s = shifts(&[r0.clone(), r1.clone()], None);
     assert_eq!(s[1].offset_ns, 5e6);
     assert!(s[1].how.contains("rank 0's estimate"), "{}", s[1].how);
