@@ -116,8 +116,12 @@ pub fn shifts(ranks: &[RankTrace], assume_bound_ns: Option<f64>) -> Vec<Shift> {
         .collect()
 }
 
-fn ns(e: &Value, key: &str) -> Option<f64> {
-    e["args"][key].as_f64()
+/// An exact time of an event, ns (f64 would round CLOCK_TAI to 256 ns).
+fn ns(e: &Value, key: &str) -> Option<i128> {
+    let v = &e["args"][key];
+    v.as_u64()
+        .map(i128::from)
+        .or_else(|| v.as_i64().map(i128::from))
 }
 
 /// The chunk key of a send/recv event on `pid` (sender, receiver, op, lane, step, offset).
@@ -143,28 +147,35 @@ pub fn merge(ranks: &[RankTrace], assume_bound_ns: Option<f64>) -> (Value, Causa
     let shift_of: HashMap<u64, &Shift> = shifts.iter().map(|s| (s.rank, s)).collect();
     let mut out = Vec::new();
     // (start, end) on rank 0's clock, per chunk key and side.
+    // Relative to the earliest start (small, so f64 is exact to the ns).
     let mut sends: HashMap<[u64; 6], (f64, f64)> = HashMap::new();
     let mut recvs: HashMap<[u64; 6], (f64, f64)> = HashMap::new();
+    let offset_of = |rank: u64| {
+        shift_of
+            .get(&rank)
+            .map_or(0, |s| s.offset_ns.round() as i128)
+    };
     let base = ranks
         .iter()
         .flat_map(|r| {
-            let off = shift_of.get(&r.rank).map_or(0.0, |s| s.offset_ns);
+            let off = offset_of(r.rank);
             r.events
                 .iter()
                 .filter_map(move |e| ns(e, "start_ns").map(|t| t + off))
         })
-        .fold(f64::INFINITY, f64::min);
-    let base = if base.is_finite() { base } else { 0.0 };
+        .min()
+        .unwrap_or(0);
     for r in ranks {
-        let off = shift_of.get(&r.rank).map_or(0.0, |s| s.offset_ns);
+        let off = offset_of(r.rank);
         for e in &r.events {
             let mut e = e.clone();
             if let (Some(a), Some(b)) = (ns(&e, "start_ns"), ns(&e, "end_ns")) {
-                let (a, b) = (a + off, b + off);
-                e["ts"] = json!((a - base) / 1e3);
+                let (abs_a, abs_b) = (a + off, b + off);
+                let (a, b) = ((abs_a - base) as f64, (abs_b - base) as f64);
+                e["ts"] = json!(a / 1e3);
                 e["dur"] = json!((b - a) / 1e3);
-                e["args"]["start_ns"] = json!(a);
-                e["args"]["end_ns"] = json!(b);
+                e["args"]["start_ns"] = json!(i64::try_from(abs_a).ok());
+                e["args"]["end_ns"] = json!(i64::try_from(abs_b).ok());
                 if let Some((side, key)) = chunk_key(&e, r.rank) {
                     match side.as_str() {
                         "send" => sends.insert(key, (a, b)),
@@ -185,8 +196,8 @@ pub fn merge(ranks: &[RankTrace], assume_bound_ns: Option<f64>) -> (Value, Causa
         c.matched += 1;
         flow += 1;
         let [from, to, ..] = *key;
-        out.push(json!({"name": "chunk", "cat": "flow", "ph": "s", "id": flow, "pid": from, "tid": 1 + to, "ts": (s_start - base) / 1e3}));
-        out.push(json!({"name": "chunk", "cat": "flow", "ph": "f", "bp": "e", "id": flow, "pid": to, "tid": 1 + from, "ts": (r_end - base) / 1e3}));
+        out.push(json!({"name": "chunk", "cat": "flow", "ph": "s", "id": flow, "pid": from, "tid": 1 + to, "ts": s_start / 1e3}));
+        out.push(json!({"name": "chunk", "cat": "flow", "ph": "f", "bp": "e", "id": flow, "pid": to, "tid": 1 + from, "ts": r_end / 1e3}));
         let bound = match (shift_of.get(&from), shift_of.get(&to)) {
             (Some(a), Some(b)) => a.bound_ns.zip(b.bound_ns).map(|(x, y)| x + y),
             _ => None,
@@ -215,7 +226,7 @@ pub fn merge(ranks: &[RankTrace], assume_bound_ns: Option<f64>) -> (Value, Causa
         "displayTimeUnit": "ns",
         "metadata": {
             "time_base": "rank 0's clock",
-            "time_base_ns": base,
+            "time_base_ns": i64::try_from(base).ok(),
             "ranks": meta,
             "causality": {
                 "matched": c.matched,
