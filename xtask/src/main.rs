@@ -16,6 +16,8 @@ mod python;
 mod setup;
 mod test;
 mod testbed;
+mod trace;
+mod trace_merge;
 mod vm;
 
 use causeway_core::cli_main;
@@ -62,6 +64,8 @@ enum Command {
     Unload(load::UnloadArgs),
     /// Run the test binaries inside qemu guests booting Debian's 6.1, 6.12 and 7.x kernels.
     VmTest(vm::VmTestArgs),
+    /// Merge the ranks' CAUSEWAY_TRACE files onto one time base.
+    Trace(trace::TraceArgs),
     /// Bring the namespace testbed up or down: `cargo xtask netsim up|down|status ...`.
     Netsim {
         /// Arguments passed to `causeway-netsim`.
@@ -99,6 +103,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Test(args) => test::run(&args),
         Command::Lint => test::lint(),
+        Command::Trace(args) => trace::run(&args),
         Command::Demo(args) => demo::run(&args.resolve()?),
         Command::Bench(args) => bench::run(&args),
         Command::Load(args) => load::load(&args),

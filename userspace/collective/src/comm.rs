@@ -48,6 +48,10 @@ pub struct Communicator {
     _server: Option<StoreServer>,
     /// What a shrink or grow needs (see `membership`).
     seat: Seat,
+    /// Where this rank's metrics are served (`CAUSEWAY_METRICS_ADDR`).
+    metrics: Option<crate::metrics_http::Serving>,
+    /// This rank's timeline (`CAUSEWAY_TRACE`).
+    tracer: Option<Arc<crate::trace::Tracer>>,
 }
 
 impl Communicator {
@@ -100,6 +104,10 @@ impl Communicator {
         );
         let pool = BufferPool::new(64 + 4 * id.world * opts.window);
         let (ev_tx, ev_rx) = channel();
+        let tracer = opts
+            .trace_dir
+            .as_deref()
+            .map(|d| Arc::new(crate::trace::Tracer::new(id.rank, d)));
         // Data frames carry at most one chunk; control frames (aborts) up to a few KiB.
         let max_frame = opts.chunk_bytes.max(64 << 10) as u32;
         let mut peers = Vec::with_capacity(id.world);
@@ -107,11 +115,28 @@ impl Communicator {
             peers.push(if q == id.rank {
                 None
             } else {
-                Some(links::start(q, c, &ev_tx, &pool, max_frame)?)
+                Some(links::start(
+                    q,
+                    c,
+                    &ev_tx,
+                    &pool,
+                    max_frame,
+                    tracer.clone(),
+                )?)
             });
         }
         drop(ev_tx);
-        let engine = Engine::new(
+        let metrics = match opts.metrics_addr {
+            None => None,
+            Some(base) => {
+                let addr = crate::observe_env::rank_metrics_addr(base, id.local_rank.unwrap_or(0))?;
+                let m = Arc::new(crate::metrics::RankMetrics::new(id.rank, 0));
+                let serving = crate::metrics_http::serve(addr, m.clone())
+                    .map_err(|e| CollectiveError::io(format!("serve metrics on {addr}"), e))?;
+                Some((m, serving))
+            }
+        };
+        let mut engine = Engine::new(
             id.rank,
             joined.topology.clone(),
             opts.clone(),
@@ -119,6 +144,8 @@ impl Communicator {
             ev_rx,
             pool.clone(),
         );
+        engine.metrics = metrics.as_ref().map(|(m, _)| m.clone());
+        engine.tracer = tracer.clone();
         let (jobs, job_rx) = channel();
         let worker = std::thread::Builder::new()
             .name(format!("cw-engine-{}", id.rank))
@@ -137,6 +164,8 @@ impl Communicator {
             pool,
             _server: boot.server,
             seat,
+            metrics: metrics.map(|(_, s)| s),
+            tracer,
         };
         if opts.probe && id.world > 1 {
             comm.model = crate::probe::measure(&comm, &opts)?;
@@ -165,6 +194,11 @@ impl Communicator {
     /// Domain label of `rank`, as it registered.
     pub fn domain_of(&self, rank: Rank) -> Option<&str> {
         self.domains.get(rank).map(String::as_str)
+    }
+    /// Where this rank's Prometheus metrics are served, when they are
+    /// (`CAUSEWAY_METRICS_ADDR`, [`Options::metrics_addr`]).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr())
     }
     /// The link costs the algorithm choice uses (probed or configured).
     pub fn cost_model(&self) -> CostModel {
@@ -438,6 +472,28 @@ impl Communicator {
     pub(crate) fn seat_mut(&mut self) -> &mut Seat {
         &mut self.seat
     }
+    /// Writes the timeline (`CAUSEWAY_TRACE`), with the clock estimates of
+    /// the peers evaluated halfway through it.
+    fn write_trace(&self) {
+        let Some(t) = &self.tracer else { return };
+        let notes = crate::trace::clock_notes(
+            &self.topo,
+            self.rank,
+            &self.seat.addrs,
+            self.opts.clock_map.as_deref(),
+            t.middle_ns(),
+        );
+        match t.write(self.seat.membership.epoch, self.world, &notes) {
+            Ok(p) => tracing::info!(path = %p.display(), "trace written"),
+            Err(e) => tracing::warn!(error = %e, "writing the trace failed"),
+        }
+    }
+    /// Labels the metrics with the membership's epoch (after a shrink or grow).
+    pub(crate) fn note_epoch(&self) {
+        if let Some(m) = &self.metrics {
+            m.metrics().set_epoch(self.seat.membership.epoch);
+        }
+    }
     /// Stops the engine without waiting for it (queued operations finish,
     /// goodbyes to a hung peer may take up to the timeout); every later
     /// operation fails with [`CollectiveError::Retired`].
@@ -457,5 +513,6 @@ impl Drop for Communicator {
         if let Some(w) = self.worker.take() {
             let _ = w.join();
         }
+        self.write_trace();
     }
 }

@@ -86,6 +86,14 @@ pub struct Options {
     /// Mutual TLS (`CAUSEWAY_TLS`, `CAUSEWAY_TLS_CERT`, `CAUSEWAY_TLS_KEY`,
     /// `CAUSEWAY_TLS_CA`): see [`crate::transport::tls_config`].
     pub tls: crate::transport::tls_config::TlsSettings,
+    /// Serve this rank's Prometheus metrics here (`CAUSEWAY_METRICS_ADDR`;
+    /// the port is offset by the local rank: [`crate::metrics`]).
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Write this rank's timeline into this directory (`CAUSEWAY_TRACE`: [`crate::trace`]).
+    pub trace_dir: Option<std::path::PathBuf>,
+    /// The agent's pinned peer clock map the trace reads its offsets from
+    /// (`CAUSEWAY_CLOCK_MAP`, as [`crate::peer_clock`]).
+    pub clock_map: Option<std::path::PathBuf>,
 }
 
 impl Default for Options {
@@ -112,6 +120,9 @@ impl Default for Options {
             wan_codec: crate::codec::CodecSpec::None,
             ports: causeway_core::traffic::ListenPorts::default(),
             tls: Default::default(),
+            metrics_addr: None,
+            trace_dir: None,
+            clock_map: None,
         }
     }
 }
@@ -266,6 +277,7 @@ impl Options {
         }
         o.ports = ports_from_env(o.ports)?;
         o.tls = crate::transport::tls_config::TlsSettings::from_env()?;
+        crate::observe_env::from_env(&mut o)?;
         o.validate()?;
         Ok(o)
     }

@@ -220,6 +220,39 @@ impl CollectiveError {
             _ => None,
         }
     }
+
+    /// A short, stable name of the variant (the `kind` label of
+    /// `causeway_op_errors_total`).
+    pub fn kind(&self) -> &'static str {
+        use CollectiveError as E;
+        match self {
+            E::Config(_) => "config",
+            E::Store(_) => "store",
+            E::DuplicateRank { .. } => "duplicate_rank",
+            E::Inconsistent { .. } => "inconsistent",
+            E::Rendezvous(_) => "rendezvous",
+            E::RendezvousTimeout { .. } => "rendezvous_timeout",
+            E::DomainUnset { .. } => "domain_unset",
+            E::DomainConflict { .. } => "domain_conflict",
+            E::ConfigMismatch { .. } => "config_mismatch",
+            E::SetupFailed { .. } => "setup_failed",
+            E::Io { .. } => "io",
+            E::PeerFailed { .. } => "peer_failed",
+            E::PeerTimeout { .. } => "peer_timeout",
+            E::Unresponsive { .. } => "unresponsive",
+            E::Frame { .. } => "frame",
+            E::Codec { .. } => "codec",
+            E::Mismatch { .. } => "mismatch",
+            E::CallMismatch { .. } => "call_mismatch",
+            E::InvalidArgument(_) => "invalid_argument",
+            E::Closed => "closed",
+            E::Retired { .. } => "retired",
+            E::Membership { .. } => "membership",
+            E::Excluded { .. } => "excluded",
+            E::Shm(_) => "shm",
+            E::Tls(_) => "tls",
+        }
+    }
 }
 
 pub type Result<T, E = CollectiveError> = std::result::Result<T, E>;

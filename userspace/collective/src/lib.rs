@@ -47,6 +47,8 @@
 //! | `CAUSEWAY_PORT_BASE`, `CAUSEWAY_PORT_COUNT` | a rank accepts its peers on the first free port of this range (29600, 400; base 0 = any port). Every connection is tagged for the kernel: DSCP and `SO_PRIORITY` per kind (bulk AF11/0, latency AF21/4, control and the store CS5/6: [`transport::tagging`]); `causeway policy example` classifies them |
 //! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |
 //! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (`1mb`) and lanes in flight (4) |
+//! | `CAUSEWAY_METRICS_ADDR` | `host:port`: serve Prometheus metrics at `/metrics` (op latency per op and size, bytes per link class, errors: [`metrics`]); the port is offset by `LOCAL_RANK`, port 0 takes any free one ([`Communicator::metrics_addr`]); ranks of one process share a listener |
+//! | `CAUSEWAY_TRACE` | a directory: each rank writes its timeline (operations, every chunk sent and received, its clock offsets to the peers) to `rank-<r>.json` when the communicator is dropped ([`trace`]); `cargo xtask trace DIR` merges them onto rank 0's clock; the offsets come from the agent's map named by `CAUSEWAY_CLOCK_MAP` ([`Options::clock_map`]) |
 //! | `CAUSEWAY_WAN_CODEC` | codec of what crosses domains when a call names none (`none`; `bf16`, `fp16`, `int8[:BLOCK[:stochastic]]`, `topk:1%`, `lz4`, `zstd[:LEVEL]`; lossy ones apply to allreduce and reduce-scatter: [`CallOptions`]) |
 //!
 //! The options that change the wire (streams, shared memory, chunk size, window,
@@ -115,6 +117,9 @@ mod links;
 pub mod membership;
 mod mesh;
 mod mesh_tls;
+pub mod metrics;
+mod metrics_http;
+pub mod observe_env;
 #[cfg(feature = "peer-clock")]
 pub mod peer_clock;
 pub mod pool;
@@ -131,6 +136,7 @@ mod store_stream;
 #[path = "../tests/integration/pki.rs"]
 mod test_pki;
 pub mod topology;
+pub mod trace;
 pub mod transport;
 pub mod wire;
 

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::error::{CollectiveError, Rank, Result};
 use crate::mesh::Conn;
 use crate::pool::{BufferPool, PooledBuf};
+use crate::trace::{Chunk, SpanKind, Tracer};
 use crate::transport::{Closer, Reader};
 use crate::wire::{read_frame, write_frame, Frame, FrameHeader, FrameKind, ReadError};
 
@@ -24,6 +25,8 @@ pub(crate) enum Event {
     Frame {
         peer: Rank,
         frame: Frame,
+        /// When the reader had read all of it.
+        at: Instant,
     },
     /// A connection ended; `graceful` after the peer's Goodbye.
     Closed {
@@ -34,7 +37,8 @@ pub(crate) enum Event {
 }
 
 pub(crate) enum Out {
-    Frame(FrameHeader, PooledBuf),
+    /// A frame, and when it was queued if it is traced.
+    Frame(FrameHeader, PooledBuf, Option<Instant>),
     /// From now on, send a heartbeat whenever the queue was idle this long.
     KeepAlive(Duration),
     /// Close the connection once everything queued before has been written.
@@ -71,20 +75,27 @@ impl PeerLink {
     /// Queues a data frame: a frame of a `small` transfer on the latency
     /// connection if there is one, others on the next bulk data connection
     /// (round-robin striping).
-    pub fn send_data(&mut self, h: FrameHeader, payload: PooledBuf, small: bool) -> bool {
+    /// `queued`: when it was queued, for the trace.
+    pub fn send_data(
+        &mut self,
+        h: FrameHeader,
+        payload: PooledBuf,
+        small: bool,
+        queued: Option<Instant>,
+    ) -> bool {
         if let (true, Some(l)) = (small, &self.latency) {
-            return l.send(Out::Frame(h, payload)).is_ok();
+            return l.send(Out::Frame(h, payload, queued)).is_ok();
         }
         let i = self.next % self.data.len();
         self.next = self.next.wrapping_add(1);
-        self.data[i].send(Out::Frame(h, payload)).is_ok()
+        self.data[i].send(Out::Frame(h, payload, queued)).is_ok()
     }
 
     /// Queues a control frame on every connection.
     pub fn send_control(&self, kind: FrameKind, payload: &[u8]) {
         for s in &self.all {
             let h = FrameHeader::control(kind, payload.len() as u32);
-            let _ = s.send(Out::Frame(h, PooledBuf::unpooled(payload.to_vec())));
+            let _ = s.send(Out::Frame(h, PooledBuf::unpooled(payload.to_vec()), None));
         }
     }
 
@@ -125,6 +136,7 @@ pub(crate) fn start(
     events: &Sender<Event>,
     pool: &BufferPool,
     max_frame: u32,
+    tracer: Option<Arc<Tracer>>,
 ) -> Result<PeerLink> {
     let mut link = PeerLink {
         data: Vec::new(),
@@ -157,10 +169,10 @@ pub(crate) fn start(
             format!("cw-rx-{peer}-{i}"),
             Box::new(move || reader(peer, r, ev, pool, max_frame, c2, &heard)),
         )?;
-        let c3 = closer.clone();
+        let (c3, tracer) = (closer.clone(), tracer.clone());
         link.writers.push(spawn(
             format!("cw-tx-{peer}-{i}"),
-            Box::new(move || writer(peer, w, rx, ev2, c3)),
+            Box::new(move || writer(peer, w, rx, ev2, c3, tracer)),
         )?);
         if c.latency {
             link.latency = Some(tx.clone());
@@ -202,7 +214,8 @@ fn reader(
                 }
             }
             Ok(frame) => {
-                if events.send(Event::Frame { peer, frame }).is_err() {
+                let at = Instant::now();
+                if events.send(Event::Frame { peer, frame, at }).is_err() {
                     return;
                 }
                 continue;
@@ -238,6 +251,7 @@ fn writer(
     rx: Receiver<Out>,
     events: Sender<Event>,
     closer: Arc<dyn Closer>,
+    tracer: Option<Arc<Tracer>>,
 ) {
     let mut w = BufWriter::with_capacity(64 << 10, w);
     let fail = |e: std::io::Error| {
@@ -258,16 +272,27 @@ fn writer(
             Ok(out) => out,
             Err(RecvTimeoutError::Timeout) => {
                 let h = FrameHeader::control(FrameKind::Heartbeat, 0);
-                Out::Frame(h, PooledBuf::unpooled(Vec::new()))
+                Out::Frame(h, PooledBuf::unpooled(Vec::new()), None)
             }
             Err(RecvTimeoutError::Disconnected) => return,
         };
         let mut next = Some(first);
         while let Some(out) = next.take() {
             match out {
-                Out::Frame(h, p) => {
+                Out::Frame(h, p, queued) => {
                     if let Err(e) = write_frame(&mut w, &h, &p) {
                         return fail(e);
+                    }
+                    if let (Some(t), Some(start)) = (&tracer, queued) {
+                        let c = Chunk {
+                            seq: h.op,
+                            peer,
+                            lane: h.lane as usize,
+                            step: h.step as usize,
+                            offset: h.offset,
+                            bytes: p.len(),
+                        };
+                        t.record(SpanKind::Send(c), start, Instant::now());
                     }
                 }
                 Out::KeepAlive(every) => idle = Some(every),

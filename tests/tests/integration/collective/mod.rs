@@ -4,3 +4,4 @@ mod convergence;
 mod peer_clock;
 mod tagging;
 mod testbed;
+mod trace_clock;

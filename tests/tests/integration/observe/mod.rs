@@ -1,6 +1,7 @@
-//! Observability: the agent's Prometheus metrics scraped by a real
-//! server, and `causeway top` driven in tmux.
+//! Observability: the agent's and the collective library's Prometheus
+//! metrics scraped by a real server, and `causeway top` driven in tmux.
 
+mod library;
 mod prometheus;
 mod top;
 

@@ -6,7 +6,7 @@
 //! what goes wrong with peers (silent links, stalls, closed connections, Aborts)
 //! is weighed by a [`Judge`] before the operation fails naming one rank.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
@@ -25,6 +25,8 @@ use crate::pool::PooledBuf;
 use crate::schedule::confirm::scratch_elems;
 use crate::schedule::Plan;
 use crate::topology::LinkClass;
+use crate::trace::{Chunk, SpanKind};
+use crate::wire::CallKind;
 use crate::wire::{decode_abort, Abort, Call, Frame, FrameHeader, FrameKind};
 
 /// How the engine configures the executor for operation `op` (`rank`'s `call`)
@@ -69,6 +71,8 @@ struct Driver<'a, 'p> {
     reasons: BTreeMap<Rank, String>,
     /// What crosses domains is encoded with this ([`crate::calls`]).
     wan: Option<WanCodec>,
+    /// When traced: when each chunk not yet applied arrived, and its wire bytes.
+    arrived: HashMap<(Rank, ChunkId), (Instant, usize)>,
 }
 
 pub(super) fn execute(
@@ -113,8 +117,19 @@ pub(super) fn execute(
         closed_why: BTreeMap::new(),
         reasons: BTreeMap::new(),
         wan,
+        arrived: HashMap::new(),
     };
+    let started = Instant::now();
     let res = d.run();
+    if let Some(t) = &d.e.tracer {
+        let kind = SpanKind::Op {
+            name: op_name(call.kind),
+            seq,
+            bytes: len as u64,
+            ok: res.is_ok(),
+        };
+        t.record(kind, started, Instant::now());
+    }
     if let (Some(t), Some(r)) = (d.trace.take(), record.as_ref()) {
         if let Ok(mut r) = r.lock() {
             r.extend(t);
@@ -138,10 +153,10 @@ impl Driver<'_, '_> {
         let seq = self.seq;
         let (mine, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.e.future)
             .into_iter()
-            .partition(|(_, f)| f.header.op == seq);
+            .partition(|(_, f, _)| f.header.op == seq);
         self.e.future = later;
-        for (peer, f) in mine {
-            self.on_frame(peer, f)?;
+        for (peer, f, at) in mine {
+            self.on_frame(peer, f, at)?;
         }
         // Peers that left during earlier operations.
         let gone: Vec<Rank> = (0..self.e.peers.len())
@@ -262,7 +277,7 @@ impl Driver<'_, '_> {
 
     fn on_event(&mut self, ev: Event) -> Result<()> {
         match ev {
-            Event::Frame { peer, frame } => self.on_frame(peer, frame),
+            Event::Frame { peer, frame, at } => self.on_frame(peer, frame, at),
             Event::Closed {
                 peer,
                 graceful,
@@ -295,7 +310,7 @@ impl Driver<'_, '_> {
         }
     }
 
-    fn on_frame(&mut self, peer: Rank, f: Frame) -> Result<()> {
+    fn on_frame(&mut self, peer: Rank, f: Frame, at: Instant) -> Result<()> {
         let h = f.header;
         if h.kind == FrameKind::Abort {
             let a = decode_abort(&f.payload)
@@ -330,7 +345,7 @@ impl Driver<'_, '_> {
         }
         let now = self.now();
         if h.op > self.seq {
-            self.e.future.push((peer, f));
+            self.e.future.push((peer, f, at));
             return Ok(self.ex.note_activity(now)?);
         }
         if h.op < self.seq {
@@ -339,17 +354,24 @@ impl Driver<'_, '_> {
                 h.op, h.lane, h.step, self.seq
             )));
         }
+        if let Some(m) = &self.e.metrics {
+            m.received(self.e.topo.class(self.e.me, peer), f.payload.len());
+        }
         let id = ChunkId {
             lane: h.lane as usize,
             step: h.step as usize,
             offset: h.offset,
         };
+        let wire_len = f.payload.len();
         let payload = if h.call == Some(self.call) && self.crosses(peer) {
             self.decode(peer, &f.payload)?
         } else {
             f.payload
         };
         let len = payload.len();
+        if self.e.tracer.is_some() {
+            self.arrived.insert((peer, id), (at, wire_len));
+        }
         self.ex.chunk_arrived(peer, h.call, id, len, payload, now)?;
         self.flush()
     }
@@ -397,8 +419,12 @@ impl Driver<'_, '_> {
         if let Some(t) = &mut self.trace {
             t.push(Message::sent(peer, &h));
         }
+        if let Some(m) = &self.e.metrics {
+            m.sent(self.e.topo.class(self.e.me, peer), p.len());
+        }
         let small = s.transfer_len <= self.e.opts.latency_bytes;
-        if !link.send_data(h, p, small) {
+        let queued = self.e.tracer.as_ref().map(|_| Instant::now());
+        if !link.send_data(h, p, small, queued) {
             self.lost(peer, "connection closed".into());
         }
         Ok(())
@@ -446,9 +472,33 @@ impl Driver<'_, '_> {
             dst.copy_from_slice(&a.payload);
         }
         progress_add(self.progress, a.payload.len() as u64);
+        if let (Some(t), Some((at, bytes))) = (&self.e.tracer, self.arrived.remove(&(a.peer, a.id)))
+        {
+            let c = Chunk {
+                seq: self.seq,
+                peer: a.peer,
+                lane: a.id.lane,
+                step: a.id.step,
+                offset: a.id.offset,
+                bytes,
+            };
+            t.record(SpanKind::Recv(c), at, Instant::now());
+        }
         if let Some(t) = &mut self.trace {
             t.push(Message::applied(&a));
         }
+    }
+}
+
+/// The trace's name of an operation.
+fn op_name(k: CallKind) -> &'static str {
+    match k {
+        CallKind::Allreduce => "allreduce",
+        CallKind::Broadcast => "broadcast",
+        CallKind::Allgather => "allgather",
+        CallKind::ReduceScatter => "reduce_scatter",
+        CallKind::Barrier => "barrier",
+        CallKind::Plan => "plan",
     }
 }
 

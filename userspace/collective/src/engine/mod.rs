@@ -90,7 +90,7 @@ pub(crate) struct Engine {
     next_op: u64,
     failure: Option<CollectiveError>,
     /// Frames that arrived for operations not started yet.
-    future: Vec<(Rank, Frame)>,
+    future: Vec<(Rank, Frame, std::time::Instant)>,
     plans: HashMap<(OpKind, usize, usize, Option<Algorithm>), Arc<Plan>>,
     /// Residuals of lossy calls with a feedback key.
     pub feedback: ErrorFeedback,
@@ -98,6 +98,10 @@ pub(crate) struct Engine {
     pub closed: Vec<usize>,
     /// How the failing operation decided whom to blame (for the Abort).
     pub verdict: Option<Verdict>,
+    /// What `CAUSEWAY_METRICS_ADDR` serves ([`crate::metrics`]).
+    pub metrics: Option<Arc<crate::metrics::RankMetrics>>,
+    /// What `CAUSEWAY_TRACE` records ([`crate::trace`]).
+    pub tracer: Option<Arc<crate::trace::Tracer>>,
 }
 
 impl Engine {
@@ -129,13 +133,22 @@ impl Engine {
             feedback: ErrorFeedback::new(),
             closed: vec![0; world],
             verdict: None,
+            metrics: None,
+            tracer: None,
         }
     }
 
     /// Runs jobs until the communicator is dropped, then says goodbye to every peer.
     pub fn run(mut self, jobs: Receiver<Job>) {
         while let Ok(mut job) = jobs.recv() {
+            let started = std::time::Instant::now();
             let res = self.run_job(&mut job);
+            if let (Some(m), JobKind::Op(k)) = (&self.metrics, &job.kind) {
+                match &res {
+                    Ok(()) => m.op_done(*k, job.buf.bytes().len() as u64, started.elapsed()),
+                    Err(e) => m.op_failed(*k, e),
+                }
+            }
             let _ = job.reply.send(res.map(|()| job.buf));
             job.progress.finished.store(true, Ordering::Release);
             if let Some(w) = job.waker.lock().ok().and_then(|mut w| w.take()) {

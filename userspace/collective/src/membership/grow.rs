@@ -41,6 +41,7 @@ impl CommunicatorBuilder {
                 .collect(),
             lost: Vec::new(),
         };
+        comm.note_epoch();
         Ok(comm)
     }
 }
@@ -97,6 +98,7 @@ pub(super) fn grow(comm: &mut Communicator, joiners: usize) -> Result<Communicat
         previous: (0..new_world).map(|r| (r < world).then_some(r)).collect(),
         lost: Vec::new(),
     };
+    next.note_epoch();
     tracing::info!(epoch, world, new_world, took = ?t0.elapsed(), "grown");
     Ok(next)
 }

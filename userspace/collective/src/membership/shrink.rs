@@ -77,6 +77,7 @@ pub(super) fn shrink(comm: &mut Communicator) -> Result<Communicator> {
         previous: members.iter().map(|&m| Some(m)).collect(),
         lost,
     };
+    next.note_epoch();
     tracing::info!(epoch, world, new_world = members.len(), took = ?t0.elapsed(), "shrunk");
     Ok(next)
 }

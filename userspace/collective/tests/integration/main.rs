@@ -3,7 +3,7 @@
 //! (`rendezvous`), ranks that must agree on domains and wire options
 //! (`agreement`), set-up failures every rank hears of (`setup_failure`), a
 //! rank that dies (`fault`), a rank that stops (`hang`), a peer that speaks
-//! garbage (`hostile`), mutual TLS (`tls`, certificates from `pki`), WAN codecs over real connections (`codecs`) and the blocking calls' memory (`memory`). Ranks run
+//! garbage (`hostile`), mutual TLS (`tls`, certificates from `pki`), WAN codecs over real connections (`codecs`) the blocking calls' memory (`memory`) the per-rank Prometheus metrics (`metrics`) and the timeline's causality (`trace`). Ranks run
 //! as threads of this process (`world`) or as worker processes (`procs`,
 //! `fault`, `hang`).
 //!
@@ -18,6 +18,7 @@ mod fault;
 mod hang;
 mod hostile;
 mod memory;
+mod metrics;
 mod ops;
 mod pki;
 mod procs;
@@ -25,4 +26,5 @@ mod rendezvous;
 mod setup_failure;
 mod shrink;
 mod tls;
+mod trace;
 mod world;

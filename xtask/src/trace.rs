@@ -1,0 +1,77 @@
+//! `cargo xtask trace DIR [-o merged.json] [--assume-bound NS]`: merges the
+//! ranks' `CAUSEWAY_TRACE` files (`DIR/rank-*.json`) onto rank 0's clock
+//! ([`crate::trace_merge`]), writes one Chrome trace / Perfetto JSON file and
+//! prints each rank's offset and bound and the causality check (an error
+//! when a chunk arrives before it was sent, beyond the bounds).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+
+use crate::trace_merge::{merge, parse_rank};
+
+#[derive(clap::Args)]
+pub struct TraceArgs {
+    /// The directory `CAUSEWAY_TRACE` named.
+    dir: PathBuf,
+    /// Where to write the merged trace (default: DIR/merged.json).
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Take this bound (ns) where a rank's clock offset is unknown (no agent),
+    /// e.g. 0 when every rank ran on one host; unknown pairs are not checked otherwise.
+    #[arg(long)]
+    assume_bound: Option<f64>,
+}
+
+pub fn run(args: &TraceArgs) -> anyhow::Result<()> {
+    let mut ranks = Vec::new();
+    for entry in
+        std::fs::read_dir(&args.dir).with_context(|| format!("reading {}", args.dir.display()))?
+    {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !(name.starts_with("rank-") && name.ends_with(".json")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        ranks.push(
+            parse_rank(&text)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("parsing {}", path.display()))?,
+        );
+    }
+    if ranks.is_empty() {
+        bail!("no rank-*.json files in {}", args.dir.display());
+    }
+    ranks.sort_by_key(|r| r.rank);
+    let (merged, c) = merge(&ranks, args.assume_bound);
+    let out = args
+        .output
+        .clone()
+        .unwrap_or_else(|| args.dir.join("merged.json"));
+    std::fs::write(&out, serde_json::to_string(&merged)?)
+        .with_context(|| format!("writing {}", out.display()))?;
+    for r in merged["metadata"]["ranks"].as_array().into_iter().flatten() {
+        println!(
+            "rank {}: offset {} ns, bound {} ({})",
+            r["rank"],
+            r["offset_ns"],
+            r["bound_ns"]
+                .as_f64()
+                .map_or("unknown".to_string(), |b| format!("{b:.0} ns")),
+            r["how"].as_str().unwrap_or("")
+        );
+    }
+    println!(
+        "{} chunks matched ({} checked, {} sends and {} receipts unmatched), smallest slack {:?} ns; wrote {}",
+        c.matched, c.checked, c.unmatched_sends, c.unmatched_recvs, c.min_slack_ns, out.display()
+    );
+    if let Some((what, by)) = c.violations.first() {
+        bail!(
+            "{} chunks arrived before they were sent beyond the bound, e.g. {what} by {by:.0} ns",
+            c.violations.len()
+        );
+    }
+    Ok(())
+}
