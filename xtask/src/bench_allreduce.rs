@@ -17,7 +17,7 @@ use std::{path::Path, process::Command};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::{cmd, gloo, plot, testbed::Testbed};
+use crate::{cmd, gloo, plot, progress, testbed::Testbed};
 
 const SIZES: &str = "4K,64K,1M,16M,64M";
 const MASTER_PORT: &str = "29500";
@@ -45,22 +45,36 @@ pub fn run(extra: &[String]) -> Result<()> {
     ]))?;
     let ours = cmd::bin_path("causeway-allreduce-bench", true);
     let script = cmd::root().join("userspace/collective/bench/gloo_allreduce.py");
+    // The ranks' output is captured: only the testbed's commands and the
+    // tables print, with the bar stepping aside.
+    let bar = progress::steps(2 * profiles.len() as u64, "bench allreduce");
     for profile in &profiles {
-        let bed = Testbed::up("bench", profile)?;
-        tune_hosts(&bed)?;
-        eprintln!("bench: profile {profile}: causeway");
+        bar.set_message(format!("{profile}: testbed up"));
+        let bed = bar.suspend(|| -> Result<Testbed> {
+            let bed = Testbed::up("bench", profile)?;
+            tune_hosts(&bed)?;
+            Ok(bed)
+        })?;
+        progress::say(&bar, &format!("bench: profile {profile}: causeway"));
+        bar.set_message(format!("{profile}: causeway, 4 ranks"));
         let c = run_world(&bed, |_| {
             let mut c = Command::new(&ours);
             c.args(["--sizes", SIZES, "--iters", "5", "--warmup", "1"]);
             c
         })?;
-        eprintln!("bench: profile {profile}: gloo");
+        bar.inc(1);
+        progress::say(&bar, &format!("bench: profile {profile}: gloo"));
+        bar.set_message(format!("{profile}: gloo, 4 ranks"));
         let g = run_world(&bed, |_| gloo_command(&python, &script))?;
-        print_table(profile, &bed, &c, &g);
+        bar.inc(1);
+        bar.suspend(|| print_table(profile, &bed, &c, &g));
         let svg = plot::plots_dir().join(format!("allreduce_{profile}.svg"));
         plot::render(&busbw_chart(profile, &bed, &c, &g), &svg)?;
-        eprintln!("bench: plot {}", svg.display());
+        progress::say(&bar, &format!("bench: plot {}", svg.display()));
+        bar.set_message(format!("{profile}: testbed down"));
+        bar.suspend(|| drop(bed));
     }
+    bar.finish_and_clear();
     Ok(())
 }
 

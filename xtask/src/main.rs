@@ -14,6 +14,7 @@ mod deny_service_starts;
 mod gloo;
 mod load;
 mod plot;
+mod progress;
 mod python;
 mod setup;
 mod test;
