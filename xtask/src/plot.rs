@@ -224,9 +224,10 @@ pub fn rates_mbit(samples: &[(f64, u64)]) -> Vec<(f64, f64)> {
 mod tests {
     use super::*;
 
+    /// A file in a directory of its own (each test removes its directory).
     fn temp_svg(name: &str) -> PathBuf {
         std::env::temp_dir()
-            .join(format!("xtask-plot-{}", std::process::id()))
+            .join(format!("xtask-plot-{}-{name}", std::process::id()))
             .join(name)
     }
 

@@ -25,6 +25,14 @@ struct Phase {
     name: &'static str,
     outcome: Outcome,
     upload_mbit: Vec<f64>,
+    /// Frames the WAN emulator's drop-tail queue dropped during the run.
+    wan_queue_drops: Option<u64>,
+}
+
+/// The emulator's `dropped_queue` counter (the first path's).
+fn wan_queue_drops(bed: &Testbed) -> Option<u64> {
+    let status = bed.emulator_status()?;
+    crate::testbed::find_key(&status, "dropped_queue")?.as_u64()
 }
 
 /// Runs both contended phases (the testbed is attached on entry, detached
@@ -39,6 +47,7 @@ pub fn run(
     let port = &bed.wan_ports[bed.wan_ports.len() - 1];
     let sampler = Sampler::start(&port.netns, &port.iface)?;
     let (attached, samples) = {
+        let drops = wan_queue_drops(bed);
         let upload = Upload::start(bed)?;
         std::thread::sleep(UPLOAD_LEAD);
         let outcome = run_ranks(bed, args, "contended, shaped");
@@ -48,6 +57,7 @@ pub fn run(
                 name: "contended, Causeway shaping",
                 outcome: outcome?,
                 upload_mbit,
+                wan_queue_drops: wan_queue_drops(bed).zip(drops).map(|(a, b)| a - b.min(a)),
             },
             sampler.stop(),
         )
@@ -58,6 +68,7 @@ pub fn run(
     );
     bed.detach()?;
     let detached = {
+        let drops = wan_queue_drops(bed);
         let upload = Upload::start(bed)?;
         std::thread::sleep(UPLOAD_LEAD);
         let outcome = run_ranks(bed, args, "contended, unshaped");
@@ -66,12 +77,14 @@ pub fn run(
             name: "contended, no Causeway",
             outcome: outcome?,
             upload_mbit,
+            wan_queue_drops: wan_queue_drops(bed).zip(drops).map(|(a, b)| a - b.min(a)),
         }
     };
     let base = Phase {
         name: "uncontended",
         outcome: uncontended,
         upload_mbit: vec![],
+        wan_queue_drops: None,
     };
     print_comparison(&[&base, &attached, &detached]);
     print_class_deltas(before, &after);
@@ -102,8 +115,8 @@ fn steady(o: &Outcome) -> (f64, f64) {
 fn print_comparison(phases: &[&Phase]) {
     let (base, _) = steady(&phases[0].outcome);
     println!("\n================ contention report ================");
-    println!("| run | median step s | p90 step s | vs uncontended | upload Mbit/s (mean of 1 s) |");
-    println!("|---|---:|---:|---:|---:|");
+    println!("| run | median step s | p90 step s | vs uncontended | upload Mbit/s (mean of 1 s) | WAN queue drops |");
+    println!("|---|---:|---:|---:|---:|---:|");
     for p in phases {
         let (median, p90) = steady(&p.outcome);
         let upload = if p.upload_mbit.is_empty() {
@@ -114,8 +127,11 @@ fn print_comparison(phases: &[&Phase]) {
                 p.upload_mbit.iter().sum::<f64>() / p.upload_mbit.len() as f64
             )
         };
+        let drops = p
+            .wan_queue_drops
+            .map_or_else(|| "-".to_string(), |d| d.to_string());
         println!(
-            "| {} | {median:.3} | {p90:.3} | {:.2}x | {upload} |",
+            "| {} | {median:.3} | {p90:.3} | {:.2}x | {upload} | {drops} |",
             p.name,
             median / base
         );

@@ -116,6 +116,9 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // As in the allreduce bench: a step's connections idle through the
+    // compute gap and must not restart from the initial window each step.
+    crate::bench_allreduce::tune_hosts(&bed)?;
     let policy = cmd::root().join("xtask/src/demo/policy.toml");
     println!("\n== eBPF: attaching the classifier (XDP) and shaper (TC + HTB) to the gateways' WAN ports ==");
     bed.attach(&policy)?;
