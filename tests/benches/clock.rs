@@ -14,6 +14,11 @@
 //! both hosts (never adjusting the host clock; `cargo xtask setup` installs
 //! it with service starts denied), measured over the same window — see
 //! `causeway_tests::chrony` for what its error is.
+//!
+//! With `CAUSEWAY_BENCH_SAMPLES=FILE`, part 2 also writes every |error|
+//! sample (ns) per profile and source to FILE as JSON
+//! (`[{"profile", "source", "abs_ns": [..]}]`), which `cargo xtask bench
+//! clock` plots as CDFs.
 
 use std::time::Duration;
 
@@ -112,6 +117,7 @@ fn run_testbed() {
     let warmup = Duration::from_secs(10);
     let measure = Duration::from_secs(30);
     let chrony = chrony::installed();
+    let mut samples = Vec::new();
     println!("| testbed profile | source | n | p50 µs | p99 µs | max µs | within bound | fit-only p99 µs |");
     println!("|---|---|---|---|---|---|---|---|");
     for (name, profile, jitter) in [
@@ -153,14 +159,28 @@ fn run_testbed() {
                 "{}",
                 error_row(name, &source.to_string(), &e.abs, e.within_bound, &fit)
             );
+            samples.push(sample_set(name, &source.to_string(), &e.abs));
+        }
+        if let Ok(c) = &chrony_errors {
+            samples.push(sample_set(name, "chrony (chronyd -x)", &c.abs));
         }
         println!("{}", chrony_row(name, chrony_errors));
         drop(pair);
+    }
+    if let Some(file) = std::env::var_os("CAUSEWAY_BENCH_SAMPLES") {
+        let text = serde_json::Value::Array(samples).to_string();
+        if let Err(e) = std::fs::write(&file, text) {
+            eprintln!("writing the samples to {file:?}: {e}");
+        }
     }
     let adjusting = chrony::clock_adjusting_chronyds();
     if !adjusting.is_empty() {
         eprintln!("WARNING: chronyd processes that may adjust the host clock: {adjusting:?}");
     }
+}
+
+fn sample_set(profile: &str, source: &str, abs_ns: &[f64]) -> serde_json::Value {
+    serde_json::json!({ "profile": profile, "source": source, "abs_ns": abs_ns })
 }
 
 fn start_chrony(tb: &Testbed, programs: &Programs) -> Result<ChronyPair, ChronyError> {

@@ -38,7 +38,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     match args.which {
         Which::Classifier => cargo_bench("causeway", "classifier", &args.args),
         Which::Shaper => cargo_bench("causeway-tests", "shaper", &args.args),
-        Which::Clock => cargo_bench("causeway-tests", "clock", &args.args),
+        Which::Clock => crate::bench_clock::run(&args.args),
         Which::Allreduce => crate::bench_allreduce::run(&args.args),
         Which::Codecs => crate::bench_codecs::run(&args.args),
         Which::Torch => crate::bench_torch::run(&args.args),

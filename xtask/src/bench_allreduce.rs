@@ -17,7 +17,7 @@ use std::{path::Path, process::Command};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::{cmd, gloo, testbed::Testbed};
+use crate::{cmd, gloo, plot, progress, testbed::Testbed};
 
 const SIZES: &str = "4K,64K,1M,16M,64M";
 const MASTER_PORT: &str = "29500";
@@ -45,19 +45,36 @@ pub fn run(extra: &[String]) -> Result<()> {
     ]))?;
     let ours = cmd::bin_path("causeway-allreduce-bench", true);
     let script = cmd::root().join("userspace/collective/bench/gloo_allreduce.py");
+    // The ranks' output is captured: only the testbed's commands and the
+    // tables print, with the bar stepping aside.
+    let bar = progress::steps(2 * profiles.len() as u64, "bench allreduce");
     for profile in &profiles {
-        let bed = Testbed::up("bench", profile)?;
-        tune_hosts(&bed)?;
-        eprintln!("bench: profile {profile}: causeway");
+        bar.set_message(format!("{profile}: testbed up"));
+        let bed = bar.suspend(|| -> Result<Testbed> {
+            let bed = Testbed::up("bench", profile)?;
+            tune_hosts(&bed)?;
+            Ok(bed)
+        })?;
+        progress::say(&bar, &format!("bench: profile {profile}: causeway"));
+        bar.set_message(format!("{profile}: causeway, 4 ranks"));
         let c = run_world(&bed, |_| {
             let mut c = Command::new(&ours);
             c.args(["--sizes", SIZES, "--iters", "5", "--warmup", "1"]);
             c
         })?;
-        eprintln!("bench: profile {profile}: gloo");
+        bar.inc(1);
+        progress::say(&bar, &format!("bench: profile {profile}: gloo"));
+        bar.set_message(format!("{profile}: gloo, 4 ranks"));
         let g = run_world(&bed, |_| gloo_command(&python, &script))?;
-        print_table(profile, &bed, &c, &g);
+        bar.inc(1);
+        bar.suspend(|| print_table(profile, &bed, &c, &g));
+        let svg = plot::plots_dir().join(format!("allreduce_{profile}.svg"));
+        plot::render(&busbw_chart(profile, &bed, &c, &g), &svg)?;
+        progress::say(&bar, &format!("bench: plot {}", svg.display()));
+        bar.set_message(format!("{profile}: testbed down"));
+        bar.suspend(|| drop(bed));
     }
+    bar.finish_and_clear();
     Ok(())
 }
 
@@ -187,6 +204,39 @@ fn print_table(profile: &str, bed: &Testbed, ours: &[Value], gloo: &[Value]) {
             gbus,
             gt / t
         );
+    }
+}
+
+/// busbw (Mbit/s) vs message size for both implementations, against the
+/// busbw at the WAN bound (T = S*8/B).
+fn busbw_chart(profile: &str, bed: &Testbed, ours: &[Value], gloo: &[Value]) -> plot::Chart {
+    let world = bed.hosts.len();
+    let series = |name: &str, rows: &[Value]| plot::Series {
+        name: name.into(),
+        points: rows
+            .iter()
+            .filter_map(|r| {
+                let bytes = r["bytes"].as_u64()?;
+                let t = r["time_s"].as_f64()?;
+                Some((bytes as f64, busbw(bytes, t, world) * 8e3))
+            })
+            .collect(),
+    };
+    plot::Chart {
+        title: format!(
+            "allreduce busbw, 2 domains x 2 hosts, {profile} ({:.0} Mbit/s, RTT {:.0} ms)",
+            bed.rate_mbit,
+            2.0 * bed.delay_ms
+        ),
+        x_label: "message size (float32)".into(),
+        y_label: "busbw, Mbit/s".into(),
+        x_scale: plot::Scale::Log2Bytes,
+        y_scale: plot::Scale::Linear,
+        series: vec![series("causeway", ours), series("gloo", gloo)],
+        limits: vec![plot::Limit {
+            name: "WAN limit (busbw at T = S*8/B)".into(),
+            y: bed.rate_mbit * 2.0 * (world as f64 - 1.0) / world as f64,
+        }],
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_allreduce;
+mod bench_clock;
 mod bench_codecs;
 mod bench_torch;
 mod build;
@@ -12,6 +13,8 @@ mod demo;
 mod deny_service_starts;
 mod gloo;
 mod load;
+mod plot;
+mod progress;
 mod python;
 mod setup;
 mod test;

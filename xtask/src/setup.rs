@@ -7,9 +7,10 @@
 use std::process::Command;
 
 use anyhow::{bail, Result};
+use indicatif::ProgressBar;
 
-use crate::cmd;
 use crate::deny_service_starts::{DenyServiceStarts, POLICY_RC_D};
+use crate::{cmd, progress};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -53,9 +54,17 @@ pub fn run(mode: Mode) -> Result<()> {
     if !cmd::is_root() {
         eprintln!("setup: not running as root: kernel and namespace tests will be skipped, and nothing can be installed");
     }
-    apt(mode, &mut missing)?;
-    nightly(mode, &mut missing)?;
-    bpf_linker(mode, &mut missing)?;
+    // An install prints its own output: the bar steps aside for it.
+    let bar = progress::steps(3, "setup");
+    bar.set_message("Debian packages");
+    apt(mode, &mut missing, &bar)?;
+    bar.inc(1);
+    bar.set_message("nightly + rust-src");
+    nightly(mode, &mut missing, &bar)?;
+    bar.inc(1);
+    bar.set_message("bpf-linker");
+    bpf_linker(mode, &mut missing, &bar)?;
+    bar.finish_and_clear();
     if !missing.is_empty() {
         bail!("missing prerequisites:\n  - {}", missing.join("\n  - "));
     }
@@ -68,7 +77,7 @@ fn apt_installed(package: &str) -> bool {
         .is_some_and(|s| s.contains("install ok installed"))
 }
 
-fn apt(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
+fn apt(mode: Mode, missing: &mut Vec<String>, bar: &ProgressBar) -> Result<()> {
     let absent: Vec<&str> = APT_PACKAGES
         .iter()
         .filter(|(pkg, bin)| {
@@ -90,15 +99,20 @@ fn apt(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
         ));
         return Ok(());
     }
-    eprintln!("setup: installing Debian packages: {}", absent.join(" "));
-    cmd::run(Command::new("apt-get").args(["update", "-qq"]))?;
-    let deny = DenyServiceStarts::engage(std::path::Path::new(POLICY_RC_D))?;
-    let installed = cmd::run(
-        Command::new("apt-get")
-            .args(["install", "-y", "-qq", "--no-install-recommends"])
-            .args(&absent)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
+    progress::say(
+        bar,
+        &format!("setup: installing Debian packages: {}", absent.join(" ")),
     );
+    bar.suspend(|| cmd::run(Command::new("apt-get").args(["update", "-qq"])))?;
+    let deny = DenyServiceStarts::engage(std::path::Path::new(POLICY_RC_D))?;
+    let installed = bar.suspend(|| {
+        cmd::run(
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", "--no-install-recommends"])
+                .args(&absent)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )
+    });
     drop(deny);
     if absent.contains(&"chrony") {
         stop_clock_adjusting_chronyd();
@@ -125,7 +139,7 @@ fn stop_clock_adjusting_chronyd() {
     }
 }
 
-fn nightly(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
+fn nightly(mode: Mode, missing: &mut Vec<String>, bar: &ProgressBar) -> Result<()> {
     let toolchains =
         cmd::output(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
     if !toolchains.lines().any(|l| l.starts_with("nightly")) {
@@ -153,17 +167,19 @@ fn nightly(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
         );
         return Ok(());
     }
-    eprintln!("setup: adding rust-src to the nightly toolchain");
-    cmd::run(Command::new("rustup").args([
-        "component",
-        "add",
-        "rust-src",
-        "--toolchain",
-        "nightly",
-    ]))
+    progress::say(bar, "setup: adding rust-src to the nightly toolchain");
+    bar.suspend(|| {
+        cmd::run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))
+    })
 }
 
-fn bpf_linker(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
+fn bpf_linker(mode: Mode, missing: &mut Vec<String>, bar: &ProgressBar) -> Result<()> {
     let version = cmd::output(Command::new("bpf-linker").arg("--version")).unwrap_or_default();
     if version.contains(BPF_LINKER_VERSION) {
         return Ok(());
@@ -173,18 +189,23 @@ fn bpf_linker(mode: Mode, missing: &mut Vec<String>) -> Result<()> {
         missing.push(format!("bpf-linker {BPF_LINKER_VERSION} built against LLVM 22 (needs llvm-22-dev; then: {install})"));
         return Ok(());
     }
-    eprintln!("setup: building bpf-linker against LLVM 22 (about 4 minutes, once)");
-    cmd::run(
-        cmd::cargo()
-            .args([
-                "install",
-                "bpf-linker",
-                "--version",
-                "^0.13",
-                "--no-default-features",
-                "--features",
-                "llvm-22",
-            ])
-            .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
-    )
+    progress::say(
+        bar,
+        "setup: building bpf-linker against LLVM 22 (about 4 minutes, once)",
+    );
+    bar.suspend(|| {
+        cmd::run(
+            cmd::cargo()
+                .args([
+                    "install",
+                    "bpf-linker",
+                    "--version",
+                    "^0.13",
+                    "--no-default-features",
+                    "--features",
+                    "llvm-22",
+                ])
+                .env("LLVM_PREFIX", "/usr/lib/llvm-22"),
+        )
+    })
 }

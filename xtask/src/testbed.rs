@@ -166,6 +166,22 @@ impl Testbed {
         Ok(())
     }
 
+    /// Detaches Causeway from every WAN port (programs, HTB, pins): the
+    /// WAN's own drop-tail queue is all that is left.
+    pub fn detach(&self) -> Result<()> {
+        for port in &self.wan_ports {
+            cmd::run(cmd::cargo_bin("causeway", true).args([
+                "--netns",
+                &port.netns,
+                "detach",
+                "--iface",
+                &port.iface,
+            ]))?;
+        }
+        self.attached.set(false);
+        Ok(())
+    }
+
     /// `causeway stats --json` of every WAN port.
     pub fn stats(&self) -> Vec<(String, Value)> {
         self.wan_ports

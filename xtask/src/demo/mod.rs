@@ -10,8 +10,14 @@
 //! 5. prints a report: step times against the WAN's lower bound, what the
 //!    kernel counted per traffic class on the WAN, the emulator's counters,
 //!    and whether every rank ended with bit-identical parameters;
-//! 6. tears everything down (also on failure).
+//! 6. unless `--no-contention`: runs the sync twice more while a checkpoint
+//!    upload (iperf3, 8 TCP streams) shares the WAN, with Causeway's shaping
+//!    attached and then detached, and reports the three side by side
+//!    (`contended.rs`), with a per-class rate plot (docs/plots/);
+//! 7. tears everything down (also on failure).
 
+mod contended;
+mod contention;
 mod report;
 
 use std::{
@@ -45,6 +51,9 @@ pub struct DemoArgs {
     /// Simulated backward compute per bucket (e.g. 25ms).
     #[arg(long = "compute", default_value = "25ms")]
     compute_text: String,
+    /// Skip the contended runs (checkpoint upload with shaping attached, then detached).
+    #[arg(long)]
+    pub no_contention: bool,
     /// `--gradient` in bytes (set by [`DemoArgs::resolve`]).
     #[arg(skip)]
     pub gradient_bytes: u64,
@@ -107,6 +116,9 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // As in the allreduce bench: a step's connections idle through the
+    // compute gap and must not restart from the initial window each step.
+    crate::bench_allreduce::tune_hosts(&bed)?;
     let policy = cmd::root().join("xtask/src/demo/policy.toml");
     println!("\n== eBPF: attaching the classifier (XDP) and shaper (TC + HTB) to the gateways' WAN ports ==");
     bed.attach(&policy)?;
@@ -116,7 +128,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         args.steps, args.gradient_text
     );
     let started = Instant::now();
-    let outcome = run_ranks(&bed, args);
+    let outcome = run_ranks(&bed, args, "uncontended");
     let wall = started.elapsed();
     let stats = bed.stats();
     let shaping = bed.policy_show();
@@ -134,6 +146,9 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     if !outcome.consistent {
         bail!("ranks ended with different parameters");
     }
+    if !args.no_contention {
+        contended::run(&bed, args, outcome, &stats)?;
+    }
     Ok(())
 }
 
@@ -146,7 +161,7 @@ pub struct Outcome {
     pub consistent: bool,
 }
 
-fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs) -> Result<Outcome> {
+fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs, label: &str) -> Result<Outcome> {
     let exe = cmd::root().join("target/release/examples/gradient_sync");
     let world = bed.hosts.len();
     let mut children: Vec<Child> = Vec::new();
@@ -171,6 +186,7 @@ fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs) -> Result<Outcome> {
         children.push(child);
     }
     let bar = progress_bar(args.steps as u64);
+    bar.set_prefix(label.to_string());
     let mut outcome = Outcome {
         algorithm: String::new(),
         step_secs: vec![],
@@ -189,7 +205,7 @@ fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs) -> Result<Outcome> {
             Some("ready") => {
                 outcome.algorithm = ev["algorithm"].as_str().unwrap_or("?").to_string();
                 bar.println(format!(
-                    "rank 0 ready in {:.2} s, algorithm {}",
+                    "{label}: rank 0 ready in {:.2} s, algorithm {}",
                     ev["init_s"].as_f64().unwrap_or(0.0),
                     outcome.algorithm
                 ));
@@ -205,7 +221,7 @@ fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs) -> Result<Outcome> {
                 bar.inc(1);
                 if bar.is_hidden() {
                     println!(
-                        "step {:>3}/{}: {:.3} s ({:.3} Gbit/s algbw)",
+                        "{label}: step {:>3}/{}: {:.3} s ({:.3} Gbit/s algbw)",
                         outcome.step_secs.len(),
                         args.steps,
                         s,
@@ -261,7 +277,7 @@ fn progress_bar(steps: u64) -> ProgressBar {
     };
     bar.set_style(
         ProgressStyle::with_template(
-            "{spinner} step {pos}/{len} [{bar:30}] {elapsed_precise} {msg}",
+            "{spinner} {prefix} step {pos}/{len} [{bar:30}] {elapsed_precise} {msg}",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> "),

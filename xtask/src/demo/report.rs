@@ -17,7 +17,7 @@ pub struct Inputs<'a> {
     pub emulator: Option<&'a Value>,
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }

@@ -26,7 +26,7 @@ use clap::Args;
 
 pub use kernel::KernelLine;
 
-use crate::cmd;
+use crate::{cmd, progress};
 
 #[derive(Args, Clone)]
 pub struct VmTestArgs {
@@ -109,19 +109,29 @@ pub fn run(args: &VmTestArgs) -> Result<()> {
         );
     }
     let mut results = Vec::new();
-    for line in args.kernel.lines() {
-        eprintln!("vm: === kernel {} ===", line.name());
+    let lines = args.kernel.lines();
+    // Per kernel: fetch, initramfs, boot + tests (the console above the bar).
+    let bar = progress::steps(3 * lines.len() as u64, "vm-test");
+    for line in lines {
+        progress::say(&bar, &format!("vm: === kernel {} ===", line.name()));
         let on_line = suites::for_kernel(&suites, line);
         if on_line.is_empty() {
-            eprintln!(
-                "vm: no selected test runs on {} (see suites::ONE_KERNEL)",
-                line.name()
+            progress::say(
+                &bar,
+                &format!(
+                    "vm: no selected test runs on {} (see suites::ONE_KERNEL)",
+                    line.name()
+                ),
             );
+            bar.inc(3);
             continue;
         }
-        let result = match kernel::fetch(&vm_dir, line) {
+        bar.set_message(format!("kernel {}: fetching", line.name()));
+        let fetched = bar.suspend(|| kernel::fetch(&vm_dir, line));
+        bar.inc(1);
+        let result = match fetched {
             Ok(k) => {
-                let outcome = boot_and_test(&vm_dir, &k, &on_line, args);
+                let outcome = boot_and_test(&vm_dir, &k, &on_line, args, &bar);
                 KernelResult {
                     line,
                     version: k.version,
@@ -136,6 +146,7 @@ pub fn run(args: &VmTestArgs) -> Result<()> {
         };
         results.push(result);
     }
+    bar.finish_and_clear();
     eprintln!("vm: summary (wall {:.0?}):", started.elapsed());
     let mut failures = Vec::new();
     for r in &results {
@@ -180,9 +191,15 @@ fn boot_and_test(
     k: &kernel::Kernel,
     suites: &[guest::Suite],
     args: &VmTestArgs,
+    bar: &indicatif::ProgressBar,
 ) -> Result<(qemu::Outcome, Vec<String>)> {
-    let initrd =
-        initramfs::build(k).with_context(|| format!("building the initramfs of {}", k.version))?;
+    bar.set_message(format!("kernel {}: initramfs", k.line.name()));
+    let initrd = bar
+        .suspend(|| initramfs::build(k))
+        .with_context(|| format!("building the initramfs of {}", k.version));
+    bar.inc(1);
+    let initrd = initrd?;
+    bar.set_message(format!("kernel {}: booting and testing", k.line.name()));
     let run_dir = vm_dir.join("run").join(k.line.name());
     let _ = std::fs::remove_dir_all(&run_dir);
     let out_dir = run_dir.join("out");
@@ -209,7 +226,11 @@ fn boot_and_test(
         cpus: 2,
         timeout: Duration::from_secs(args.timeout),
         stall: Duration::from_secs(args.stall),
-        echo: true,
+        echo: if bar.is_hidden() {
+            qemu::Echo::Stderr
+        } else {
+            qemu::Echo::AboveBar(bar.clone(), Default::default())
+        },
     };
     // Multi-threaded TCG occasionally breaks the guest kernel itself (seen:
     // an int3 Oops in 7.3's sched_clock_tick while it patches static keys,
@@ -228,35 +249,41 @@ fn boot_and_test(
                     return Err(e.context(format!("after {reboots} more boots")));
                 }
                 reboots += 1;
-                eprintln!(
+                progress::say(bar, &format!(
                     "vm: kernel {}: the guest crashed or hung ({}), not a test: booting it again. Attempt {reboots}: {e:#}",
                     k.line.name(),
                     if started { "while testing" } else { "during boot" }
-                );
+                ));
             }
-            other => break other?,
+            other => {
+                bar.inc(1);
+                break other?;
+            }
         }
     };
     // Facts the tests recorded for docs/KERNELS.md, kept beside the kernels.
     if let Ok(facts) = std::fs::read_to_string(out_dir.join("facts.txt")) {
-        eprint!("{facts}");
+        progress::say(bar, facts.trim_end());
         let kept = vm_dir.join(format!("facts-{}.txt", k.line.name()));
         let _ = std::fs::write(kept, facts);
     }
     let console = std::fs::read_to_string(&boot.console_log).unwrap_or_default();
     let failed = guest::failed_suites(&console, suites);
-    eprintln!(
-        "vm: kernel {} ({}) finished in {:.0?} under {}, exit {}",
-        k.line.name(),
-        k.version,
-        outcome.wall,
-        outcome.accel,
-        outcome.status
+    progress::say(
+        bar,
+        &format!(
+            "vm: kernel {} ({}) finished in {:.0?} under {}, exit {}",
+            k.line.name(),
+            k.version,
+            outcome.wall,
+            outcome.accel,
+            outcome.status
+        ),
     );
     if outcome.status == 0 && failed.is_empty() && !args.keep {
         let _ = std::fs::remove_dir_all(&run_dir);
     } else {
-        eprintln!("vm: kept {}", run_dir.display());
+        progress::say(bar, &format!("vm: kept {}", run_dir.display()));
     }
     Ok((outcome, failed))
 }

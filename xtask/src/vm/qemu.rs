@@ -31,8 +31,37 @@ pub struct Boot<'a> {
     pub timeout: Duration,
     /// Longest silence on the console before the guest is taken as hung.
     pub stall: Duration,
-    /// Echo the console to stderr as it arrives.
-    pub echo: bool,
+    /// Where the console is echoed as it arrives.
+    pub echo: Echo,
+}
+
+/// Where a guest's console goes besides its log file.
+pub enum Echo {
+    Off,
+    Stderr,
+    /// Complete lines printed above a progress bar (the partial last line
+    /// waits in the cell for its end).
+    AboveBar(indicatif::ProgressBar, std::cell::RefCell<String>),
+}
+
+impl Echo {
+    fn write(&self, text: &str) {
+        match self {
+            Echo::Off => {}
+            Echo::Stderr => {
+                let mut err = std::io::stderr().lock();
+                let _ = err.write_all(text.as_bytes());
+            }
+            Echo::AboveBar(bar, pending) => {
+                let mut p = pending.borrow_mut();
+                p.push_str(text);
+                if let Some(end) = p.rfind('\n') {
+                    bar.println(&p[..end]);
+                    p.drain(..=end);
+                }
+            }
+        }
+    }
 }
 
 /// How a guest ended.
@@ -133,7 +162,7 @@ fn run_with(boot: &Boot<'_>, accel: &'static str) -> Result<Outcome> {
     let mut last_output = Instant::now();
     let status = loop {
         let before = seen;
-        echo_new(&boot.console_log, &mut seen, &mut tail, boot.echo)?;
+        echo_new(&boot.console_log, &mut seen, &mut tail, &boot.echo)?;
         if seen > before {
             last_output = Instant::now();
         }
@@ -157,7 +186,7 @@ fn run_with(boot: &Boot<'_>, accel: &'static str) -> Result<Outcome> {
         if let Some(why) = why {
             let _ = child.kill();
             let _ = child.wait();
-            echo_new(&boot.console_log, &mut seen, &mut tail, false)?;
+            echo_new(&boot.console_log, &mut seen, &mut tail, &Echo::Off)?;
             // The last lines first: a log excerpt is often cut at its end.
             bail!(
                 "the guest {why} and was killed; the last test lines: {}; its console log ({}) ends with:\n{}",
@@ -168,7 +197,7 @@ fn run_with(boot: &Boot<'_>, accel: &'static str) -> Result<Outcome> {
         }
         thread::sleep(Duration::from_millis(200));
     };
-    echo_new(&boot.console_log, &mut seen, &mut tail, boot.echo)?;
+    echo_new(&boot.console_log, &mut seen, &mut tail, &boot.echo)?;
     let exit = exit.or_else(|| exit_status(&tail));
     let mut qemu_err = String::new();
     if let Some(mut e) = child.stderr.take() {
@@ -191,7 +220,7 @@ fn run_with(boot: &Boot<'_>, accel: &'static str) -> Result<Outcome> {
 
 /// Reads what the console log gained since `seen`, echoes it, and keeps
 /// the last part in `tail`.
-fn echo_new(log: &Path, seen: &mut u64, tail: &mut String, echo: bool) -> Result<()> {
+fn echo_new(log: &Path, seen: &mut u64, tail: &mut String, echo: &Echo) -> Result<()> {
     let mut f = fs::File::open(log).with_context(|| format!("reading {}", log.display()))?;
     f.seek(SeekFrom::Start(*seen))?;
     let mut buf = Vec::new();
@@ -201,10 +230,7 @@ fn echo_new(log: &Path, seen: &mut u64, tail: &mut String, echo: bool) -> Result
     }
     *seen += buf.len() as u64;
     let text = String::from_utf8_lossy(&buf);
-    if echo {
-        let mut err = std::io::stderr().lock();
-        let _ = err.write_all(text.replace('\r', "").as_bytes());
-    }
+    echo.write(&text.replace('\r', ""));
     tail.push_str(&text.replace('\r', ""));
     const KEEP: usize = 64 * 1024;
     if tail.len() > KEEP {
