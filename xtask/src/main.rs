@@ -5,6 +5,7 @@
 mod bench;
 mod bench_allreduce;
 mod bench_codecs;
+mod bench_tls;
 mod bench_torch;
 mod build;
 mod cmd;
