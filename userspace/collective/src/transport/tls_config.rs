@@ -59,7 +59,12 @@ pub enum KtlsMode {
 impl KtlsMode {
     /// Reads `CAUSEWAY_KTLS` (`auto` when unset).
     pub fn from_env() -> Result<Self, ConfigError> {
-        match std::env::var("CAUSEWAY_KTLS").ok().as_deref() {
+        Self::parse(std::env::var("CAUSEWAY_KTLS").ok().as_deref())
+    }
+
+    /// A value of `CAUSEWAY_KTLS` (`None`: unset).
+    pub fn parse(v: Option<&str>) -> Result<Self, ConfigError> {
+        match v {
             None | Some("" | "auto") => Ok(KtlsMode::Auto),
             Some("on") => Ok(KtlsMode::On),
             Some("off") => Ok(KtlsMode::Off),
