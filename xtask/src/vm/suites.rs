@@ -15,6 +15,8 @@
 //! drive, with the worker built here (`CAUSEWAY_COLLECTIVE_WORKER`). The tests are
 //! listed on the host (`--list`) and passed to the guest by exact name, so
 //! the guest runs what the host chose and `--filter` narrows it further.
+//! The collective library's `ktls::` tests run here only (the host kernel
+//! has no `tls` module).
 
 use std::{
     path::{Path, PathBuf},
@@ -76,6 +78,15 @@ const SELECTIONS: &[Selection] = &[
         // the netem phases pass (docs/KERNELS.md). Run it with
         // `--filter clock_wan` after removing this entry.
         skip: &["vm::clock_wan::clock_sync_over_netem_and_the_emulator_side_by_side"],
+        threads: 1,
+    },
+    // kTLS: the host kernel has no `tls` module, Debian's kernels do.
+    Selection {
+        name: "ktls",
+        package: "causeway-collective",
+        dir: "userspace/collective",
+        prefixes: &["ktls::"],
+        skip: &[],
         threads: 1,
     },
 ];

@@ -46,7 +46,7 @@ pub enum RecordLayer {
 
 #[derive(Debug)]
 enum Layer {
-    User(Connection),
+    User(Box<Connection>),
     Kernel(KtlsReader),
 }
 
@@ -95,7 +95,7 @@ fn finish_handshake(
             .map_err(|e| handshake_error(&peer, e))?;
     }
     Ok(TlsTransport {
-        layer: Layer::User(conn),
+        layer: Layer::User(Box::new(conn)),
         stream,
         peer,
         cork,
@@ -474,7 +474,7 @@ impl Transport for TlsTransport {
             }
         };
         let shared = Arc::new(Shared {
-            conn: Mutex::new(conn),
+            conn: Mutex::new(*conn),
             peer: this.peer,
         });
         let r = TlsReader {
