@@ -18,8 +18,8 @@
 //! one a connection uses.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, Connection, ServerConnection};
@@ -29,6 +29,7 @@ use super::record_cork::{Cork, Corked};
 use super::tls_config::{KtlsMode, TlsContext};
 use super::{Closer, Reader, Transport, Writer};
 use crate::error::TlsError;
+use halves::{Shared, TlsCloser, TlsReader, TlsWriter};
 
 /// Plaintext handed to rustls per call (it encrypts it into 16 KiB records).
 pub const WRITE_SLICE: usize = 256 << 10;
@@ -331,128 +332,6 @@ impl Write for TlsTransport {
     }
 }
 
-struct Shared {
-    conn: Mutex<Connection>,
-    peer: String,
-}
-
-impl Shared {
-    fn lock(&self) -> io::Result<MutexGuard<'_, Connection>> {
-        self.conn
-            .lock()
-            .map_err(|_| io::Error::other(format!("TLS state of {} poisoned", self.peer)))
-    }
-}
-
-struct TlsReader {
-    shared: Arc<Shared>,
-    sock: TcpStream,
-    buf: Vec<u8>,
-    /// Ciphertext received but not yet handed to rustls: `buf[pos..end]`.
-    pos: usize,
-    end: usize,
-}
-
-impl TlsReader {
-    fn record_error(&self, source: rustls::Error) -> io::Error {
-        let peer = self.shared.peer.clone();
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            TlsError::Record { peer, source },
-        )
-    }
-}
-
-impl Read for TlsReader {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        loop {
-            {
-                let mut c = self.shared.lock()?;
-                loop {
-                    // Plaintext first: rustls refuses more ciphertext while
-                    // its plaintext buffer is full.
-                    match c.reader().read(out) {
-                        Ok(n) => return Ok(n),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(e),
-                    }
-                    if self.pos == self.end {
-                        break;
-                    }
-                    let mut rd = &self.buf[self.pos..self.end];
-                    self.pos += c.read_tls(&mut rd)?;
-                    if let Err(e) = c.process_new_packets() {
-                        return Err(self.record_error(e));
-                    }
-                }
-            }
-            let n = self.sock.read(&mut self.buf)?;
-            if n == 0 {
-                return Ok(0);
-            }
-            (self.pos, self.end) = (0, n);
-        }
-    }
-}
-
-struct TlsWriter {
-    shared: Arc<Shared>,
-    sock: TcpStream,
-    /// Ciphertext to send; its capacity is kept between writes.
-    out: Vec<u8>,
-}
-
-/// Moves every record rustls has ready into `out`.
-fn drain(c: &mut Connection, out: &mut Vec<u8>) -> io::Result<()> {
-    while c.wants_write() {
-        c.write_tls(out)?;
-    }
-    Ok(())
-}
-
-impl Write for TlsWriter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = {
-            let mut c = self.shared.lock()?;
-            let n = c.writer().write(&buf[..buf.len().min(WRITE_SLICE)])?;
-            drain(&mut c, &mut self.out)?;
-            n
-        };
-        let sent = self.sock.write_all(&self.out);
-        self.out.clear();
-        sent.map(|()| n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        {
-            let mut c = self.shared.lock()?;
-            drain(&mut c, &mut self.out)?;
-        }
-        let sent = self.sock.write_all(&self.out);
-        self.out.clear();
-        sent
-    }
-}
-
-struct TlsCloser {
-    shared: Arc<Shared>,
-    sock: TcpStream,
-}
-
-impl Closer for TlsCloser {
-    fn close(&self) {
-        let _ = self.sock.shutdown(Shutdown::Both);
-    }
-    fn finish(&self) {
-        let mut out = Vec::new();
-        if let Ok(mut c) = self.shared.lock() {
-            c.send_close_notify();
-            while c.wants_write() && c.write_tls(&mut out).is_ok() {}
-        }
-        let _ = (&self.sock).write_all(&out);
-        let _ = self.sock.shutdown(Shutdown::Write);
-    }
-}
-
 impl Transport for TlsTransport {
     fn describe(&self) -> String {
         match self.layer {
@@ -496,6 +375,9 @@ impl Transport for TlsTransport {
         Ok((Box::new(r), Box::new(w), Arc::new(c)))
     }
 }
+
+#[path = "tls_halves.rs"]
+mod halves;
 
 #[cfg(test)]
 #[path = "tls_tests.rs"]
