@@ -344,7 +344,7 @@ impl Transport for TlsTransport {
         let this = *self;
         this.stream.set_read_timeout(None)?;
         this.stream.set_write_timeout(None)?;
-        let conn = match this.layer {
+        let mut conn = match this.layer {
             Layer::User(c) => c,
             Layer::Kernel(r) => {
                 let w = this.stream.try_clone()?;
@@ -352,6 +352,9 @@ impl Transport for TlsTransport {
                 return Ok((Box::new(r), Box::new(w), Arc::new(c)));
             }
         };
+        // rustls' default 64 KiB cap on queued records would cut every
+        // write to a quarter of the slice: the writer drains after each one.
+        conn.set_buffer_limit(Some(2 * WRITE_SLICE));
         let shared = Arc::new(Shared {
             conn: Mutex::new(*conn),
             peer: this.peer,
