@@ -53,7 +53,7 @@ fn once(ctx: &TlsContext, total: usize) -> Result<(f64, f64)> {
         while !rd.is_empty() {
             server.read_tls(&mut rd)?;
             server.process_new_packets().context("opening a record")?;
-            loop {
+            while filled < out.len() {
                 match server.reader().read(&mut out[filled..]) {
                     Ok(0) => bail!("the server saw the end of the stream"),
                     Ok(n) => filled += n,
