@@ -342,6 +342,10 @@ impl Transport for TlsTransport {
 
     fn split(self: Box<Self>) -> io::Result<(Reader, Writer, Arc<dyn Closer>)> {
         let this = *self;
+        // As TcpTransport has it: an accepted socket does not inherit it, and
+        // with Nagle a frame's second record waits for the first one's ACK
+        // (one more WAN round trip for a small message).
+        this.stream.set_nodelay(true)?;
         this.stream.set_read_timeout(None)?;
         this.stream.set_write_timeout(None)?;
         let mut conn = match this.layer {
