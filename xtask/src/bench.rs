@@ -31,6 +31,8 @@ pub enum Which {
     Codecs,
     /// DDP training on the two-domain testbed, causeway vs gloo backend side by side.
     Torch,
+    /// TLS: record layer GB/s per core; allreduce with TLS vs plaintext on `wan40`.
+    Tls,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -42,6 +44,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Which::Allreduce => crate::bench_allreduce::run(&args.args),
         Which::Codecs => crate::bench_codecs::run(&args.args),
         Which::Torch => crate::bench_torch::run(&args.args),
+        Which::Tls => crate::bench_tls::run(&args.args),
         Which::Netsim => {
             build::package_bin("causeway-netsim", "causeway-netsim", true)?;
             cmd::run(

@@ -6,6 +6,7 @@ mod bench;
 mod bench_allreduce;
 mod bench_clock;
 mod bench_codecs;
+mod bench_tls;
 mod bench_torch;
 mod build;
 mod cmd;

@@ -77,6 +77,10 @@ pub enum TlsError {
     /// broke the protocol: the connection is closed.
     #[error("TLS record from {peer}: {source}")]
     Record { peer: String, source: rustls::Error },
+    /// kTLS (the kernel's record layer) was required and cannot take this
+    /// connection, or it received a record it cannot process.
+    #[error("kTLS with {peer}: {detail}")]
+    Ktls { peer: String, detail: String },
 }
 
 /// Everything a collective operation or the communicator set-up can fail with.

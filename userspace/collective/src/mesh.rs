@@ -214,7 +214,7 @@ fn dial_peer(j: &Joined, opts: &Options, me: Rank, q: Rank) -> Result<Vec<Conn>>
             Some(ctx) => {
                 let mut t = mesh_tls::dial(ctx, j, q, &s)?;
                 write_frame(&mut t, &hello, &p).map_err(sent)?;
-                Box::new(t)
+                mesh_tls::secured_link(t)?
             }
             None => {
                 write_frame(&mut s, &hello, &p).map_err(sent)?;

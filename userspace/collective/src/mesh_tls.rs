@@ -101,9 +101,17 @@ pub(crate) fn transport(
     q: Rank,
 ) -> Result<Box<dyn Transport>, CollectiveError> {
     match secured {
-        Some(t) => Ok(Box::new(t)),
+        Some(t) => secured_link(t),
         None => tcp_transport(stream, q),
     }
+}
+
+/// A TLS link once its hello is exchanged: its records go to the kernel
+/// where `CAUSEWAY_KTLS` and the kernel allow (see [`TlsTransport::offload`]).
+pub(crate) fn secured_link(mut t: TlsTransport) -> Result<Box<dyn Transport>, CollectiveError> {
+    let layer = t.offload()?;
+    tracing::debug!(link = %t.describe(), ?layer, "TLS link ready");
+    Ok(Box::new(t))
 }
 
 #[cfg(test)]

@@ -42,6 +42,14 @@ const MODULES: &[(&str, bool)] = &[
     ("act_bpf", false),
     ("ifb", false),
     ("sch_cake", false),
+    // kTLS for the collective library's TLS links (`ktls::` tests), and the
+    // AES-GCM the kernel then allocates (nothing autoloads it in the guest).
+    ("tls", false),
+    ("ctr", false),
+    ("ghash_generic", false),
+    ("gcm", false),
+    ("aesni_intel", false),
+    ("ghash_clmulni_intel", false),
 ];
 
 /// The busybox applets `/init` uses before the host root is mounted.

@@ -15,6 +15,8 @@
 //! drive, with the worker built here (`CAUSEWAY_COLLECTIVE_WORKER`). The tests are
 //! listed on the host (`--list`) and passed to the guest by exact name, so
 //! the guest runs what the host chose and `--filter` narrows it further.
+//! The collective library's `ktls::` tests run here only (the host kernel
+//! has no `tls` module).
 
 use std::{
     path::{Path, PathBuf},
@@ -70,12 +72,22 @@ const SELECTIONS: &[Selection] = &[
         skip: &[],
         threads: 1,
     },
+    // kTLS: the host kernel has no `tls` module, Debian's kernels do.
+    Selection {
+        name: "ktls",
+        package: "causeway-collective",
+        dir: "userspace/collective",
+        prefixes: &["ktls::"],
+        skip: &[],
+        threads: 1,
+    },
 ];
 
-/// Tests that run in one guest only: each takes 1–3 minutes under TCG and
+/// Tests that run in one guest only: each takes minutes under TCG and
 /// checks the WAN emulation (netem against the userspace emulator, clock
-/// sync over netem), which does not change with the kernel line, while the
-/// verifier, attach-mode and test-run checks run on every kernel.
+/// sync over netem) or the library's kTLS (a debug-built 4-rank world: about
+/// 9 minutes under TCG), which the kernel line does not change the way it
+/// changes the verifier, attach modes and test runs (those run everywhere).
 const ONE_KERNEL: &[(&str, KernelLine)] = &[
     (
         "vm::collective_wan::allreduce_over_netem_and_the_emulator_side_by_side",
@@ -83,6 +95,14 @@ const ONE_KERNEL: &[(&str, KernelLine)] = &[
     ),
     (
         "vm::clock_wan::clock_sync_over_netem_quiet_and_jittery",
+        KernelLine::V6_12,
+    ),
+    (
+        "ktls::an_allreduce_over_ktls_gives_the_plaintext_bits_and_the_kernel_does_the_records",
+        KernelLine::V6_12,
+    ),
+    (
+        "ktls::a_tampered_record_on_a_ktls_link_is_a_record_error_naming_the_peer",
         KernelLine::V6_12,
     ),
 ];

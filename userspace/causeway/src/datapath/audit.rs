@@ -1,5 +1,5 @@
 //! The policy audit log, `<state root>/audit.log`: one JSON line per policy
-//! change (apply, attach with a policy), written under the state lock, so
+//! change (apply, attach with a policy, detach), written under the state lock, so
 //! lines never interleave. A line says who (uid, effective uid, pid), when
 //! (Unix time, ns), what (command, scope, interfaces, the file as given and
 //! the SHA-256 of the policy text applied) and the outcome. The file is
@@ -26,7 +26,7 @@ pub struct AuditRecord {
     pub uid: u32,
     pub euid: u32,
     pub pid: u32,
-    /// `apply` or `attach`.
+    /// `apply`, `attach` or `detach` (no policy: empty source, digest of "").
     pub command: String,
     pub scope: String,
     pub ifaces: Vec<String>,

@@ -277,7 +277,34 @@ impl Locked<'_> {
     /// Removes everything of `iface`: Causeway's HTB (unless the interface
     /// is gone or unreachable: `iface_reachable` false), the TC and XDP
     /// programs, every pin and record.
+    /// The change goes to the audit log (opened first: a detach that could
+    /// not be recorded is not made).
     pub fn detach(&self, iface: &str, iface_reachable: bool) -> Result<DetachedAll, DatapathError> {
+        let mut log = AuditLog::open(&self.dp.layout.audit_log())?;
+        let result = self.detach_unaudited(iface, iface_reachable);
+        let outcome = match &result {
+            Ok(_) => "detached".to_string(),
+            Err(e) => format!("failed: {e}"),
+        };
+        let r = AuditLog::record(
+            "detach",
+            self.dp.scope.to_string(),
+            &[iface.to_string()],
+            "",
+            "",
+            outcome,
+        );
+        if let Err(e) = log.append(&r) {
+            tracing::error!(error = %e, "detach not recorded in the audit log");
+        }
+        result
+    }
+
+    fn detach_unaudited(
+        &self,
+        iface: &str,
+        iface_reachable: bool,
+    ) -> Result<DetachedAll, DatapathError> {
         let dp = self.dp;
         let mut htb_removed = false;
         if iface_reachable && nix::net::if_::if_nametoindex(iface).is_ok() {

@@ -1,5 +1,5 @@
 //! Every policy change is appended to `<state root>/audit.log`: an attach
-//! with a policy and a refused apply each leave one line naming the caller
+//! with a policy, a refused apply and a detach each leave one line naming the caller
 //! (uid, pid), the command, the interface, the file and the SHA-256 of the
 //! policy text, and the outcome.
 
@@ -43,7 +43,7 @@ fn policy_changes_are_recorded_with_who_what_and_the_digest() {
     });
     let log = setup.layout.audit_log();
     let records = audit::read(&log).expect("an audit log");
-    assert_eq!(records.len(), 2, "{records:?}");
+    assert_eq!(records.len(), 3, "{records:?}");
     let (a, b) = (&records[0], &records[1]);
     assert_eq!(
         (a.command.as_str(), a.source.as_str(), a.outcome.as_str()),
@@ -60,4 +60,11 @@ fn policy_changes_are_recorded_with_who_what_and_the_digest() {
     assert_eq!(b.sha256, digest(INVALID));
     assert!(a.time_unix_ns <= b.time_unix_ns && a.time_unix_ns > 0);
     assert!(a.scope.contains(&setup.ns), "{a:?}");
+    let c = &records[2];
+    assert_eq!(
+        (c.command.as_str(), c.outcome.as_str(), c.uid, c.pid),
+        ("detach", "detached", 0, std::process::id())
+    );
+    assert_eq!(c.ifaces, vec![setup.iface.clone()]);
+    assert!(b.time_unix_ns <= c.time_unix_ns);
 }

@@ -7,6 +7,10 @@
 use std::io::{Read, Write};
 use std::sync::Arc;
 
+// setsockopt(SOL_TLS), recvmsg/sendmsg with record-type control messages.
+#[allow(unsafe_code)]
+pub mod ktls;
+pub mod record_cork;
 pub mod shm;
 pub mod tagging;
 pub mod tcp;

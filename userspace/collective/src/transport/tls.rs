@@ -10,29 +10,55 @@
 //! records; a write hands rustls up to [`WRITE_SLICE`] bytes at once.
 //! A record that fails authentication (tampered ciphertext) ends the
 //! connection with [`TlsError::Record`] naming the peer.
+//!
+//! Until [`TlsTransport::offload`], reads go through a [`Cork`] (never past
+//! the current record), so a data link can then be handed to the kernel's
+//! record layer ([`super::ktls`], `CAUSEWAY_KTLS`) with nothing of the
+//! peer's stream held in rustls. [`TlsTransport::record_layer`] says which
+//! one a connection uses.
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, Connection, ServerConnection};
 
-use super::tls_config::TlsContext;
+use super::ktls::{self, KtlsCloser, KtlsReader};
+use super::record_cork::{Cork, Corked};
+use super::tls_config::{KtlsMode, TlsContext};
 use super::{Closer, Reader, Transport, Writer};
 use crate::error::TlsError;
+use halves::{Shared, TlsCloser, TlsReader, TlsWriter};
 
 /// Plaintext handed to rustls per call (it encrypts it into 16 KiB records).
 pub const WRITE_SLICE: usize = 256 << 10;
 /// Ciphertext read from the socket per call.
 const READ_BUF: usize = 64 << 10;
 
-/// An established TLS connection, before or after its split.
+/// Who encrypts a connection's records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordLayer {
+    /// rustls, in this process.
+    Userspace,
+    /// The kernel (kTLS), after rustls' handshake.
+    Kernel,
+}
+
+#[derive(Debug)]
+enum Layer {
+    User(Box<Connection>),
+    Kernel(KtlsReader),
+}
+
+/// An established TLS connection, before its split.
 #[derive(Debug)]
 pub struct TlsTransport {
-    conn: Connection,
+    layer: Layer,
     stream: TcpStream,
     peer: String,
+    cork: Cork,
+    ktls: KtlsMode,
 }
 
 /// The rustls error inside an I/O error from `complete_io`, if there is one.
@@ -50,12 +76,18 @@ fn handshake_error(peer: &str, e: io::Error) -> TlsError {
 }
 
 fn finish_handshake(
+    ctx: &TlsContext,
     mut conn: Connection,
     mut stream: TcpStream,
     peer: String,
 ) -> Result<TlsTransport, TlsError> {
+    let mut cork = Cork::default();
     while conn.is_handshaking() {
-        conn.complete_io(&mut stream)
+        let mut io = Corked {
+            cork: &mut cork,
+            sock: &mut stream,
+        };
+        conn.complete_io(&mut io)
             .map_err(|e| handshake_error(&peer, e))?;
     }
     // Anything still queued (the client's Finished).
@@ -63,7 +95,13 @@ fn finish_handshake(
         conn.write_tls(&mut stream)
             .map_err(|e| handshake_error(&peer, e))?;
     }
-    Ok(TlsTransport { conn, stream, peer })
+    Ok(TlsTransport {
+        layer: Layer::User(Box::new(conn)),
+        stream,
+        peer,
+        cork,
+        ktls: ctx.ktls,
+    })
 }
 
 /// Client side: proves our certificate, checks the peer's chain and `name`.
@@ -78,7 +116,7 @@ pub fn connect(
             peer: peer.clone(),
             source,
         })?;
-    finish_handshake(c.into(), stream, peer)
+    finish_handshake(ctx, c.into(), stream, peer)
 }
 
 /// Client side of the bootstrap store: checks the chain only.
@@ -95,7 +133,7 @@ pub fn connect_store(
             source,
         }
     })?;
-    finish_handshake(c.into(), stream, peer)
+    finish_handshake(ctx, c.into(), stream, peer)
 }
 
 /// Server side: requires a client certificate chaining to a trusted CA.
@@ -104,7 +142,7 @@ pub fn accept(ctx: &TlsContext, stream: TcpStream, peer: String) -> Result<TlsTr
         peer: peer.clone(),
         source,
     })?;
-    finish_handshake(c.into(), stream, peer)
+    finish_handshake(ctx, c.into(), stream, peer)
 }
 
 /// Whether the first byte waiting on `s` starts a TLS record (a handshake),
@@ -117,11 +155,99 @@ pub fn starts_tls(s: &TcpStream) -> io::Result<Option<bool>> {
     })
 }
 
+/// Logs the first connection of each record layer in this process.
+fn log_once(layer: RecordLayer, why: &str) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static USER: AtomicBool = AtomicBool::new(false);
+    static KERNEL: AtomicBool = AtomicBool::new(false);
+    let flag = match layer {
+        RecordLayer::Userspace => &USER,
+        RecordLayer::Kernel => &KERNEL,
+    };
+    if !flag.swap(true, Ordering::Relaxed) {
+        match layer {
+            RecordLayer::Kernel => {
+                tracing::info!("TLS data links: records encrypted by the kernel (kTLS)")
+            }
+            RecordLayer::Userspace => {
+                tracing::info!("TLS data links: records encrypted by rustls in userspace: {why}")
+            }
+        }
+    }
+}
+
 impl TlsTransport {
+    /// Who encrypts this connection's records.
+    pub fn record_layer(&self) -> RecordLayer {
+        match self.layer {
+            Layer::User(_) => RecordLayer::Userspace,
+            Layer::Kernel(_) => RecordLayer::Kernel,
+        }
+    }
+
+    /// Hands the record layer to the kernel as `CAUSEWAY_KTLS` says: `off`
+    /// keeps rustls; `auto` uses kTLS when the kernel has it (rustls
+    /// otherwise, logged once); `on` fails with [`TlsError::Ktls`] naming the
+    /// peer when it cannot. Call it once the hello is exchanged, before the
+    /// split.
+    pub fn offload(&mut self) -> Result<RecordLayer, TlsError> {
+        let peer = self.peer.clone();
+        let Layer::User(conn) = &mut self.layer else {
+            return Ok(RecordLayer::Kernel);
+        };
+        if self.ktls == KtlsMode::Off {
+            log_once(RecordLayer::Userspace, "CAUSEWAY_KTLS=off");
+            return Ok(RecordLayer::Userspace);
+        }
+        let failed = |detail: String| TlsError::Ktls {
+            peer: peer.clone(),
+            detail,
+        };
+        let state = conn
+            .process_new_packets()
+            .map_err(|source| TlsError::Record {
+                peer: peer.clone(),
+                source,
+            })?;
+        let why = if !self.cork.at_boundary() || state.plaintext_bytes_to_read() > 0 {
+            Some("part of the peer's stream is already held by rustls".to_string())
+        } else if conn.wants_write() {
+            Some("rustls still has records to send".to_string())
+        } else {
+            ktls::attach(&self.stream).err().map(|e| {
+                format!("the kernel has no TLS upper layer protocol (TCP_ULP \"tls\": {e}; modprobe tls)")
+            })
+        };
+        if let Some(why) = why {
+            if self.ktls == KtlsMode::On {
+                return Err(failed(format!("CAUSEWAY_KTLS=on, but {why}")));
+            }
+            log_once(RecordLayer::Userspace, &why);
+            return Ok(RecordLayer::Userspace);
+        }
+        let reader = KtlsReader {
+            sock: self.stream.try_clone().map_err(|e| failed(e.to_string()))?,
+            peer: peer.clone(),
+            closed: false,
+        };
+        let Layer::User(conn) = std::mem::replace(&mut self.layer, Layer::Kernel(reader)) else {
+            return Ok(RecordLayer::Kernel);
+        };
+        let secrets = conn
+            .dangerous_extract_secrets()
+            .map_err(|e| failed(format!("extracting the traffic secrets: {e}")))?;
+        ktls::install(&self.stream, &secrets)
+            .map_err(|e| failed(format!("handing the keys to the kernel: {e}")))?;
+        log_once(RecordLayer::Kernel, "");
+        Ok(RecordLayer::Kernel)
+    }
+
     /// The peer's certificate (the end entity), once the handshake is done.
     pub fn peer_certificate(&self) -> Option<rustls::pki_types::CertificateDer<'static>> {
-        self.conn
-            .peer_certificates()
+        let Layer::User(conn) = &self.layer else {
+            return None;
+        };
+        conn.peer_certificates()
             .and_then(|c| c.first())
             .map(|c| c.clone().into_owned())
     }
@@ -142,6 +268,9 @@ impl TlsTransport {
 
     /// Renames the peer for errors (once the hello said which rank it is).
     pub fn set_peer(&mut self, peer: String) {
+        if let Layer::Kernel(r) = &mut self.layer {
+            r.peer = peer.clone();
+        }
         self.peer = peer;
     }
 
@@ -153,19 +282,27 @@ impl TlsTransport {
 /// Before the split: a blocking duplex stream (hello, store requests).
 impl Read for TlsTransport {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let conn = match &mut self.layer {
+            Layer::User(c) => c,
+            Layer::Kernel(r) => return r.read(buf),
+        };
         loop {
-            match self.conn.reader().read(buf) {
+            match conn.reader().read(buf) {
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
-            if self.conn.read_tls(&mut self.stream)? == 0 {
+            let mut corked = Corked {
+                cork: &mut self.cork,
+                sock: &mut self.stream,
+            };
+            if conn.read_tls(&mut corked)? == 0 {
                 return Ok(0);
             }
-            if let Err(source) = self.conn.process_new_packets() {
+            if let Err(source) = conn.process_new_packets() {
                 let peer = self.peer.clone();
                 // The alert telling the peer why, best effort.
-                let _ = self.conn.write_tls(&mut self.stream);
+                let _ = conn.write_tls(&mut self.stream);
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     TlsError::Record { peer, source },
@@ -177,154 +314,53 @@ impl Read for TlsTransport {
 
 impl Write for TlsTransport {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self
-            .conn
-            .writer()
-            .write(&buf[..buf.len().min(WRITE_SLICE)])?;
+        let conn = match &mut self.layer {
+            Layer::User(c) => c,
+            Layer::Kernel(_) => return (&self.stream).write(buf),
+        };
+        let n = conn.writer().write(&buf[..buf.len().min(WRITE_SLICE)])?;
         self.flush()?;
         Ok(n)
     }
     fn flush(&mut self) -> io::Result<()> {
-        while self.conn.wants_write() {
-            self.conn.write_tls(&mut self.stream)?;
+        if let Layer::User(conn) = &mut self.layer {
+            while conn.wants_write() {
+                conn.write_tls(&mut self.stream)?;
+            }
         }
         Ok(())
     }
 }
 
-struct Shared {
-    conn: Mutex<Connection>,
-    peer: String,
-}
-
-impl Shared {
-    fn lock(&self) -> io::Result<MutexGuard<'_, Connection>> {
-        self.conn
-            .lock()
-            .map_err(|_| io::Error::other(format!("TLS state of {} poisoned", self.peer)))
-    }
-}
-
-struct TlsReader {
-    shared: Arc<Shared>,
-    sock: TcpStream,
-    buf: Vec<u8>,
-    /// Ciphertext received but not yet handed to rustls: `buf[pos..end]`.
-    pos: usize,
-    end: usize,
-}
-
-impl TlsReader {
-    fn record_error(&self, source: rustls::Error) -> io::Error {
-        let peer = self.shared.peer.clone();
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            TlsError::Record { peer, source },
-        )
-    }
-}
-
-impl Read for TlsReader {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        loop {
-            {
-                let mut c = self.shared.lock()?;
-                loop {
-                    // Plaintext first: rustls refuses more ciphertext while
-                    // its plaintext buffer is full.
-                    match c.reader().read(out) {
-                        Ok(n) => return Ok(n),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(e),
-                    }
-                    if self.pos == self.end {
-                        break;
-                    }
-                    let mut rd = &self.buf[self.pos..self.end];
-                    self.pos += c.read_tls(&mut rd)?;
-                    if let Err(e) = c.process_new_packets() {
-                        return Err(self.record_error(e));
-                    }
-                }
-            }
-            let n = self.sock.read(&mut self.buf)?;
-            if n == 0 {
-                return Ok(0);
-            }
-            (self.pos, self.end) = (0, n);
-        }
-    }
-}
-
-struct TlsWriter {
-    shared: Arc<Shared>,
-    sock: TcpStream,
-    /// Ciphertext to send; its capacity is kept between writes.
-    out: Vec<u8>,
-}
-
-/// Moves every record rustls has ready into `out`.
-fn drain(c: &mut Connection, out: &mut Vec<u8>) -> io::Result<()> {
-    while c.wants_write() {
-        c.write_tls(out)?;
-    }
-    Ok(())
-}
-
-impl Write for TlsWriter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = {
-            let mut c = self.shared.lock()?;
-            let n = c.writer().write(&buf[..buf.len().min(WRITE_SLICE)])?;
-            drain(&mut c, &mut self.out)?;
-            n
-        };
-        let sent = self.sock.write_all(&self.out);
-        self.out.clear();
-        sent.map(|()| n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        {
-            let mut c = self.shared.lock()?;
-            drain(&mut c, &mut self.out)?;
-        }
-        let sent = self.sock.write_all(&self.out);
-        self.out.clear();
-        sent
-    }
-}
-
-struct TlsCloser {
-    shared: Arc<Shared>,
-    sock: TcpStream,
-}
-
-impl Closer for TlsCloser {
-    fn close(&self) {
-        let _ = self.sock.shutdown(Shutdown::Both);
-    }
-    fn finish(&self) {
-        let mut out = Vec::new();
-        if let Ok(mut c) = self.shared.lock() {
-            c.send_close_notify();
-            while c.wants_write() && c.write_tls(&mut out).is_ok() {}
-        }
-        let _ = (&self.sock).write_all(&out);
-        let _ = self.sock.shutdown(Shutdown::Write);
-    }
-}
-
 impl Transport for TlsTransport {
     fn describe(&self) -> String {
-        format!("tls {}", self.peer)
+        match self.layer {
+            Layer::User(_) => format!("tls {}", self.peer),
+            Layer::Kernel(_) => format!("ktls {}", self.peer),
+        }
     }
 
     fn split(self: Box<Self>) -> io::Result<(Reader, Writer, Arc<dyn Closer>)> {
         let this = *self;
+        // As TcpTransport has it: an accepted socket does not inherit it, and
+        // with Nagle a frame's second record waits for the first one's ACK
+        // (one more WAN round trip for a small message).
+        this.stream.set_nodelay(true)?;
         this.stream.set_read_timeout(None)?;
         this.stream.set_write_timeout(None)?;
+        let mut conn = match this.layer {
+            Layer::User(c) => c,
+            Layer::Kernel(r) => {
+                let w = this.stream.try_clone()?;
+                let c = KtlsCloser(this.stream);
+                return Ok((Box::new(r), Box::new(w), Arc::new(c)));
+            }
+        };
+        // rustls' default 64 KiB cap on queued records would cut every
+        // write to a quarter of the slice: the writer drains after each one.
+        conn.set_buffer_limit(Some(2 * WRITE_SLICE));
         let shared = Arc::new(Shared {
-            conn: Mutex::new(this.conn),
+            conn: Mutex::new(*conn),
             peer: this.peer,
         });
         let r = TlsReader {
@@ -347,6 +383,13 @@ impl Transport for TlsTransport {
     }
 }
 
+#[path = "tls_halves.rs"]
+mod halves;
+
 #[cfg(test)]
 #[path = "tls_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "ktls_tests.rs"]
+mod ktls_tests;

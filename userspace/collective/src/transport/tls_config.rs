@@ -9,6 +9,10 @@
 //! ends at one of them and its certificate names the domain and host the
 //! rendezvous says that rank has (`<host>.<domain>.causeway`, see
 //! [`causeway_core::identity`]).
+//!
+//! `CAUSEWAY_KTLS` = `auto` (default), `on` or `off`: whether a data link's
+//! records are encrypted by the kernel (kTLS, see [`super::ktls`]) once
+//! rustls has finished the handshake.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,7 +23,10 @@ use rustls::crypto::{ring as provider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+use rustls::{
+    ClientConfig, ClientConnection, Connection, DigitallySignedStruct, RootCertStore, ServerConfig,
+    ServerConnection, SignatureScheme,
+};
 
 use crate::error::{ConfigError, TlsError};
 
@@ -32,6 +39,42 @@ pub enum TlsMode {
     Wan,
     /// Every TCP connection (shared memory stays as it is).
     All,
+}
+
+/// Whether the kernel encrypts a data link's records (kTLS) after the
+/// rustls handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KtlsMode {
+    /// When the kernel has the `tls` upper layer protocol; rustls otherwise
+    /// (logged once).
+    #[default]
+    Auto,
+    /// Always: a link where the kernel cannot take over fails with
+    /// [`TlsError::Ktls`].
+    On,
+    /// Never: rustls encrypts in userspace.
+    Off,
+}
+
+impl KtlsMode {
+    /// Reads `CAUSEWAY_KTLS` (`auto` when unset).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::parse(std::env::var("CAUSEWAY_KTLS").ok().as_deref())
+    }
+
+    /// A value of `CAUSEWAY_KTLS` (`None`: unset).
+    pub fn parse(v: Option<&str>) -> Result<Self, ConfigError> {
+        match v {
+            None | Some("" | "auto") => Ok(KtlsMode::Auto),
+            Some("on") => Ok(KtlsMode::On),
+            Some("off") => Ok(KtlsMode::Off),
+            Some(v) => Err(ConfigError::InvalidVar {
+                name: "CAUSEWAY_KTLS".into(),
+                value: v.into(),
+                reason: "expected auto, on or off".into(),
+            }),
+        }
+    }
 }
 
 /// Where this rank's certificate, key and trusted CAs are.
@@ -47,6 +90,8 @@ pub struct TlsFiles {
 pub struct TlsSettings {
     pub mode: TlsMode,
     pub files: Option<TlsFiles>,
+    /// `CAUSEWAY_KTLS`.
+    pub ktls: KtlsMode,
 }
 
 impl TlsSettings {
@@ -55,10 +100,17 @@ impl TlsSettings {
         TlsSettings {
             mode,
             files: Some(files),
+            ktls: KtlsMode::default(),
         }
     }
 
-    /// Reads `CAUSEWAY_TLS`, `CAUSEWAY_TLS_CERT`, `CAUSEWAY_TLS_KEY`, `CAUSEWAY_TLS_CA`.
+    /// The same with `ktls`.
+    pub fn with_ktls(self, ktls: KtlsMode) -> Self {
+        TlsSettings { ktls, ..self }
+    }
+
+    /// Reads `CAUSEWAY_TLS`, `CAUSEWAY_TLS_CERT`, `CAUSEWAY_TLS_KEY`,
+    /// `CAUSEWAY_TLS_CA` and `CAUSEWAY_KTLS`.
     pub fn from_env() -> Result<Self, ConfigError> {
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
         let paths = [
@@ -97,14 +149,17 @@ impl TlsSettings {
                 "CAUSEWAY_TLS is on but CAUSEWAY_TLS_CERT, CAUSEWAY_TLS_KEY, CAUSEWAY_TLS_CA are not set (make them with `causeway certs`)".into(),
             ));
         }
-        Ok(TlsSettings { mode, files })
+        let ktls = KtlsMode::from_env()?;
+        Ok(TlsSettings { mode, files, ktls })
     }
 
     /// The loaded identity, or `None` when TLS is off.
     pub fn load(&self) -> Result<Option<Arc<TlsContext>>, TlsError> {
         match (&self.files, self.mode) {
             (Some(f), TlsMode::Wan | TlsMode::All) => {
-                Ok(Some(Arc::new(TlsContext::load(self.mode, f)?)))
+                let mut ctx = TlsContext::load(self.mode, f)?;
+                ctx.ktls = self.ktls;
+                Ok(Some(Arc::new(ctx)))
             }
             _ => Ok(None),
         }
@@ -115,6 +170,8 @@ impl TlsSettings {
 #[derive(Debug)]
 pub struct TlsContext {
     pub mode: TlsMode,
+    /// Whether data links hand their records to the kernel after the handshake.
+    pub ktls: KtlsMode,
     /// Verifies a peer's chain and name (`<host>.<domain>.causeway`).
     pub(crate) client: Arc<ClientConfig>,
     /// Verifies only the chain (the bootstrap store's certificate: which
@@ -125,7 +182,29 @@ pub struct TlsContext {
 }
 
 impl TlsContext {
+    /// Loads the files; every TLS 1.3 cipher suite of ring is offered.
     pub fn load(mode: TlsMode, f: &TlsFiles) -> Result<Self, TlsError> {
+        Self::load_with(mode, f, provider::default_provider())
+    }
+
+    /// Loads the files offering only `suites` (benchmarks, tests).
+    pub fn load_with_suites(
+        mode: TlsMode,
+        f: &TlsFiles,
+        suites: &[rustls::SupportedCipherSuite],
+    ) -> Result<Self, TlsError> {
+        let p = rustls::crypto::CryptoProvider {
+            cipher_suites: suites.to_vec(),
+            ..provider::default_provider()
+        };
+        Self::load_with(mode, f, p)
+    }
+
+    fn load_with(
+        mode: TlsMode,
+        f: &TlsFiles,
+        p: rustls::crypto::CryptoProvider,
+    ) -> Result<Self, TlsError> {
         let bad = |path: &Path, reason: String| TlsError::File {
             path: path.display().to_string(),
             reason,
@@ -150,7 +229,7 @@ impl TlsContext {
             return Err(bad(&f.ca, "no CA CERTIFICATE in it".into()));
         }
         let roots = Arc::new(roots);
-        let p = Arc::new(provider::default_provider());
+        let p = Arc::new(p);
         let versions = &[&rustls::version::TLS13];
         let cfg = |e: rustls::Error| bad(&f.cert, e.to_string());
         let server_verifier = WebPkiServerVerifier::builder_with_provider(roots.clone(), p.clone())
@@ -168,6 +247,8 @@ impl TlsContext {
                 .with_client_auth_cert(chain.clone(), key.clone_key())
                 .map_err(cfg)?;
             c.resumption = rustls::client::Resumption::disabled();
+            // kTLS: the traffic secrets go to the kernel after the handshake.
+            c.enable_secret_extraction = true;
             Ok(Arc::new(c))
         };
         let client = client_cfg(server_verifier.clone())?;
@@ -183,13 +264,59 @@ impl TlsContext {
             .with_single_cert(chain, key)
             .map_err(cfg)?;
         // No resumption: every connection proves its certificate afresh.
+        // No ticket either: after the handshake no handshake record follows
+        // (one would stop a kTLS receiver, which cannot process it).
         server.send_tls13_tickets = 0;
+        server.enable_secret_extraction = true;
         Ok(TlsContext {
             mode,
+            ktls: KtlsMode::default(),
             client,
             store_client,
             server: Arc::new(server),
         })
+    }
+}
+
+impl TlsContext {
+    /// A client and a server connection of this identity with the handshake
+    /// done in memory (the client checks the chain only): for measuring the
+    /// record layer without sockets.
+    pub fn memory_pair(&self) -> Result<(ClientConnection, ServerConnection), TlsError> {
+        let handshake = |source| TlsError::Handshake {
+            peer: "memory pair".into(),
+            source,
+        };
+        let io = |e: std::io::Error| handshake(rustls::Error::General(e.to_string()));
+        let name =
+            ServerName::try_from("store.causeway").map_err(|e| TlsError::Label(e.to_string()))?;
+        let c = ClientConnection::new(self.store_client.clone(), name).map_err(handshake)?;
+        let s = ServerConnection::new(self.server.clone()).map_err(handshake)?;
+        let mut ends: [Connection; 2] = [c.into(), s.into()];
+        let mut wire = Vec::new();
+        while ends.iter().any(|e| e.is_handshaking() || e.wants_write()) {
+            let mut moved = false;
+            for from in 0..2 {
+                wire.clear();
+                while ends[from].wants_write() {
+                    ends[from].write_tls(&mut wire).map_err(io)?;
+                }
+                moved |= !wire.is_empty();
+                let to = &mut ends[1 - from];
+                let mut rd = &wire[..];
+                while !rd.is_empty() {
+                    to.read_tls(&mut rd).map_err(io)?;
+                    to.process_new_packets().map_err(handshake)?;
+                }
+            }
+            if !moved {
+                return Err(handshake(rustls::Error::HandshakeNotComplete));
+            }
+        }
+        match ends {
+            [Connection::Client(c), Connection::Server(s)] => Ok((c, s)),
+            _ => Err(handshake(rustls::Error::HandshakeNotComplete)),
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-use std::net::{SocketAddr, TcpListener};
+use std::net::{Shutdown, SocketAddr, TcpListener};
 use std::thread;
 
 use time::{Duration, OffsetDateTime};

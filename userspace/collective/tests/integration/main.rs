@@ -3,7 +3,10 @@
 //! (`rendezvous`), ranks that must agree on domains and wire options
 //! (`agreement`), set-up failures every rank hears of (`setup_failure`), a
 //! rank that dies (`fault`), a rank that stops (`hang`), a peer that speaks
-//! garbage (`hostile`), mutual TLS (`tls`, certificates from `pki`), WAN codecs over real connections (`codecs`) the blocking calls' memory (`memory`) the per-rank Prometheus metrics (`metrics`) and the timeline's causality (`trace`). Ranks run
+//! garbage (`hostile`), mutual TLS (`tls`, certificates from `pki`; kTLS,
+//! `ktls`, in the VM stage), WAN codecs over real connections (`codecs`),
+//! the blocking calls' memory (`memory`), the per-rank Prometheus metrics
+//! (`metrics`) and the timeline's causality (`trace`). Ranks run
 //! as threads of this process (`world`) or as worker processes (`procs`,
 //! `fault`, `hang`).
 //!
@@ -17,6 +20,7 @@ mod codecs;
 mod fault;
 mod hang;
 mod hostile;
+mod ktls;
 mod memory;
 mod metrics;
 mod ops;

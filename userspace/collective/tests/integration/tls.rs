@@ -21,7 +21,7 @@ fn settings(mode: TlsMode, [cert, key, ca]: [std::path::PathBuf; 3]) -> TlsSetti
 
 /// Per rank: its TLS settings, with a certificate from its domain's CA
 /// (`cert_domain` overrides which domain's CA signs it and the name).
-fn rank_settings(
+pub(crate) fn rank_settings(
     dir: &Path,
     layout: &Layout,
     cas: &[&Ca],
@@ -42,7 +42,7 @@ fn rank_settings(
 }
 
 /// Runs every rank of `layout` with its own TLS settings; rank 0 hosts the store.
-fn run<R: Send>(
+pub(crate) fn run<R: Send>(
     layout: &Layout,
     tls: &[TlsSettings],
     f: impl Fn(Communicator) -> R + Sync,
@@ -79,7 +79,7 @@ fn input(rank: usize, len: usize) -> Vec<f32> {
         .collect()
 }
 
-fn allreduce_bits(c: &Communicator) -> Vec<u32> {
+pub(crate) fn allreduce_bits(c: &Communicator) -> Vec<u32> {
     let mut v = input(c.rank(), 50_000);
     c.allreduce(&mut v, ReduceOp::Sum).expect("allreduce");
     v.iter().map(|x| x.to_bits()).collect()
