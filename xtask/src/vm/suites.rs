@@ -85,9 +85,10 @@ const SELECTIONS: &[Selection] = &[
 
 /// Tests that run in one guest only: each takes minutes under TCG and
 /// checks the WAN emulation (netem against the userspace emulator, clock
-/// sync over netem) or the library's kTLS (a debug-built 4-rank world: about
-/// 9 minutes under TCG), which the kernel line does not change the way it
-/// changes the verifier, attach modes and test runs (those run everywhere).
+/// sync over netem) or the library's kTLS (a debug-built 4-rank world: 82 s
+/// under TCG on an idle host, ~9 min at load 8), which the kernel line does
+/// not change the way it changes the verifier, attach modes and test runs
+/// (those run everywhere).
 const ONE_KERNEL: &[(&str, KernelLine)] = &[
     (
         "vm::collective_wan::allreduce_over_netem_and_the_emulator_side_by_side",
