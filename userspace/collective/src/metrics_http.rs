@@ -14,14 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::metrics::{encode_text, RankMetrics};
+use causeway_core::scrape_http::{self, Request, MAX_HEAD, READ_TIMEOUT};
 
-/// The content type of the exposition text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-/// A request head larger than this is refused.
-const MAX_HEAD: usize = 8 * 1024;
-/// A client that sends no complete request head within this is dropped.
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::metrics::{encode_text, RankMetrics};
 
 type Ranks = Arc<Mutex<Vec<Weak<RankMetrics>>>>;
 
@@ -126,44 +121,30 @@ fn accept_loop(listener: TcpListener, ranks: Ranks, stop: Arc<AtomicBool>) {
     }
 }
 
-/// The request line's method and path, once the head is complete.
-fn request_line(head: &[u8]) -> Option<(&str, &str)> {
-    let text = std::str::from_utf8(head).ok()?;
-    let mut words = text.lines().next()?.split_whitespace();
-    Some((words.next()?, words.next()?))
-}
-
 fn answer(mut conn: TcpStream, ranks: &Ranks) -> std::io::Result<()> {
     conn.set_read_timeout(Some(READ_TIMEOUT))?;
     conn.set_write_timeout(Some(READ_TIMEOUT))?;
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+    while !scrape_http::head_complete(&head) {
         let n = conn.read(&mut buf)?;
         if n == 0 || head.len() + n > MAX_HEAD {
             return Ok(());
         }
         head.extend_from_slice(&buf[..n]);
     }
-    let (status, content_type, body) = match request_line(&head) {
-        Some(("GET", path)) if path == "/metrics" || path.starts_with("/metrics?") => {
+    let request = scrape_http::route(&head);
+    let body = match request {
+        Request::Metrics => {
             let live: Vec<Arc<RankMetrics>> = ranks
                 .lock()
                 .map(|r| r.iter().filter_map(Weak::upgrade).collect())
                 .unwrap_or_default();
-            ("200 OK", CONTENT_TYPE, encode_text(&live))
+            encode_text(&live)
         }
-        Some(("GET", _)) => ("404 Not Found", "text/plain", "try /metrics\n".to_string()),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain",
-            "GET only\n".to_string(),
-        ),
+        Request::NotFound | Request::NotAllowed => String::new(),
     };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
+    let response = scrape_http::response(request, &body);
     conn.write_all(response.as_bytes())?;
     conn.shutdown(Shutdown::Write)
 }
@@ -182,14 +163,6 @@ mod tests {
     }
 
     #[test]
-    fn the_request_line_names_method_and_path() {
-        let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-        assert_eq!(request_line(head), Some(("GET", "/metrics")));
-        assert_eq!(request_line(b"\xff\xfe"), None);
-        assert_eq!(request_line(b"GET\r\n\r\n"), None);
-    }
-
-    #[test]
     fn ranks_asking_for_one_address_share_a_listener_until_the_last_leaves() {
         // A port of our own: other tests may use 127.0.0.1:0 concurrently.
         let addr: SocketAddr = "127.0.0.2:0".parse().expect("addr");
@@ -202,7 +175,7 @@ mod tests {
         let bound = sa.addr();
         let text = get(bound, "/metrics");
         assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
-        assert!(text.contains(CONTENT_TYPE), "{text}");
+        assert!(text.contains(scrape_http::CONTENT_TYPE), "{text}");
         assert!(text.contains("causeway_op_duration_seconds_count{rank=\"0\",epoch=\"0\",op=\"barrier\",size_bucket=\"0-4KiB\"} 1"), "{text}");
         assert!(
             text.contains("link=\"wan\"} 0") && text.contains("rank=\"1\""),

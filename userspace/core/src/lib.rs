@@ -13,6 +13,7 @@ pub mod classifier;
 pub mod clock;
 pub mod identity;
 pub mod policy;
+pub mod scrape_http;
 pub mod shaper;
 pub mod traffic;
 pub mod units;

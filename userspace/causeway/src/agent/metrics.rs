@@ -30,7 +30,7 @@ type Counters = Family<Labels, Counter>;
 type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
 
 /// The content type of [`encode_observation`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub use causeway_core::scrape_http::CONTENT_TYPE;
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs

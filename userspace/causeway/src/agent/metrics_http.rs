@@ -11,6 +11,8 @@ use tokio::{
     sync::watch,
 };
 
+use causeway_core::scrape_http::{self, Request, MAX_HEAD, READ_TIMEOUT};
+
 use super::{metrics, observe, report::AgentReport};
 use crate::datapath::{Layout, NetnsScope};
 
@@ -22,11 +24,6 @@ pub struct Source {
     pub ifaces: Vec<String>,
     pub report: watch::Receiver<AgentReport>,
 }
-
-/// A request head larger than this is refused.
-const MAX_HEAD: usize = 8 * 1024;
-/// A client that sends no complete request head within this is dropped.
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Binds `addr` (before the agent reports itself running, so a bad address
 /// fails the start).
@@ -57,18 +54,11 @@ pub async fn serve(listener: TcpListener, source: Source, mut stop: watch::Recei
     }
 }
 
-/// The request line's method and path, once the head is complete.
-fn request_line(head: &[u8]) -> Option<(&str, &str)> {
-    let text = std::str::from_utf8(head).ok()?;
-    let mut words = text.lines().next()?.split_whitespace();
-    Some((words.next()?, words.next()?))
-}
-
 async fn answer(mut conn: TcpStream, source: Source) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
     let complete = tokio::time::timeout(READ_TIMEOUT, async {
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        while !scrape_http::head_complete(&head) {
             let n = conn.read(&mut buf).await?;
             if n == 0 || head.len() + n > MAX_HEAD {
                 return Ok::<bool, std::io::Error>(false);
@@ -81,11 +71,12 @@ async fn answer(mut conn: TcpStream, source: Source) -> std::io::Result<()> {
     if !matches!(complete, Ok(Ok(true))) {
         return Ok(());
     }
-    let (status, content_type, body) = match request_line(&head) {
-        Some(("GET", path)) if path == "/metrics" || path.starts_with("/metrics?") => {
+    let request = scrape_http::route(&head);
+    let body = match request {
+        Request::Metrics => {
             let report = source.report.borrow().clone();
             let (layout, scope, ifaces) = (source.layout, source.scope, source.ifaces);
-            let text = tokio::task::spawn_blocking(move || {
+            tokio::task::spawn_blocking(move || {
                 metrics::encode_observation(&observe::observe(
                     &layout,
                     &scope,
@@ -94,33 +85,11 @@ async fn answer(mut conn: TcpStream, source: Source) -> std::io::Result<()> {
                 ))
             })
             .await
-            .map_err(std::io::Error::other)?;
-            ("200 OK", metrics::CONTENT_TYPE, text)
+            .map_err(std::io::Error::other)?
         }
-        Some(("GET", _)) => ("404 Not Found", "text/plain", "try /metrics\n".to_string()),
-        _ => (
-            "405 Method Not Allowed",
-            "text/plain",
-            "GET only\n".to_string(),
-        ),
+        Request::NotFound | Request::NotAllowed => String::new(),
     };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
+    let response = scrape_http::response(request, &body);
     conn.write_all(response.as_bytes()).await?;
     conn.shutdown().await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_request_line_names_method_and_path() {
-        let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
-        assert_eq!(request_line(head), Some(("GET", "/metrics")));
-        assert_eq!(request_line(b"\xff\xfe"), None);
-        assert_eq!(request_line(b"GET\r\n\r\n"), None);
-    }
 }
