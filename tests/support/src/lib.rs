@@ -11,7 +11,9 @@
 //! - [`bpf`] (feature `bpf`): loading the embedded object's programs and
 //!   running them through BPF_PROG_TEST_RUN;
 //! - [`harness`]: test names as the harness prints them (for tests that
-//!   re-run their own binary).
+//!   re-run their own binary);
+//! - [`tamper`]: a TCP forwarder that flips one bit, for tampered-record
+//!   tests of TLS links.
 #![deny(unsafe_code)]
 
 #[cfg(feature = "bpf")]
@@ -20,5 +22,6 @@ pub mod frames;
 pub mod harness;
 pub mod netns;
 pub mod root;
+pub mod tamper;
 
 pub use root::{is_root, root_or_skip};

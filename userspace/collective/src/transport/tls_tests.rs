@@ -1,5 +1,7 @@
-use std::net::{Shutdown, SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener};
 use std::thread;
+
+use causeway_test_support::tamper::forward;
 
 use time::{Duration, OffsetDateTime};
 
@@ -176,25 +178,6 @@ fn a_plaintext_client_is_told_apart_and_refused() {
     let mut rest = Vec::new();
     let _ = (&a).read_to_end(&mut rest);
     assert_eq!(starts_tls(&a).expect("peek"), None);
-}
-
-/// Forwards `from` to `to`, flipping the byte at offset `flip` (if reached).
-fn forward(mut from: TcpStream, mut to: TcpStream, flip: Option<usize>) {
-    let mut buf = [0u8; 4096];
-    let mut seen = 0usize;
-    while let Ok(n) = from.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        if let Some(at) = flip.filter(|at| (seen..seen + n).contains(at)) {
-            buf[at - seen] ^= 0x01;
-        }
-        seen += n;
-        if to.write_all(&buf[..n]).is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown(Shutdown::Write);
 }
 
 #[test]

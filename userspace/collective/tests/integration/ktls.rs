@@ -7,8 +7,10 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::thread;
+
+use causeway_test_support::tamper::forward;
 
 use causeway_collective::transport::ktls;
 use causeway_collective::transport::tls::{self, RecordLayer};
@@ -91,25 +93,6 @@ fn context(d: &std::path::Path, tag: &str, ca: &Ca, host: &str) -> TlsContext {
     let s = TlsSettings::new(TlsMode::All, files).with_ktls(KtlsMode::On);
     let ctx = s.load().expect("load").expect("on");
     std::sync::Arc::try_unwrap(ctx).expect("one owner")
-}
-
-/// Forwards `from` to `to`, flipping the byte at offset `flip` (if reached).
-fn forward(mut from: TcpStream, mut to: TcpStream, flip: Option<usize>) {
-    let mut buf = [0u8; 4096];
-    let mut seen = 0usize;
-    while let Ok(n) = from.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        if let Some(at) = flip.filter(|at| (seen..seen + n).contains(at)) {
-            buf[at - seen] ^= 0x01;
-        }
-        seen += n;
-        if to.write_all(&buf[..n]).is_err() {
-            break;
-        }
-    }
-    let _ = to.shutdown(Shutdown::Write);
 }
 
 #[test]
