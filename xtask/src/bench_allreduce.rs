@@ -32,17 +32,7 @@ pub fn run(extra: &[String]) -> Result<()> {
         extra.to_vec()
     };
     let python = gloo::python()?;
-    cmd::run(cmd::cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "causeway",
-        "-p",
-        "causeway-netsim",
-        "-p",
-        "causeway-collective",
-        "--bins",
-    ]))?;
+    cmd::build_wan_bench_bins()?;
     let ours = cmd::bin_path("causeway-allreduce-bench", true);
     let script = cmd::root().join("userspace/collective/bench/gloo_allreduce.py");
     // The ranks' output is captured: only the testbed's commands and the

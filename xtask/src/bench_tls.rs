@@ -51,17 +51,7 @@ pub fn run(extra: &[String]) -> Result<()> {
     } else {
         extra.to_vec()
     };
-    cmd::run(cmd::cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "causeway",
-        "-p",
-        "causeway-netsim",
-        "-p",
-        "causeway-collective",
-        "--bins",
-    ]))?;
+    cmd::build_wan_bench_bins()?;
     let dir = cmd::root().join("target/tls-bench");
     let _ = std::fs::remove_dir_all(&dir);
     let domains = [0u64, 1];

@@ -67,6 +67,23 @@ pub fn cargo() -> Command {
 }
 
 /// The path of a binary built by `cargo build [--release]`.
+/// Builds the release binaries the WAN benchmarks run (the CLI, the netsim
+/// testbed, the collective's bench and worker binaries) in one invocation
+/// with one package set, so the benches reuse each other's build.
+pub fn build_wan_bench_bins() -> Result<()> {
+    run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "causeway",
+        "-p",
+        "causeway-netsim",
+        "-p",
+        "causeway-collective",
+        "--bins",
+    ]))
+}
+
 pub fn bin_path(bin: &str, release: bool) -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
