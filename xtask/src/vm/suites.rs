@@ -35,9 +35,6 @@ struct Selection {
     package: &'static str,
     dir: &'static str,
     prefixes: &'static [&'static str],
-    /// Tests under those prefixes left out in the guest, with the reason
-    /// in a comment at the entry.
-    skip: &'static [&'static str],
     threads: u32,
 }
 
@@ -56,7 +53,6 @@ const SELECTIONS: &[Selection] = &[
             "admission_testrun::",
             "policy_apply_undo::a_failed_attach_with_a_policy_leaves_nothing",
         ],
-        skip: &[],
         threads: 2,
     },
     Selection {
@@ -69,7 +65,6 @@ const SELECTIONS: &[Selection] = &[
             "cli::classify_traffic::",
             "shaper::htb::",
         ],
-        skip: &[],
         threads: 1,
     },
     // kTLS: the host kernel has no `tls` module, Debian's kernels do.
@@ -78,7 +73,6 @@ const SELECTIONS: &[Selection] = &[
         package: "causeway-collective",
         dir: "userspace/collective",
         prefixes: &["ktls::"],
-        skip: &[],
         threads: 1,
     },
 ];
@@ -165,7 +159,6 @@ pub fn build_and_select(filter: Option<&str>) -> Result<Vec<Suite>> {
         let names: Vec<String> = list(&binary, &dir)?
             .into_iter()
             .filter(|t| sel.prefixes.iter().any(|p| t.starts_with(p)))
-            .filter(|t| !sel.skip.contains(&t.as_str()))
             .filter(|t| filter.is_none_or(|f| t.contains(f)))
             .collect();
         if names.is_empty() {
