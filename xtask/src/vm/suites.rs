@@ -147,6 +147,7 @@ pub fn build_and_select(filter: Option<&str>) -> Result<Vec<Suite>> {
         ),
     ];
     let mut suites = Vec::new();
+    let mut listed = Vec::new();
     for sel in SELECTIONS {
         let binary = binaries
             .iter()
@@ -156,9 +157,13 @@ pub fn build_and_select(filter: Option<&str>) -> Result<Vec<Suite>> {
                 format!("cargo built no integration test binary for {}", sel.package)
             })?;
         let dir = cmd::root().join(sel.dir);
-        let names: Vec<String> = list(&binary, &dir)?
+        let selected: Vec<String> = list(&binary, &dir)?
             .into_iter()
             .filter(|t| sel.prefixes.iter().any(|p| t.starts_with(p)))
+            .collect();
+        listed.extend(selected.iter().cloned());
+        let names: Vec<String> = selected
+            .into_iter()
             .filter(|t| filter.is_none_or(|f| t.contains(f)))
             .collect();
         if names.is_empty() {
@@ -175,7 +180,19 @@ pub fn build_and_select(filter: Option<&str>) -> Result<Vec<Suite>> {
             env: env.clone(),
         });
     }
+    if let Some(name) = unlisted_one_kernel_test(&listed) {
+        bail!("suites::ONE_KERNEL names {name}, which no selection lists (renamed or moved?)");
+    }
     Ok(suites)
+}
+
+/// The first [`ONE_KERNEL`] test that is not among `listed` (a renamed test
+/// would otherwise run on every kernel).
+fn unlisted_one_kernel_test(listed: &[String]) -> Option<&'static str> {
+    ONE_KERNEL
+        .iter()
+        .map(|(name, _)| *name)
+        .find(|name| !listed.iter().any(|t| t == name))
 }
 
 /// Builds the collective library's checked-allreduce rank binary and
@@ -334,6 +351,14 @@ mod tests {
                 assert_eq!(got[0].filters, ["vm::netem::x"]);
             }
         }
+    }
+
+    #[test]
+    fn a_one_kernel_test_that_no_selection_lists_is_named() {
+        let mut listed: Vec<String> = ONE_KERNEL.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(unlisted_one_kernel_test(&listed), None);
+        let gone = listed.remove(1);
+        assert_eq!(unlisted_one_kernel_test(&listed), Some(gone.as_str()));
     }
 
     #[test]
