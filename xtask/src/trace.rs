@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 
-use crate::trace_merge::{merge, parse_rank};
+use crate::trace_merge::{merge, read_ranks};
 
 #[derive(clap::Args)]
 pub struct TraceArgs {
@@ -24,27 +24,10 @@ pub struct TraceArgs {
 }
 
 pub fn run(args: &TraceArgs) -> anyhow::Result<()> {
-    let mut ranks = Vec::new();
-    for entry in
-        std::fs::read_dir(&args.dir).with_context(|| format!("reading {}", args.dir.display()))?
-    {
-        let path = entry?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if !(name.starts_with("rank-") && name.ends_with(".json")) {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        ranks.push(
-            parse_rank(&text)
-                .map_err(anyhow::Error::msg)
-                .with_context(|| format!("parsing {}", path.display()))?,
-        );
-    }
+    let ranks = read_ranks(&args.dir).map_err(anyhow::Error::msg)?;
     if ranks.is_empty() {
         bail!("no rank-*.json files in {}", args.dir.display());
     }
-    ranks.sort_by_key(|r| r.rank);
     let (merged, c) = merge(&ranks, args.assume_bound);
     let out = args
         .output

@@ -1,7 +1,8 @@
 //! Merges the ranks' `CAUSEWAY_TRACE` files (`causeway_collective::trace`)
 //! onto one time base, rank 0's clock, and checks causality on the result.
-//! Pure: text in, text and numbers out (also compiled into the collective
-//! library's trace test, so it depends on `serde_json` and std only).
+//! Pure but for [`read_ranks`] (which reads a trace directory): text in,
+//! text and numbers out (also compiled into the collective library's and
+//! the netns trace tests, so it depends on `serde_json` and std only).
 //!
 //! Rank r's times move by its clock's offset from rank 0's: r's own estimate
 //! of rank 0 (offset = clock₀ − clock_r) when it has one, else rank 0's
@@ -52,6 +53,27 @@ pub struct Causality {
     pub unmatched_recvs: usize,
     /// Smallest `receive start + bound − send start` over the checked pairs, ns.
     pub min_slack_ns: Option<f64>,
+}
+
+/// Every `rank-<r>.json` in `dir` (the first epoch's files), parsed and
+/// sorted by rank; an error names the file. No file is an empty list.
+pub fn read_ranks(dir: &std::path::Path) -> Result<Vec<RankTrace>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    let mut ranks = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|e| format!("reading {}: {e}", dir.display()))?
+            .path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !(name.starts_with("rank-") && name.ends_with(".json")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        ranks.push(parse_rank(&text).map_err(|e| format!("parsing {}: {e}", path.display()))?);
+    }
+    ranks.sort_by_key(|r| r.rank);
+    Ok(ranks)
 }
 
 pub fn parse_rank(text: &str) -> Result<RankTrace, String> {

@@ -122,14 +122,9 @@ fn the_merged_timeline_is_causal_within_the_agents_bounds() {
         h.join().expect("rank thread");
     }
     drop(server);
-    let files: Vec<trace_merge::RankTrace> = (0..4)
-        .map(|r| {
-            let path = dir.join(format!("rank-{r}.json"));
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            trace_merge::parse_rank(&text).expect("a rank file")
-        })
-        .collect();
+    let files = trace_merge::read_ranks(&dir).expect("the rank files");
+    let seen: Vec<u64> = files.iter().map(|r| r.rank).collect();
+    assert_eq!(seen, [0, 1, 2, 3], "one file per rank");
     let _ = std::fs::remove_dir_all(&dir);
     // Ranks on B know rank 0's clock from B's agent; rank 1 shares A's clock.
     let shifts = trace_merge::shifts(&files, None);

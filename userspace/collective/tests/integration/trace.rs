@@ -35,14 +35,9 @@ fn every_chunk_on_the_merged_timeline_arrives_after_it_was_sent() {
         }
         c.broadcast(&mut v, 2).expect("broadcast");
     });
-    let ranks: Vec<trace_merge::RankTrace> = (0..4)
-        .map(|r| {
-            let path = dir.join(format!("rank-{r}.json"));
-            let text = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            trace_merge::parse_rank(&text).expect("a rank file")
-        })
-        .collect();
+    let ranks = trace_merge::read_ranks(&dir).expect("the rank files");
+    let seen: Vec<u64> = ranks.iter().map(|r| r.rank).collect();
+    assert_eq!(seen, [0, 1, 2, 3], "one file per rank");
     let _ = std::fs::remove_dir_all(&dir);
     for r in &ranks {
         let ops = r.events.iter().filter(|e| e["cat"] == "op").count();
