@@ -125,13 +125,17 @@ pub fn connect_store(
     stream: TcpStream,
     peer: String,
 ) -> Result<TlsTransport, TlsError> {
-    let name =
-        ServerName::try_from("store.causeway").map_err(|e| TlsError::Label(e.to_string()))?;
-    let c = ClientConnection::new(ctx.store_client.clone(), name).map_err(|source| {
-        TlsError::Handshake {
-            peer: peer.clone(),
-            source,
-        }
+    // Pinned (`CAUSEWAY_STORE_ID`): chain and name; otherwise the chain only.
+    let (config, name) = match &ctx.store_name {
+        Some(name) => (ctx.client.clone(), name.clone()),
+        None => (
+            ctx.store_client.clone(),
+            ServerName::try_from("store.causeway").map_err(|e| TlsError::Label(e.to_string()))?,
+        ),
+    };
+    let c = ClientConnection::new(config, name).map_err(|source| TlsError::Handshake {
+        peer: peer.clone(),
+        source,
     })?;
     finish_handshake(ctx, c.into(), stream, peer)
 }

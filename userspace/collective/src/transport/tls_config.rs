@@ -13,6 +13,12 @@
 //! `CAUSEWAY_KTLS` = `auto` (default), `on` or `off`: whether a data link's
 //! records are encrypted by the kernel (kTLS, see [`super::ktls`]) once
 //! rustls has finished the handshake.
+//!
+//! `CAUSEWAY_STORE_ID` = `<host>.<domain>` pins the bootstrap store's
+//! certificate to that host (normally rank 0's): the store client then checks
+//! the name `<host>.<domain>.causeway` as well as the chain. Unset, any
+//! certificate of a trusted CA may serve the store (which host serves it is
+//! otherwise learned only through the store itself).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,6 +98,34 @@ pub struct TlsSettings {
     pub files: Option<TlsFiles>,
     /// `CAUSEWAY_KTLS`.
     pub ktls: KtlsMode,
+    /// `CAUSEWAY_STORE_ID`: the host whose certificate must serve the store.
+    pub store: Option<StoreId>,
+}
+
+/// The host that must serve the bootstrap store (`CAUSEWAY_STORE_ID=<host>.<domain>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreId {
+    pub domain: String,
+    pub host: String,
+}
+
+impl StoreId {
+    /// Parses `<host>.<domain>` (two DNS labels, as `causeway certs issue` names them).
+    pub fn parse(v: &str) -> Result<Self, ConfigError> {
+        let bad = |reason: String| ConfigError::InvalidVar {
+            name: "CAUSEWAY_STORE_ID".into(),
+            value: v.into(),
+            reason,
+        };
+        let (host, domain) = v
+            .split_once('.')
+            .ok_or_else(|| bad("expected <host>.<domain>, e.g. node1.dc1".into()))?;
+        causeway_core::identity::host_name(domain, host).map_err(|e| bad(e.to_string()))?;
+        Ok(StoreId {
+            domain: domain.into(),
+            host: host.into(),
+        })
+    }
 }
 
 impl TlsSettings {
@@ -101,6 +135,7 @@ impl TlsSettings {
             mode,
             files: Some(files),
             ktls: KtlsMode::default(),
+            store: None,
         }
     }
 
@@ -109,8 +144,16 @@ impl TlsSettings {
         TlsSettings { ktls, ..self }
     }
 
+    /// The same with the store pinned to `store`'s certificate.
+    pub fn with_store(self, store: StoreId) -> Self {
+        TlsSettings {
+            store: Some(store),
+            ..self
+        }
+    }
+
     /// Reads `CAUSEWAY_TLS`, `CAUSEWAY_TLS_CERT`, `CAUSEWAY_TLS_KEY`,
-    /// `CAUSEWAY_TLS_CA` and `CAUSEWAY_KTLS`.
+    /// `CAUSEWAY_TLS_CA`, `CAUSEWAY_KTLS` and `CAUSEWAY_STORE_ID`.
     pub fn from_env() -> Result<Self, ConfigError> {
         let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
         let paths = [
@@ -150,7 +193,15 @@ impl TlsSettings {
             ));
         }
         let ktls = KtlsMode::from_env()?;
-        Ok(TlsSettings { mode, files, ktls })
+        let store = var("CAUSEWAY_STORE_ID")
+            .map(|v| StoreId::parse(&v))
+            .transpose()?;
+        Ok(TlsSettings {
+            mode,
+            files,
+            ktls,
+            store,
+        })
     }
 
     /// The loaded identity, or `None` when TLS is off.
@@ -159,6 +210,9 @@ impl TlsSettings {
             (Some(f), TlsMode::Wan | TlsMode::All) => {
                 let mut ctx = TlsContext::load(self.mode, f)?;
                 ctx.ktls = self.ktls;
+                if let Some(id) = &self.store {
+                    ctx.store_name = Some(peer_name(&id.domain, &id.host)?);
+                }
                 Ok(Some(Arc::new(ctx)))
             }
             _ => Ok(None),
@@ -177,6 +231,9 @@ pub struct TlsContext {
     /// Verifies only the chain (the bootstrap store's certificate: which
     /// host serves it is not known before the rendezvous).
     pub(crate) store_client: Arc<ClientConfig>,
+    /// `CAUSEWAY_STORE_ID`: when set, the store is dialled with [`Self::client`]
+    /// and must present a certificate with this name.
+    pub store_name: Option<ServerName<'static>>,
     /// Requires a client certificate chaining to a trusted CA.
     pub(crate) server: Arc<ServerConfig>,
 }
@@ -273,6 +330,7 @@ impl TlsContext {
             ktls: KtlsMode::default(),
             client,
             store_client,
+            store_name: None,
             server: Arc::new(server),
         })
     }

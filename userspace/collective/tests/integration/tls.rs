@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use causeway_collective::store::{StoreClient, StoreServer};
-use causeway_collective::transport::tls_config::{TlsFiles, TlsMode, TlsSettings};
+use causeway_collective::transport::tls_config::{StoreId, TlsFiles, TlsMode, TlsSettings};
 use causeway_collective::{CollectiveError, Communicator, ReduceOp, StoreError, TlsError};
 
 use crate::pki::{self, Ca};
@@ -201,6 +201,47 @@ fn a_store_client_without_a_trusted_certificate_cannot_claim_a_rank_and_the_job_
             "rank {r}"
         );
     }
+}
+
+/// `CAUSEWAY_STORE_ID` pins the store to one host's certificate: a store
+/// served with another host's certificate (same trusted CA) is refused in
+/// the handshake, before any request is sent; the pinned host is accepted.
+#[test]
+fn a_pinned_store_id_refuses_a_store_served_by_another_host() {
+    let d = pki::dir("it-store-pin");
+    let layout: Layout = vec![("d0".into(), "h0".into()), ("d1".into(), "h1".into())];
+    let (d0, d1) = (Ca::new("d0"), Ca::new("d1"));
+    let tls = rank_settings(&d, &layout, &[&d0, &d1], TlsMode::Wan, |r| {
+        layout[r].0.clone()
+    });
+    // The store is served by rank 0's host, h0 of d0.
+    let ctx = tls[0].load().expect("load").expect("on");
+    let server =
+        StoreServer::bind_tls("127.0.0.1:0".parse().expect("addr"), Some(ctx)).expect("store");
+    let client = |pin: &str| {
+        let s = tls[1]
+            .clone()
+            .with_store(StoreId::parse(pin).expect("a valid store id"));
+        let ctx = s.load().expect("load").expect("on");
+        StoreClient::connect_tls(server.addr(), Duration::from_secs(5), Some(&ctx))
+            .and_then(|mut c| c.add("probe", 1))
+    };
+    // Pinned to another host of the same domain, and to the right host in
+    // another domain: both refused as the wrong identity.
+    for wrong in ["h9.d0", "h0.d1"] {
+        let e = client(wrong);
+        assert!(
+            matches!(&e, Err(StoreError::Tls(t)) if matches!(**t, TlsError::Handshake { .. })),
+            "a store pinned to {wrong} was accepted with h0.d0's certificate: {e:?}"
+        );
+    }
+    assert_eq!(
+        client("h0.d0").expect("the pinned host serves the store"),
+        1
+    );
+    // A malformed pin is a configuration error naming the variable.
+    let e = StoreId::parse("no-domain").expect_err("refused");
+    assert!(e.to_string().contains("CAUSEWAY_STORE_ID"), "{e}");
 }
 
 #[test]
