@@ -76,7 +76,8 @@ pub(crate) fn check(store: &mut StoreClient) -> Result<()> {
 /// A rank whose own configuration is refused before it could join (a bad
 /// `CAUSEWAY_*` value) still tells the others, when it knows its rank and
 /// the store: otherwise they would wait for their deadline and only learn
-/// that it never came. Rank 0 serves the store and cannot. Best effort.
+/// that it never came. Rank 0 serves the store and cannot. Best effort, over
+/// mutual TLS when `CAUSEWAY_TLS*` configure it.
 pub(crate) fn report_unstarted(e: &CollectiveError) {
     let num = |n: &str| {
         std::env::var(n)
@@ -99,7 +100,13 @@ pub(crate) fn report_unstarted(e: &CollectiveError) {
     let Ok(addr) = crate::rendezvous::resolve(&host, port) else {
         return;
     };
-    if let Ok(mut store) = StoreClient::connect(addr, Duration::from_secs(5)) {
+    // Over TLS when this rank's TLS settings load (the store refuses
+    // plaintext then); when they are what was refused, there is no way in.
+    let tls = match crate::transport::tls_config::TlsSettings::from_env().map(|s| s.load()) {
+        Ok(Ok(tls)) => tls,
+        _ => return,
+    };
+    if let Ok(mut store) = StoreClient::connect_tls(addr, Duration::from_secs(5), tls.as_ref()) {
         give_up(&mut store, rank, 0, None, e);
     }
 }

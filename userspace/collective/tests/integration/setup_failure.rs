@@ -109,7 +109,58 @@ fn a_rank_whose_configuration_is_refused_tells_every_rank() {
         },
         &["--elems", "1000", "--iters", "1"],
     );
-    let out = outcomes(&rx, &[0, 1, 2], Instant::now(), Duration::from_secs(30));
+    every_rank_names_rank_1_window(&rx);
+}
+
+/// The same with mutual TLS on (`CAUSEWAY_TLS=all`, every rank's own
+/// certificate): the refused rank's report goes over TLS, so the store takes
+/// it and every rank still learns within the bound who failed.
+#[test]
+fn a_refused_configuration_is_reported_over_tls() {
+    use crate::pki::{self, Ca};
+    let dir = pki::dir("setup-report");
+    let ca = Ca::new("d0");
+    let files: Vec<[std::path::PathBuf; 3]> = (0..3)
+        .map(|r| {
+            pki::files(
+                &dir,
+                &format!("r{r}"),
+                &ca.issue(&format!("host{r}")),
+                &[&ca],
+            )
+        })
+        .collect();
+    let port = free_port();
+    let (_procs, rx) = spawn_ranks(
+        3,
+        &[0, 1, 2],
+        port,
+        |r| {
+            let mut v = env(r);
+            let [cert, key, ca] = &files[r];
+            for (k, p) in [
+                ("CAUSEWAY_TLS_CERT", cert),
+                ("CAUSEWAY_TLS_KEY", key),
+                ("CAUSEWAY_TLS_CA", ca),
+            ] {
+                v.push((k.into(), p.display().to_string()));
+            }
+            v.push(("CAUSEWAY_TLS".into(), "all".into()));
+            if r == 1 {
+                v.push(("CAUSEWAY_WINDOW".into(), "0".into()));
+            }
+            v
+        },
+        &["--elems", "1000", "--iters", "1"],
+    );
+    every_rank_names_rank_1_window(&rx);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every rank of 0..3 fails within [`BOUND`] with rank 1's refused
+/// `CAUSEWAY_WINDOW`; the others name rank 1 as the failed peer.
+fn every_rank_names_rank_1_window(rx: &std::sync::mpsc::Receiver<(usize, serde_json::Value)>) {
+    let out = outcomes(rx, &[0, 1, 2], Instant::now(), Duration::from_secs(30));
     for (r, v, after) in out {
         eprintln!("rank {r} reported after {after:?}: {}", v["error"]);
         assert_eq!(v["event"], "error", "rank {r}: {v}");
