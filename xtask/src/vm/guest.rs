@@ -41,24 +41,7 @@ pub fn script(
     out_dir: &str,
     ci: bool,
 ) -> String {
-    let mut s =
-        String::from("#!/bin/sh\n# Written by `cargo xtask vm-test`; runs inside the guest.\n");
-    s.push_str("export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n");
-    s.push_str("export HOME=/tmp RUST_BACKTRACE=1 NO_COLOR=1\n");
-    let _ = writeln!(
-        s,
-        "export CAUSEWAY_VM_KERNEL='{kernel}' CAUSEWAY_VM_OUT='{out_dir}'"
-    );
-    if ci {
-        s.push_str("export CI=true\n");
-    }
-    for dir in writable {
-        let _ = writeln!(s, "mount -t tmpfs vmtmp '{}' 2>/dev/null", dir.display());
-    }
-    s.push_str("ip link set lo up\n");
-    s.push_str(&format!(
-        "echo \"{STARTED_MARKER} $(uname -r), $(nproc) cpus\"\n"
-    ));
+    let mut s = preamble(kernel, writable, out_dir, ci);
     s.push_str("status=0\n");
     for suite in suites {
         let _ = writeln!(s, "echo '=== suite {}'", suite.name);
@@ -88,6 +71,29 @@ pub fn script(
         );
     }
     s.push_str("exit $status\n");
+    s
+}
+
+/// The first lines of every guest script (tests and benches): the
+/// environment, tmpfs over `writable`, loopback up, and [`STARTED_MARKER`].
+pub fn preamble(kernel: &str, writable: &[PathBuf], out_dir: &str, ci: bool) -> String {
+    let mut s = String::from("#!/bin/sh\n# Written by `cargo xtask`; runs inside the guest.\n");
+    s.push_str("export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n");
+    s.push_str("export HOME=/tmp RUST_BACKTRACE=1 NO_COLOR=1\n");
+    let _ = writeln!(
+        s,
+        "export CAUSEWAY_VM_KERNEL='{kernel}' CAUSEWAY_VM_OUT='{out_dir}'"
+    );
+    if ci {
+        s.push_str("export CI=true\n");
+    }
+    for dir in writable {
+        let _ = writeln!(s, "mount -t tmpfs vmtmp '{}' 2>/dev/null", dir.display());
+    }
+    s.push_str("ip link set lo up\n");
+    s.push_str(&format!(
+        "echo \"{STARTED_MARKER} $(uname -r), $(nproc) cpus\"\n"
+    ));
     s
 }
 

@@ -186,6 +186,74 @@ pub fn run(args: &VmTestArgs) -> Result<()> {
     Ok(())
 }
 
+/// Boots one guest of `line` running the script `body` (after the common
+/// [`guest::preamble`]) for a benchmark: `body` gets the guest's writable
+/// output directory, which is returned with the outcome (a non-zero exit is
+/// an error). Everything lives under `target/vm/run/<tag>-<line>/`.
+pub fn run_script(
+    line: KernelLine,
+    tag: &str,
+    timeout: Duration,
+    body: impl FnOnce(&Path) -> String,
+) -> Result<(qemu::Outcome, PathBuf)> {
+    if !cmd::is_root() {
+        bail!("booting a guest needs root (qemu shares the host root filesystem over 9p)");
+    }
+    let vm_dir = target_dir().join("vm");
+    let bar = progress::steps(2, tag);
+    bar.set_message(format!("kernel {}: fetching", line.name()));
+    let k = bar.suspend(|| kernel::fetch(&vm_dir, line))?;
+    let initrd = bar
+        .suspend(|| initramfs::build(&k))
+        .with_context(|| format!("building the initramfs of {}", k.version))?;
+    bar.inc(1);
+    bar.set_message(format!("kernel {}: running {tag}", line.name()));
+    let run_dir = vm_dir.join("run").join(format!("{tag}-{}", line.name()));
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let out_dir = run_dir.join("out");
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let script_path = run_dir.join("guest.sh");
+    let mut script = guest::preamble(line.name(), &[], &out_dir.display().to_string(), false);
+    script.push_str(&body(&out_dir));
+    std::fs::write(&script_path, script)
+        .with_context(|| format!("writing {}", script_path.display()))?;
+    let boot = qemu::Boot {
+        vmlinuz: &k.vmlinuz,
+        initramfs: &initrd,
+        script: &script_path,
+        out_dir: &out_dir,
+        console_log: run_dir.join("console.log"),
+        memory_mib: 2048,
+        cpus: 2,
+        timeout,
+        stall: Duration::from_secs(600),
+        echo: if bar.is_hidden() {
+            qemu::Echo::Stderr
+        } else {
+            qemu::Echo::AboveBar(bar.clone(), Default::default())
+        },
+    };
+    let outcome = boot_retrying(&boot, line, &bar)?;
+    bar.finish_and_clear();
+    eprintln!(
+        "vm: {tag} on {} ({}) finished in {:.0?} under {}, exit {} (kept {})",
+        line.name(),
+        k.version,
+        outcome.wall,
+        outcome.accel,
+        outcome.status,
+        run_dir.display()
+    );
+    if outcome.status != 0 {
+        bail!(
+            "{tag}: the guest script exited {} (console: {})",
+            outcome.status,
+            boot.console_log.display()
+        );
+    }
+    Ok((outcome, out_dir))
+}
+
 fn boot_and_test(
     vm_dir: &Path,
     k: &kernel::Kernel,
@@ -232,35 +300,7 @@ fn boot_and_test(
             qemu::Echo::AboveBar(bar.clone(), Default::default())
         },
     };
-    // Multi-threaded TCG occasionally breaks the guest kernel itself (seen:
-    // an int3 Oops in 7.3's sched_clock_tick while it patches static keys,
-    // and a panic in 6.12's timer softirq during ACPI probing, both in the
-    // first two seconds of boot). That is the emulator's fault, not a
-    // test's: boot again, loudly. A crash before the guest script started
-    // costs seconds, so it gets two more boots; a later crash or a stall one.
-    let mut reboots = 0;
-    let outcome = loop {
-        match qemu::run(&boot) {
-            Err(e) if guest_crashed(&format!("{e:#}")) => {
-                let started = std::fs::read_to_string(&boot.console_log)
-                    .is_ok_and(|c| c.contains(guest::STARTED_MARKER));
-                let allowed = if started { 1 } else { 2 };
-                if reboots >= allowed {
-                    return Err(e.context(format!("after {reboots} more boots")));
-                }
-                reboots += 1;
-                progress::say(bar, &format!(
-                    "vm: kernel {}: the guest crashed or hung ({}), not a test: booting it again. Attempt {reboots}: {e:#}",
-                    k.line.name(),
-                    if started { "while testing" } else { "during boot" }
-                ));
-            }
-            other => {
-                bar.inc(1);
-                break other?;
-            }
-        }
-    };
+    let outcome = boot_retrying(&boot, k.line, bar)?;
     // Facts the tests recorded for docs/KERNELS.md, kept beside the kernels.
     if let Ok(facts) = std::fs::read_to_string(out_dir.join("facts.txt")) {
         progress::say(bar, facts.trim_end());
@@ -286,6 +326,44 @@ fn boot_and_test(
         progress::say(bar, &format!("vm: kept {}", run_dir.display()));
     }
     Ok((outcome, failed))
+}
+
+/// Boots `boot`, booting again when the guest kernel itself crashed or hung
+/// (not a test's fault).
+fn boot_retrying(
+    boot: &qemu::Boot<'_>,
+    line: KernelLine,
+    bar: &indicatif::ProgressBar,
+) -> Result<qemu::Outcome> {
+    // Multi-threaded TCG occasionally breaks the guest kernel itself (seen:
+    // an int3 Oops in 7.3's sched_clock_tick while it patches static keys,
+    // and a panic in 6.12's timer softirq during ACPI probing, both in the
+    // first two seconds of boot). That is the emulator's fault, not a
+    // test's: boot again, loudly. A crash before the guest script started
+    // costs seconds, so it gets two more boots; a later crash or a stall one.
+    let mut reboots = 0;
+    loop {
+        match qemu::run(boot) {
+            Err(e) if guest_crashed(&format!("{e:#}")) => {
+                let started = std::fs::read_to_string(&boot.console_log)
+                    .is_ok_and(|c| c.contains(guest::STARTED_MARKER));
+                let allowed = if started { 1 } else { 2 };
+                if reboots >= allowed {
+                    return Err(e.context(format!("after {reboots} more boots")));
+                }
+                reboots += 1;
+                progress::say(bar, &format!(
+                    "vm: kernel {}: the guest crashed or hung ({}), not a test: booting it again. Attempt {reboots}: {e:#}",
+                    line.name(),
+                    if started { "while testing" } else { "during boot" }
+                ));
+            }
+            other => {
+                bar.inc(1);
+                return other;
+            }
+        }
+    }
 }
 
 /// Whether a failed boot is the guest kernel's own crash or a hang (no
