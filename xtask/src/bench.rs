@@ -31,7 +31,8 @@ pub enum Which {
     Codecs,
     /// DDP training on the two-domain testbed, causeway vs gloo backend side by side.
     Torch,
-    /// TLS: record layer GB/s per core; allreduce with TLS vs plaintext on `wan40`.
+    /// TLS: record layer GB/s per core; allreduce with TLS vs plaintext on `wan40`;
+    /// `--vm [KERNEL]`: plaintext, rustls and kTLS in a qemu guest.
     Tls,
 }
 

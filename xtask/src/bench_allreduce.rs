@@ -11,6 +11,9 @@
 //! its result (all ranks run on this machine, so their wall clocks agree).
 //! Rank 0's own view depends on how far apart the preceding barrier let the
 //! ranks go, which is up to a one-way WAN delay either way.
+//!
+//! `--ebpf`: Causeway alone, with the eBPF programs attached to the gateways'
+//! WAN ports and without, interleaved ([`crate::bench_allreduce_ebpf`]).
 
 use std::{path::Path, process::Command};
 
@@ -19,12 +22,16 @@ use serde_json::Value;
 
 use crate::{cmd, gloo, plot, progress, testbed::Testbed};
 
-const SIZES: &str = "4K,64K,1M,16M,64M";
-const MASTER_PORT: &str = "29500";
+pub(crate) const SIZES: &str = "4K,64K,1M,16M,64M";
+pub(crate) const MASTER_PORT: &str = "29500";
 
 pub fn run(extra: &[String]) -> Result<()> {
     if !cmd::is_root() {
         bail!("the allreduce bench builds network namespaces: run it as root");
+    }
+    if extra.iter().any(|a| a == "--ebpf") {
+        let profiles: Vec<String> = extra.iter().filter(|a| *a != "--ebpf").cloned().collect();
+        return crate::bench_allreduce_ebpf::run(&profiles);
     }
     let profiles: Vec<String> = if extra.is_empty() {
         vec!["wan40".into(), "lossy80".into()]
@@ -95,7 +102,7 @@ fn gloo_command(python: &Path, script: &Path) -> Command {
 }
 
 /// Runs one rank per host; returns rank 0's JSON lines with a `bytes` field.
-fn run_world(bed: &Testbed, command: impl Fn(usize) -> Command) -> Result<Vec<Value>> {
+pub(crate) fn run_world(bed: &Testbed, command: impl Fn(usize) -> Command) -> Result<Vec<Value>> {
     let mut children = Vec::new();
     for rank in 0..bed.hosts.len() {
         let inner = command(rank);
@@ -142,7 +149,7 @@ fn run_world(bed: &Testbed, command: impl Fn(usize) -> Command) -> Result<Vec<Va
 }
 
 /// Median over iterations of (last rank's return − last rank's call), seconds.
-fn across_ranks(ranks: &[&Value]) -> Option<f64> {
+pub(crate) fn across_ranks(ranks: &[&Value]) -> Option<f64> {
     let series = |v: &Value, key: &str| -> Option<Vec<f64>> {
         v[key].as_array()?.iter().map(Value::as_f64).collect()
     };
@@ -235,7 +242,7 @@ fn busbw(bytes: u64, t: f64, world: usize) -> f64 {
     bytes as f64 / t / 1e9 * 2.0 * (world as f64 - 1.0) / world as f64
 }
 
-fn human(bytes: u64) -> String {
+pub(crate) fn human(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 20 => format!("{} MiB", b >> 20),
         b if b >= 1 << 10 => format!("{} KiB", b >> 10),

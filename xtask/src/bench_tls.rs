@@ -13,6 +13,9 @@
 //!    `bench allreduce`; per run the median over iterations, then the median
 //!    and the spread over runs. Targets: 64 MiB at ≥ 95 % of the plaintext
 //!    goodput, 4 KiB within 1 ms of plaintext.
+//! 4. `--vm [6.1|6.12|7.x]`: the host kernel has no `tls` module, so the
+//!    three modes, kTLS included, run inside a qemu guest instead
+//!    ([`crate::bench_tls_vm`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -22,30 +25,33 @@ use serde_json::Value;
 
 use crate::{cmd, testbed::Testbed};
 
-const SIZES: &str = "4K,64M";
-const RUNS: usize = 3;
+pub(crate) const SIZES: &str = "4K,64M";
+pub(crate) const RUNS: usize = 3;
 const MASTER_PORT: &str = "29560";
 
 /// One way of running the allreduce: its name and its extra environment.
-struct Mode {
-    name: &'static str,
-    env: &'static [(&'static str, &'static str)],
+pub(crate) struct Mode {
+    pub name: &'static str,
+    pub env: &'static [(&'static str, &'static str)],
 }
 
-const PLAIN: Mode = Mode {
+pub(crate) const PLAIN: Mode = Mode {
     name: "plaintext",
     env: &[("CAUSEWAY_TLS", "off")],
 };
-const USERSPACE: Mode = Mode {
+pub(crate) const USERSPACE: Mode = Mode {
     name: "TLS (rustls)",
     env: &[("CAUSEWAY_TLS", "wan"), ("CAUSEWAY_KTLS", "off")],
 };
-const KERNEL: Mode = Mode {
+pub(crate) const KERNEL: Mode = Mode {
     name: "TLS (kTLS)",
     env: &[("CAUSEWAY_TLS", "wan"), ("CAUSEWAY_KTLS", "on")],
 };
 
 pub fn run(extra: &[String]) -> Result<()> {
+    if let Some(i) = extra.iter().position(|a| a == "--vm") {
+        return crate::bench_tls_vm::run(extra.get(i + 1).map(String::as_str));
+    }
     let profiles: Vec<String> = if extra.is_empty() {
         vec!["wan40".into()]
     } else {
@@ -94,38 +100,44 @@ pub fn run(extra: &[String]) -> Result<()> {
             2.0 * bed.delay_ms,
             load()
         );
-        println!("| size | mode | median s | [min–max] over runs | goodput vs plaintext | − plaintext ms | target |");
-        println!("|---:|---|---:|---|---:|---:|---|");
-        let sizes: Vec<u64> = times[0][0].iter().map(|(b, _)| *b).collect();
-        for bytes in sizes {
-            let per_run = |m: usize| -> Vec<f64> {
-                times[m]
-                    .iter()
-                    .filter_map(|r| r.iter().find(|(b, _)| *b == bytes).map(|(_, t)| *t))
-                    .collect()
-            };
-            let plain = median(&per_run(0));
-            for (m, mode) in modes.iter().enumerate() {
-                let v = per_run(m);
-                let t = median(&v);
-                let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = v.iter().copied().fold(0.0, f64::max);
-                let target = match (m, bytes >= 1 << 20) {
-                    (0, _) => "–".to_string(),
-                    (_, true) => verdict(plain / t >= 0.95, "≥ 95 %"),
-                    (_, false) => verdict(t - plain <= 1e-3, "≤ 1 ms"),
-                };
-                println!(
-                    "| {} | {} | {t:.4} | [{lo:.4}–{hi:.4}] | {:.1} % | {:+.2} | {target} |",
-                    human(bytes),
-                    mode.name,
-                    100.0 * plain / t,
-                    (t - plain) * 1e3
-                );
-            }
-        }
+        print_table(&modes, &times);
     }
     Ok(())
+}
+
+/// The table of `times[mode][run] = per size (bytes, median s)`, mode 0
+/// being plaintext, with the targets' verdicts.
+pub(crate) fn print_table(modes: &[Mode], times: &[Vec<Vec<(u64, f64)>>]) {
+    println!("| size | mode | median s | [min–max] over runs | goodput vs plaintext | − plaintext ms | target |");
+    println!("|---:|---|---:|---|---:|---:|---|");
+    let sizes: Vec<u64> = times[0][0].iter().map(|(b, _)| *b).collect();
+    for bytes in sizes {
+        let per_run = |m: usize| -> Vec<f64> {
+            times[m]
+                .iter()
+                .filter_map(|r| r.iter().find(|(b, _)| *b == bytes).map(|(_, t)| *t))
+                .collect()
+        };
+        let plain = median(&per_run(0));
+        for (m, mode) in modes.iter().enumerate() {
+            let v = per_run(m);
+            let t = median(&v);
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(0.0, f64::max);
+            let target = match (m, bytes >= 1 << 20) {
+                (0, _) => "–".to_string(),
+                (_, true) => verdict(plain / t >= 0.95, "≥ 95 %"),
+                (_, false) => verdict(t - plain <= 1e-3, "≤ 1 ms"),
+            };
+            println!(
+                "| {} | {} | {t:.4} | [{lo:.4}–{hi:.4}] | {:.1} % | {:+.2} | {target} |",
+                crate::bench_allreduce::human(bytes),
+                mode.name,
+                100.0 * plain / t,
+                (t - plain) * 1e3
+            );
+        }
+    }
 }
 
 fn verdict(met: bool, what: &str) -> String {
@@ -144,13 +156,13 @@ fn kernel_tls() -> bool {
 
 /// The run's certificates: a CA per domain (`d<domain>`), one certificate
 /// per rank's host (`h<rank>`), every CA in one bundle.
-struct Pki {
+pub(crate) struct Pki {
     dir: PathBuf,
     hosts: Vec<(usize, u64)>,
 }
 
 impl Pki {
-    fn make(dir: &Path, hosts: &[(usize, u64)]) -> Result<Self> {
+    pub(crate) fn make(dir: &Path, hosts: &[(usize, u64)]) -> Result<Self> {
         let causeway = cmd::bin_path("causeway", true);
         let mut bundle = String::new();
         let mut domains: Vec<u64> = hosts.iter().map(|(_, d)| *d).collect();
@@ -182,7 +194,7 @@ impl Pki {
     }
 
     /// The environment of rank `rank`: its host id and TLS files.
-    fn env(&self, rank: usize) -> Vec<(String, String)> {
+    pub(crate) fn env(&self, rank: usize) -> Vec<(String, String)> {
         let file = |name: String| self.dir.join(name).display().to_string();
         let domain = self.hosts.iter().find(|(r, _)| *r == rank).map(|(_, d)| *d);
         vec![
@@ -228,64 +240,53 @@ fn allreduce(bed: &Testbed, pki: &Pki, mode: &Mode) -> Result<Vec<(u64, f64)>> {
                 String::from_utf8_lossy(&out.stderr).trim()
             );
         }
-        iters.push(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .filter(|v| v["event"] == "iters")
-                .collect(),
-        );
+        iters.push(iters_lines(&String::from_utf8_lossy(&out.stdout)));
     }
-    let sizes: Vec<u64> = iters[0]
-        .iter()
-        .filter_map(|v| v["bytes"].as_u64())
-        .collect();
+    op_times(mode.name, &iters)
+}
+
+/// The `iters` lines of one rank's output.
+pub(crate) fn iters_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"] == "iters")
+        .collect()
+}
+
+/// Per size, the median over iterations of (last rank's return − last
+/// rank's call), seconds, from every rank's `iters` lines.
+pub(crate) fn op_times(mode: &str, iters: &[Vec<Value>]) -> Result<Vec<(u64, f64)>> {
+    let Some(first) = iters.first() else {
+        bail!("{mode}: no rank's output");
+    };
+    let sizes: Vec<u64> = first.iter().filter_map(|v| v["bytes"].as_u64()).collect();
     sizes
         .into_iter()
         .map(|bytes| {
-            let series = |rank: &[Value], key: &str| -> Option<Vec<f64>> {
-                let v = rank.iter().find(|v| v["bytes"].as_u64() == Some(bytes))?;
-                v[key].as_array()?.iter().map(Value::as_f64).collect()
-            };
-            let ranks: Vec<(Vec<f64>, Vec<f64>)> = iters
+            let ranks: Vec<&Value> = iters
                 .iter()
-                .map(|r| Some((series(r, "start_unix_ns")?, series(r, "end_unix_ns")?)))
-                .collect::<Option<_>>()
-                .with_context(|| format!("{}: per-rank times of {bytes} bytes", mode.name))?;
-            let n = ranks[0].0.len();
-            if n == 0 || ranks.iter().any(|(s, e)| s.len() != n || e.len() != n) {
-                bail!("{}: per-rank iteration times are incomplete", mode.name);
-            }
-            let last = |i: usize, end: bool| {
-                ranks
-                    .iter()
-                    .map(|(s, e)| if end { e[i] } else { s[i] })
-                    .fold(f64::MIN, f64::max)
-            };
-            let t: Vec<f64> = (0..n)
-                .map(|i| (last(i, true) - last(i, false)) / 1e9)
+                .filter_map(|r| r.iter().find(|v| v["bytes"].as_u64() == Some(bytes)))
                 .collect();
-            Ok((bytes, median(&t)))
+            if ranks.len() != iters.len() {
+                bail!("{mode}: a rank has no times of {bytes} bytes");
+            }
+            let t = crate::bench_allreduce::across_ranks(&ranks).with_context(|| {
+                format!("{mode}: per-rank times of {bytes} bytes are incomplete")
+            })?;
+            Ok((bytes, t))
         })
         .collect()
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-fn load() -> String {
+pub(crate) fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
-}
-
-fn human(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
-        b => format!("{b} B"),
-    }
 }

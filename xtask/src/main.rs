@@ -4,9 +4,11 @@
 
 mod bench;
 mod bench_allreduce;
+mod bench_allreduce_ebpf;
 mod bench_clock;
 mod bench_codecs;
 mod bench_tls;
+mod bench_tls_vm;
 mod bench_torch;
 mod build;
 mod cmd;
