@@ -101,13 +101,17 @@ fn gloo_command(python: &Path, script: &Path) -> Command {
     c
 }
 
-/// Runs one rank per host; returns rank 0's JSON lines with a `bytes` field.
+/// Runs one rank per host (the program, arguments and environment of
+/// `command(rank)` inside the host's namespace); returns rank 0's JSON lines
+/// with a `bytes` field, each with `time_s`, `time_min_s` and `time_max_s`
+/// (median, min and max over iterations, [`iteration_times`]).
 pub(crate) fn run_world(bed: &Testbed, command: impl Fn(usize) -> Command) -> Result<Vec<Value>> {
     let mut children = Vec::new();
     for rank in 0..bed.hosts.len() {
         let inner = command(rank);
         let mut c = bed.rank_command(rank, MASTER_PORT, std::path::Path::new(inner.get_program()));
         c.args(inner.get_args())
+            .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
             .env("GLOO_SOCKET_IFNAME", "eth0")
             .env("OMP_NUM_THREADS", "1");
         children.push(c.spawn().with_context(|| format!("starting rank {rank}"))?);
@@ -141,15 +145,23 @@ pub(crate) fn run_world(bed: &Testbed, command: impl Fn(usize) -> Command) -> Re
             .iter()
             .filter(|v| v["bytes"].as_u64() == bytes)
             .collect();
-        let t = across_ranks(&mine)
+        let t = iteration_times(&mine)
             .with_context(|| format!("per-rank times of {bytes:?} bytes are incomplete"))?;
-        row["time_s"] = t.into();
+        row["time_s"] = t[t.len() / 2].into();
+        row["time_min_s"] = t[0].into();
+        row["time_max_s"] = t[t.len() - 1].into();
     }
     Ok(summaries)
 }
 
 /// Median over iterations of (last rank's return − last rank's call), seconds.
 pub(crate) fn across_ranks(ranks: &[&Value]) -> Option<f64> {
+    iteration_times(ranks).map(|t| t[t.len() / 2])
+}
+
+/// Per iteration, (last rank's return − last rank's call) in seconds, sorted
+/// (at least one).
+fn iteration_times(ranks: &[&Value]) -> Option<Vec<f64>> {
     let series = |v: &Value, key: &str| -> Option<Vec<f64>> {
         v[key].as_array()?.iter().map(Value::as_f64).collect()
     };
@@ -170,7 +182,7 @@ pub(crate) fn across_ranks(ranks: &[&Value]) -> Option<f64> {
         .map(|i| (last(&ends, i) - last(&starts, i)) / 1e9)
         .collect();
     t.sort_by(f64::total_cmp);
-    Some(t[n / 2])
+    Some(t)
 }
 
 fn print_table(profile: &str, bed: &Testbed, ours: &[Value], gloo: &[Value]) {

@@ -13,10 +13,9 @@
 
 use std::process::Command;
 
-use anyhow::{bail, Context, Result};
-use serde_json::Value;
+use anyhow::{Context, Result};
 
-use crate::{cmd, testbed::Testbed};
+use crate::{bench_allreduce, cmd, testbed::Testbed};
 
 /// (codec, encoded size / raw) of the allreduce part; the ratios are the
 /// codecs' fixed ones (headers per 128 KiB frame included).
@@ -27,7 +26,6 @@ const WAN_CODECS: [(&str, f64); 4] = [
     ("topk:1%", 0.02),
 ];
 const BYTES: &str = "64M";
-const MASTER_PORT: &str = "29540";
 
 pub fn run(extra: &[String]) -> Result<()> {
     let profiles: Vec<String> = if extra.is_empty() {
@@ -72,17 +70,7 @@ pub fn run(extra: &[String]) -> Result<()> {
     }
     for profile in &profiles {
         let bed = Testbed::up("cbench", profile)?;
-        for h in &bed.hosts {
-            cmd::run(Command::new("ip").args([
-                "netns",
-                "exec",
-                &h.netns,
-                "sysctl",
-                "-q",
-                "-w",
-                "net.ipv4.tcp_slow_start_after_idle=0",
-            ]))?;
-        }
+        bench_allreduce::tune_hosts(&bed)?;
         let bound = 64.0 * 1024.0 * 1024.0 * 8.0 / (bed.rate_mbit * 1e6);
         println!(
             "\nallreduce 64 MiB f32, 2 domains x 2 hosts, {profile} ({:.0} Mbit/s, RTT {:.0} ms), 1 warm-up + 5 iterations, load at start {}",
@@ -90,22 +78,20 @@ pub fn run(extra: &[String]) -> Result<()> {
             2.0 * bed.delay_ms,
             load()
         );
-        println!("| codec | median s | [min–max] s | size / raw | bound for that size s | vs bound | vs none |");
-        println!("|---|---:|---|---:|---:|---:|---:|");
+        println!("| codec | median s | [min–max] s | size / raw | bound for that size s | vs bound | vs none | load after |");
+        println!("|---|---:|---|---:|---:|---:|---:|---|");
         let mut none = f64::NAN;
         for (codec, ratio) in WAN_CODECS {
-            let t = allreduce(&bed, codec)?;
+            let (lo, t, hi) = allreduce(&bed, codec)?;
             if codec == "none" {
-                none = t.1;
+                none = t;
             }
             println!(
-                "| {codec} | {:.3} | [{:.3}–{:.3}] | {ratio:.3} | {:.3} | {:.2}x | {:.2}x |",
-                t.1,
-                t.0,
-                t.2,
+                "| {codec} | {t:.3} | [{lo:.3}–{hi:.3}] | {ratio:.3} | {:.3} | {:.2}x | {:.2}x | {} |",
                 bound * ratio,
-                t.1 / (bound * ratio),
-                none / t.1
+                t / (bound * ratio),
+                none / t,
+                load()
             );
         }
     }
@@ -118,52 +104,20 @@ fn load() -> String {
         .unwrap_or_default()
 }
 
-/// (min, median, max) over iterations of (last rank's return − last rank's call).
+/// (min, median, max) over iterations of (last rank's return − last rank's
+/// call), through `bench allreduce`'s runner.
 fn allreduce(bed: &Testbed, codec: &str) -> Result<(f64, f64, f64)> {
     let bin = cmd::bin_path("causeway-allreduce-bench", true);
-    let mut children = Vec::new();
-    for rank in 0..bed.hosts.len() {
-        let mut c = bed.rank_command(rank, MASTER_PORT, &bin);
+    let rows = bench_allreduce::run_world(bed, |_| {
+        let mut c = Command::new(&bin);
         c.args(["--sizes", BYTES, "--iters", "5", "--warmup", "1"])
             .env("CAUSEWAY_WAN_CODEC", codec);
-        children.push(c.spawn().with_context(|| format!("starting rank {rank}"))?);
-    }
-    let mut ranks = Vec::new();
-    for (rank, child) in children.into_iter().enumerate() {
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            bail!(
-                "{codec}: rank {rank} failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let iters = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .find(|v| v["event"] == "iters")
-            .with_context(|| format!("{codec}: rank {rank} printed no iterations"))?;
-        let series = |k: &str| -> Option<Vec<f64>> {
-            iters[k].as_array()?.iter().map(Value::as_f64).collect()
-        };
-        ranks.push((
-            series("start_unix_ns").context("start times")?,
-            series("end_unix_ns").context("end times")?,
-        ));
-    }
-    let n = ranks[0].0.len();
-    if n == 0 || ranks.iter().any(|(s, e)| s.len() != n || e.len() != n) {
-        bail!("{codec}: per-rank iteration times are incomplete");
-    }
-    let last = |i: usize, end: bool| {
-        ranks
-            .iter()
-            .map(|(s, e)| if end { e[i] } else { s[i] })
-            .fold(f64::MIN, f64::max)
-    };
-    let mut t: Vec<f64> = (0..n)
-        .map(|i| (last(i, true) - last(i, false)) / 1e9)
-        .collect();
-    t.sort_by(f64::total_cmp);
-    Ok((t[0], t[n / 2], t[n - 1]))
+        c
+    })
+    .with_context(|| format!("allreduce with {codec}"))?;
+    let row = rows
+        .first()
+        .with_context(|| format!("{codec}: no result"))?;
+    let t = |k: &str| row[k].as_f64().with_context(|| format!("{codec}: no {k}"));
+    Ok((t("time_min_s")?, t("time_s")?, t("time_max_s")?))
 }

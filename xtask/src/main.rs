@@ -23,6 +23,7 @@ mod setup;
 mod test;
 mod testbed;
 mod trace;
+mod trace_codec;
 mod trace_merge;
 mod vm;
 

@@ -1,13 +1,15 @@
 //! `cargo xtask trace DIR [-o merged.json] [--assume-bound NS]`: merges the
 //! ranks' `CAUSEWAY_TRACE` files (`DIR/rank-*.json`) onto rank 0's clock
 //! ([`crate::trace_merge`]), writes one Chrome trace / Perfetto JSON file and
-//! prints each rank's offset and bound and the causality check (an error
-//! when a chunk arrives before it was sent, beyond the bounds).
+//! prints each rank's offset and bound, the WAN codec's work per rank and
+//! operation against transfer ([`crate::trace_codec`]) and the causality check
+//! (an error when a chunk arrives before it was sent, beyond the bounds).
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 
+use crate::trace_codec::codec_use;
 use crate::trace_merge::{merge, read_ranks};
 
 #[derive(clap::Args)]
@@ -44,6 +46,23 @@ pub fn run(args: &TraceArgs) -> anyhow::Result<()> {
                 .as_f64()
                 .map_or("unknown".to_string(), |b| format!("{b:.0} ns")),
             r["how"].as_str().unwrap_or("")
+        );
+    }
+    let events = merged["traceEvents"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for u in codec_use(&events) {
+        println!(
+            "rank {} op {}: {:.1} ms; encode {:.1} ms over {} chunks, {:.1} ms of it ({:.0} %) with an earlier chunk in flight; decode {:.1} ms",
+            u.rank,
+            u.op,
+            u.op_ms,
+            u.encode_ms,
+            u.chunks,
+            u.overlapped_ms,
+            100.0 * u.overlapped_ms / u.encode_ms.max(f64::MIN_POSITIVE),
+            u.decode_ms
         );
     }
     println!(

@@ -336,6 +336,23 @@ pub(crate) fn write_header(
     Ok(())
 }
 
+/// The prologue of a lossy encode: checks that `src` is f32 elements, appends
+/// the header and `body_len(n)` zeroed bytes to `out` (n = the element
+/// count), and returns n and that body to fill.
+pub(crate) fn begin_f32<'o>(
+    codec: CodecSpec,
+    dtype: DType,
+    src: &[u8],
+    body_len: impl FnOnce(usize) -> usize,
+    out: &'o mut Vec<u8>,
+) -> Result<(usize, &'o mut [u8]), CodecError> {
+    let n = need_f32(codec, dtype, src.len())?;
+    write_header(codec, src.len(), out)?;
+    let at = out.len();
+    out.resize(at + body_len(n), 0);
+    Ok((n, &mut out[at..]))
+}
+
 /// `src` as f32 elements, or the typed refusal of a lossy codec.
 pub(crate) fn need_f32(codec: CodecSpec, dtype: DType, len: usize) -> Result<usize, CodecError> {
     if dtype != DType::F32 {

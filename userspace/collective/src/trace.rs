@@ -9,6 +9,7 @@
 //! | `op` (`allreduce`, …, `plan` for start-up probes) | 0 | the engine starts it | its result |
 //! | `send` (a chunk to `peer`) | 1 + peer | the engine queues the frame | its writer thread has written it (to the socket or its buffer) |
 //! | `recv` (a chunk from `peer`) | 1 + peer | its reader thread has read the whole frame | the engine has reduced or copied it |
+//! | `encode` / `decode` (a WAN codec's work on a chunk to / from `peer`, `bytes` encoded) | 0 | the engine starts it | it is done (for a lossy codec, encode includes the sender's own decode) |
 //!
 //! A chunk is named by (`op`, `lane`, `step`, `offset`) on both sides. Times
 //! are this host's CLOCK_TAI (the agent's timescale; CLOCK_REALTIME without
@@ -44,6 +45,10 @@ pub enum SpanKind {
     },
     Send(Chunk),
     Recv(Chunk),
+    /// The engine encoding a chunk for another domain (`bytes`: encoded).
+    Encode(Chunk),
+    /// The engine decoding a chunk from another domain (`bytes`: encoded).
+    Decode(Chunk),
 }
 
 /// One chunk of operation `seq` to or from `peer`.
@@ -169,19 +174,26 @@ impl Tracer {
                     0,
                     format!("\"op\":{seq},\"bytes\":{bytes},\"ok\":{ok}"),
                 ),
-                SpanKind::Send(c) | SpanKind::Recv(c) => (
-                    if matches!(s.kind, SpanKind::Send(_)) {
-                        "send"
-                    } else {
-                        "recv"
-                    },
-                    "chunk",
-                    1 + c.peer,
-                    format!(
-                        "\"op\":{},\"peer\":{},\"lane\":{},\"step\":{},\"offset\":{},\"bytes\":{}",
-                        c.seq, c.peer, c.lane, c.step, c.offset, c.bytes
-                    ),
-                ),
+                SpanKind::Send(c)
+                | SpanKind::Recv(c)
+                | SpanKind::Encode(c)
+                | SpanKind::Decode(c) => {
+                    let (name, cat, tid) = match s.kind {
+                        SpanKind::Send(_) => ("send", "chunk", 1 + c.peer),
+                        SpanKind::Recv(_) => ("recv", "chunk", 1 + c.peer),
+                        SpanKind::Encode(_) => ("encode", "codec", 0),
+                        _ => ("decode", "codec", 0),
+                    };
+                    (
+                        name,
+                        cat,
+                        tid,
+                        format!(
+                            "\"op\":{},\"peer\":{},\"lane\":{},\"step\":{},\"offset\":{},\"bytes\":{}",
+                            c.seq, c.peer, c.lane, c.step, c.offset, c.bytes
+                        ),
+                    )
+                }
             };
             let _ = write!(
                 out,

@@ -9,7 +9,7 @@
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
-use super::{f32_at, need_f32, open, write_header, Codec, CodecError, CodecSpec};
+use super::{begin_f32, f32_at, need_f32, open, Codec, CodecError, CodecSpec};
 use crate::dtype::DType;
 
 const BLOCK: usize = 512;
@@ -42,16 +42,12 @@ impl Codec for Bf16 {
         _seed: u64,
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
-        let n = need_f32(self.spec(), dtype, src.len())?;
-        write_header(self.spec(), src.len(), out)?;
-        let at = out.len();
-        out.resize(at + 2 * n, 0);
-        let dst = &mut out[at..];
+        let (_, dst) = begin_f32(self.spec(), dtype, src, |n| 2 * n, out)?;
         // Aligned (the usual case, and little-endian): typed slices vectorise best.
         #[cfg(target_endian = "little")]
         if let (Ok(x), Ok(o)) = (
             bytemuck::try_cast_slice::<u8, u32>(src),
-            bytemuck::try_cast_slice_mut::<u8, u16>(dst),
+            bytemuck::try_cast_slice_mut::<u8, u16>(&mut *dst),
         ) {
             for (o, &b) in o.iter_mut().zip(x) {
                 *o = bf16_bits(b);
@@ -94,21 +90,18 @@ impl Codec for Fp16 {
         _seed: u64,
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
-        let n = need_f32(self.spec(), dtype, src.len())?;
-        write_header(self.spec(), src.len(), out)?;
-        let at = out.len();
-        out.resize(at + 2 * n, 0);
+        let (_, dst) = begin_f32(self.spec(), dtype, src, |n| 2 * n, out)?;
         #[cfg(target_endian = "little")]
         if let (Ok(x), Ok(o)) = (
             bytemuck::try_cast_slice::<u8, f32>(src),
-            bytemuck::try_cast_slice_mut::<u8, f16>(&mut out[at..]),
+            bytemuck::try_cast_slice_mut::<u8, f16>(&mut *dst),
         ) {
             o.convert_from_f32_slice(x);
             return Ok(());
         }
         let mut xs = [0f32; BLOCK];
         let mut hs = [f16::ZERO; BLOCK];
-        for (o, i) in out[at..].chunks_mut(2 * BLOCK).zip(src.chunks(4 * BLOCK)) {
+        for (o, i) in dst.chunks_mut(2 * BLOCK).zip(src.chunks(4 * BLOCK)) {
             let m = i.len() / 4;
             for (k, x) in xs[..m].iter_mut().enumerate() {
                 *x = f32_at(i, k);

@@ -6,11 +6,14 @@
 //! f32 elements), so special values pass exactly. An all-zero block decodes
 //! to +0 (int8 has no −0).
 //!
-//! The loops are written for the vectoriser: the block maximum is an integer
-//! max over the magnitude bits (integer order is float order for non-NaN
-//! values), rounding to nearest even is the add-and-subtract of 1.5·2²³, and
-//! stochastic rounding takes its random bits from a counter hash of (seed,
-//! element index), so there is no loop-carried state.
+//! The loops are written for the vectoriser (one branch-free pass per block
+//! for the maximum, one for scale, round and store): the block maximum is an
+//! integer max over the magnitude bits (integer order is float order for
+//! non-NaN values); the scaled value is clamped to ±127 and rounded to nearest
+//! even by adding 1.5·2²³, whose low mantissa byte is then the i8 itself (no
+//! float-to-int conversion, which Rust saturates and the vectoriser handles
+//! poorly); stochastic rounding takes its random bits from a counter hash of
+//! (seed, element index), so there is no loop-carried state.
 
 use super::{need_f32, open, write_header, Codec, CodecError, CodecSpec, Rounding};
 use crate::dtype::DType;
@@ -19,17 +22,13 @@ use crate::dtype::DType;
 const RAW: u32 = 0xffff_ffff;
 /// Blocks whose max|x| is below this are sent raw (127 / max would overflow).
 const TINY: f32 = 1e-30;
-/// 1.5 · 2²³: adding and subtracting it rounds |v| < 2²² to the nearest integer, ties even.
+/// 1.5 · 2²³: adding it rounds |v| < 2²² to the nearest integer (ties even),
+/// left in the low mantissa bits.
 const MAGIC: f32 = 12_582_912.0;
 
 pub(super) struct Int8 {
     pub block: u32,
     pub rounding: Rounding,
-}
-
-#[inline(always)]
-fn round_ne(v: f32) -> f32 {
-    (v + MAGIC) - MAGIC
 }
 
 /// A uniform value in [0, 1) from (seed, index): murmur3's finaliser.
@@ -42,6 +41,30 @@ fn uniform(seed: u32, i: u32) -> f32 {
     h = h.wrapping_mul(0xc2b2_ae35);
     h ^= h >> 16;
     (h >> 8) as f32 * (1.0 / 16_777_216.0)
+}
+
+/// `v` clamped to ±127 and rounded to the nearest integer (ties even), as the
+/// bits of an i8: adding 1.5·2²³ leaves the rounded integer in the low
+/// mantissa bits (two's complement), so there is no float-to-int conversion.
+#[inline(always)]
+fn q8(v: f32) -> u8 {
+    (v.clamp(-127.0, 127.0) + MAGIC).to_bits() as u8
+}
+
+/// q[k] = q8(f(x[k], k)) over one block: one branch-free pass (typed when
+/// `x` is aligned, as chunks are; byte-wise otherwise).
+#[inline(always)]
+fn quantize(x: &[u8], q: &mut [u8], f: impl Fn(f32, u32) -> f32) {
+    #[cfg(target_endian = "little")]
+    if let Ok(xs) = bytemuck::try_cast_slice::<u8, f32>(x) {
+        for (k, (o, &v)) in q.iter_mut().zip(xs).enumerate() {
+            *o = q8(f(v, k as u32));
+        }
+        return;
+    }
+    for (k, (o, b)) in q.iter_mut().zip(x.chunks_exact(4)).enumerate() {
+        *o = q8(f(f32::from_le_bytes([b[0], b[1], b[2], b[3]]), k as u32));
+    }
 }
 
 fn max_abs_bits(x: &[u8]) -> u32 {
@@ -85,31 +108,15 @@ impl Codec for Int8 {
             let scale = max / 127.0;
             let inv = if max == 0.0 { 0.0 } else { 127.0 / max };
             out.resize(at + 4 + m, 0);
-            out[at..at + 4].copy_from_slice(&scale.to_le_bytes());
-            let q = &mut out[at + 4..];
+            let (s, q) = out[at..].split_at_mut(4);
+            s.copy_from_slice(&scale.to_le_bytes());
             match self.rounding {
-                Rounding::Nearest => {
-                    #[cfg(target_endian = "little")]
-                    if let Ok(xs) = bytemuck::try_cast_slice::<u8, f32>(x) {
-                        for (o, v) in q.iter_mut().zip(xs) {
-                            *o = (round_ne(v * inv).clamp(-127.0, 127.0) as i32 as i8) as u8;
-                        }
-                        continue;
-                    }
-                    for (o, b) in q.iter_mut().zip(x.chunks_exact(4)) {
-                        let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                        let v = round_ne(v * inv).clamp(-127.0, 127.0);
-                        *o = (v as i32 as i8) as u8;
-                    }
-                }
+                Rounding::Nearest => quantize(x, q, |v, _| v * inv),
                 Rounding::Stochastic => {
                     let base = (bi * block) as u32;
-                    for (k, (o, b)) in q.iter_mut().zip(x.chunks_exact(4)).enumerate() {
-                        let u = uniform(seed, base.wrapping_add(k as u32));
-                        let v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                        let v = round_ne(v * inv + u - 0.5).clamp(-127.0, 127.0);
-                        *o = (v as i32 as i8) as u8;
-                    }
+                    quantize(x, q, |v, k| {
+                        v * inv + uniform(seed, base.wrapping_add(k)) - 0.5
+                    });
                 }
             }
         }

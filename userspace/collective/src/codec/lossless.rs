@@ -21,14 +21,45 @@ thread_local! {
     static ZSTD_DEC: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
-fn inflated_wrong(codec: CodecSpec, got: usize, want: usize) -> Result<(), CodecError> {
-    if got == want {
-        Ok(())
-    } else {
-        Err(CodecError::Corrupt {
-            codec,
-            reason: "decompressed to fewer bytes than the header claims",
-        })
+/// Appends the header of `spec` and what `compress` writes of `src` into a
+/// body of at most `bound` bytes (it returns how many) to `out`.
+fn encode_bounded(
+    spec: CodecSpec,
+    src: &[u8],
+    bound: usize,
+    out: &mut Vec<u8>,
+    compress: impl FnOnce(&[u8], &mut [u8]) -> Result<usize, CodecError>,
+) -> Result<(), CodecError> {
+    write_header(spec, src.len(), out)?;
+    let at = out.len();
+    out.resize(at + bound, 0);
+    let n = compress(src, &mut out[at..])?;
+    out.truncate(at + n);
+    Ok(())
+}
+
+/// Checks `payload`'s header and inflates its body into exactly `dst` with
+/// `inflate` (which never writes past `dst` and returns how many bytes it
+/// wrote, `None` for a body it cannot read): fewer bytes, more (a bomb) or
+/// an unreadable body is [`CodecError::Corrupt`] with `unreadable` as the reason.
+fn decode_exact(
+    spec: CodecSpec,
+    payload: &[u8],
+    dst: &mut [u8],
+    unreadable: &'static str,
+    inflate: impl FnOnce(&[u8], &mut [u8]) -> Option<usize>,
+) -> Result<(), CodecError> {
+    let body = open(spec, payload, dst.len())?;
+    let corrupt = |reason| CodecError::Corrupt {
+        codec: spec,
+        reason,
+    };
+    match inflate(body, dst) {
+        None => Err(corrupt(unreadable)),
+        Some(n) if n != dst.len() => Err(corrupt(
+            "decompressed to fewer bytes than the header claims",
+        )),
+        Some(_) => Ok(()),
     }
 }
 
@@ -44,22 +75,18 @@ impl Codec for Lz4 {
         _seed: u64,
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
-        write_header(self.spec(), src.len(), out)?;
-        let at = out.len();
-        out.resize(at + lz4_flex::block::get_maximum_output_size(src.len()), 0);
-        let n = lz4_flex::block::compress_into(src, &mut out[at..])
-            .map_err(|_| CodecError::BadParameters("lz4 output bound too small"))?;
-        out.truncate(at + n);
-        Ok(())
+        let bound = lz4_flex::block::get_maximum_output_size(src.len());
+        encode_bounded(self.spec(), src, bound, out, |src, body| {
+            lz4_flex::block::compress_into(src, body)
+                .map_err(|_| CodecError::BadParameters("lz4 output bound too small"))
+        })
     }
 
     fn decode(&self, payload: &[u8], _dtype: DType, dst: &mut [u8]) -> Result<(), CodecError> {
-        let body = open(self.spec(), payload, dst.len())?;
-        let n = lz4_flex::block::decompress_into(body, dst).map_err(|_| CodecError::Corrupt {
-            codec: self.spec(),
-            reason: "not an lz4 block of the claimed length",
-        })?;
-        inflated_wrong(self.spec(), n, dst.len())
+        let why = "not an lz4 block of the claimed length";
+        decode_exact(self.spec(), payload, dst, why, |body, dst| {
+            lz4_flex::block::decompress_into(body, dst).ok()
+        })
     }
 }
 
@@ -75,41 +102,34 @@ impl Codec for Zstd {
         _seed: u64,
         out: &mut Vec<u8>,
     ) -> Result<(), CodecError> {
-        write_header(self.spec(), src.len(), out)?;
-        let at = out.len();
-        out.resize(at + zstd::zstd_safe::compress_bound(src.len()), 0);
-        let n = ZSTD_ENC.with(|c| {
-            let mut c = c.borrow_mut();
-            if c.as_ref().is_none_or(|(l, _)| *l != self.level) {
-                let z = zstd::bulk::Compressor::new(i32::from(self.level))
-                    .map_err(|_| CodecError::BadParameters("zstd context"))?;
-                *c = Some((self.level, z));
-            }
-            let (_, z) = c
-                .as_mut()
-                .ok_or(CodecError::BadParameters("zstd context"))?;
-            z.compress_to_buffer(src, &mut out[at..])
-                .map_err(|_| CodecError::BadParameters("zstd output bound too small"))
-        })?;
-        out.truncate(at + n);
-        Ok(())
+        let bound = zstd::zstd_safe::compress_bound(src.len());
+        encode_bounded(self.spec(), src, bound, out, |src, body| {
+            ZSTD_ENC.with(|c| {
+                let mut c = c.borrow_mut();
+                if c.as_ref().is_none_or(|(l, _)| *l != self.level) {
+                    let z = zstd::bulk::Compressor::new(i32::from(self.level))
+                        .map_err(|_| CodecError::BadParameters("zstd context"))?;
+                    *c = Some((self.level, z));
+                }
+                let (_, z) = c
+                    .as_mut()
+                    .ok_or(CodecError::BadParameters("zstd context"))?;
+                z.compress_to_buffer(src, body)
+                    .map_err(|_| CodecError::BadParameters("zstd output bound too small"))
+            })
+        })
     }
 
     fn decode(&self, payload: &[u8], _dtype: DType, dst: &mut [u8]) -> Result<(), CodecError> {
-        let body = open(self.spec(), payload, dst.len())?;
-        let corrupt = CodecError::Corrupt {
-            codec: self.spec(),
-            reason: "not a zstd frame of the claimed length",
-        };
-        let n = ZSTD_DEC.with(|d| {
-            let mut d = d.borrow_mut();
-            if d.is_none() {
-                *d = zstd::bulk::Decompressor::new().ok();
-            }
-            let z = d.as_mut().ok_or(corrupt.clone())?;
-            z.decompress_to_buffer(body, dst)
-                .map_err(|_| corrupt.clone())
-        })?;
-        inflated_wrong(self.spec(), n, dst.len())
+        let why = "not a zstd frame of the claimed length";
+        decode_exact(self.spec(), payload, dst, why, |body, dst| {
+            ZSTD_DEC.with(|d| {
+                let mut d = d.borrow_mut();
+                if d.is_none() {
+                    *d = zstd::bulk::Decompressor::new().ok();
+                }
+                d.as_mut()?.decompress_to_buffer(body, dst).ok()
+            })
+        })
     }
 }

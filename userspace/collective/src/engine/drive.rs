@@ -364,7 +364,20 @@ impl Driver<'_, '_> {
         };
         let wire_len = f.payload.len();
         let payload = if h.call == Some(self.call) && self.crosses(peer) {
-            self.decode(peer, &f.payload)?
+            let started = self.e.tracer.as_ref().map(|_| Instant::now());
+            let p = self.decode(peer, &f.payload)?;
+            if let (Some(t), Some(at)) = (&self.e.tracer, started) {
+                let c = Chunk {
+                    seq: self.seq,
+                    peer,
+                    lane: id.lane,
+                    step: id.step,
+                    offset: id.offset,
+                    bytes: wire_len,
+                };
+                t.record(SpanKind::Decode(c), at, Instant::now());
+            }
+            p
         } else {
             f.payload
         };
@@ -394,7 +407,20 @@ impl Driver<'_, '_> {
     fn send(&mut self, s: &SendChunk) -> Result<()> {
         let peer = s.peer;
         let p = if self.crosses(peer) {
-            self.encode(s)?
+            let started = self.e.tracer.as_ref().map(|_| Instant::now());
+            let p = self.encode(s)?;
+            if let (Some(t), Some(at)) = (&self.e.tracer, started) {
+                let c = Chunk {
+                    seq: self.seq,
+                    peer,
+                    lane: s.lane,
+                    step: s.step,
+                    offset: s.offset,
+                    bytes: p.len(),
+                };
+                t.record(SpanKind::Encode(c), at, Instant::now());
+            }
+            p
         } else {
             let bytes = region(self.buf, &mut self.scratch, s.range.clone());
             let mut p = self.e.pool.take(bytes.len());
