@@ -68,8 +68,9 @@ pub fn cargo() -> Command {
 
 /// The path of a binary built by `cargo build [--release]`.
 /// Builds the release binaries the WAN benchmarks run (the CLI, the netsim
-/// testbed, the collective's bench and worker binaries) in one invocation
-/// with one package set, so the benches reuse each other's build.
+/// testbed, the collective's bench and worker binaries, the demo's
+/// `gradient_sync` example) in one invocation with one package set, so the
+/// benches and the demo reuse each other's build.
 pub fn build_wan_bench_bins() -> Result<()> {
     run(cargo().args([
         "build",
@@ -81,6 +82,8 @@ pub fn build_wan_bench_bins() -> Result<()> {
         "-p",
         "causeway-collective",
         "--bins",
+        "--example",
+        "gradient_sync",
     ]))
 }
 

@@ -83,23 +83,8 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         bail!("the demo builds network namespaces and attaches eBPF programs: run it as root");
     }
     setup::run(setup::Mode::Install)?;
-    cmd::run(cmd::cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "causeway",
-        "-p",
-        "causeway-netsim",
-        "--bins",
-    ]))?;
-    cmd::run(cmd::cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "causeway-collective",
-        "--example",
-        "gradient_sync",
-    ]))?;
+    // The WAN benches' one release build (the gradient_sync example is in it).
+    cmd::build_wan_bench_bins()?;
 
     println!(
         "\n== testbed: 2 domains x 2 hosts, WAN profile {} ==",
