@@ -209,31 +209,16 @@ pub fn run_script(
     bar.inc(1);
     bar.set_message(format!("kernel {}: running {tag}", line.name()));
     let run_dir = vm_dir.join("run").join(format!("{tag}-{}", line.name()));
-    let _ = std::fs::remove_dir_all(&run_dir);
-    let out_dir = run_dir.join("out");
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let script_path = run_dir.join("guest.sh");
-    let mut script = guest::preamble(line.name(), &[], &out_dir.display().to_string(), false);
-    script.push_str(&body(&out_dir));
-    std::fs::write(&script_path, script)
-        .with_context(|| format!("writing {}", script_path.display()))?;
-    let boot = qemu::Boot {
-        vmlinuz: &k.vmlinuz,
-        initramfs: &initrd,
-        script: &script_path,
-        out_dir: &out_dir,
-        console_log: run_dir.join("console.log"),
+    let limits = Limits {
         memory_mib: 2048,
-        cpus: 2,
         timeout,
         stall: Duration::from_secs(600),
-        echo: if bar.is_hidden() {
-            qemu::Echo::Stderr
-        } else {
-            qemu::Echo::AboveBar(bar.clone(), Default::default())
-        },
     };
-    let outcome = boot_retrying(&boot, line, &bar)?;
+    let (outcome, out_dir) = boot_in(&run_dir, &k, &initrd, limits, &bar, |out| {
+        let mut script = guest::preamble(line.name(), &[], &out.display().to_string(), false);
+        script.push_str(&body(out));
+        script
+    })?;
     bar.finish_and_clear();
     eprintln!(
         "vm: {tag} on {} ({}) finished in {:.0?} under {}, exit {} (kept {})",
@@ -248,7 +233,7 @@ pub fn run_script(
         bail!(
             "{tag}: the guest script exited {} (console: {})",
             outcome.status,
-            boot.console_log.display()
+            run_dir.join("console.log").display()
         );
     }
     Ok((outcome, out_dir))
@@ -269,45 +254,29 @@ fn boot_and_test(
     let initrd = initrd?;
     bar.set_message(format!("kernel {}: booting and testing", k.line.name()));
     let run_dir = vm_dir.join("run").join(k.line.name());
-    let _ = std::fs::remove_dir_all(&run_dir);
-    let out_dir = run_dir.join("out");
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let script_path = run_dir.join("guest.sh");
     let ci = std::env::var("CI").is_ok_and(|v| v == "true");
     let writable = [target_dir().join("tmp")];
-    let script = guest::script(
-        k.line.name(),
-        suites,
-        &writable,
-        &out_dir.display().to_string(),
-        ci,
-    );
-    std::fs::write(&script_path, script)
-        .with_context(|| format!("writing {}", script_path.display()))?;
-    let boot = qemu::Boot {
-        vmlinuz: &k.vmlinuz,
-        initramfs: &initrd,
-        script: &script_path,
-        out_dir: &out_dir,
-        console_log: run_dir.join("console.log"),
+    let limits = Limits {
         memory_mib: args.memory,
-        cpus: 2,
         timeout: Duration::from_secs(args.timeout),
         stall: Duration::from_secs(args.stall),
-        echo: if bar.is_hidden() {
-            qemu::Echo::Stderr
-        } else {
-            qemu::Echo::AboveBar(bar.clone(), Default::default())
-        },
     };
-    let outcome = boot_retrying(&boot, k.line, bar)?;
+    let (outcome, out_dir) = boot_in(&run_dir, k, &initrd, limits, bar, |out| {
+        guest::script(
+            k.line.name(),
+            suites,
+            &writable,
+            &out.display().to_string(),
+            ci,
+        )
+    })?;
     // Facts the tests recorded for docs/KERNELS.md, kept beside the kernels.
     if let Ok(facts) = std::fs::read_to_string(out_dir.join("facts.txt")) {
         progress::say(bar, facts.trim_end());
         let kept = vm_dir.join(format!("facts-{}.txt", k.line.name()));
         let _ = std::fs::write(kept, facts);
     }
-    let console = std::fs::read_to_string(&boot.console_log).unwrap_or_default();
+    let console = std::fs::read_to_string(run_dir.join("console.log")).unwrap_or_default();
     let failed = guest::failed_suites(&console, suites);
     progress::say(
         bar,
@@ -326,6 +295,50 @@ fn boot_and_test(
         progress::say(bar, &format!("vm: kept {}", run_dir.display()));
     }
     Ok((outcome, failed))
+}
+
+/// A guest's memory and time limits.
+struct Limits {
+    memory_mib: u32,
+    timeout: Duration,
+    /// Longest silence on the console before the guest is taken as hung.
+    stall: Duration,
+}
+
+/// Makes `run_dir` afresh (its `out/` writable in the guest), writes the
+/// guest script `script(out)` as `guest.sh` and boots `k` with it, the
+/// console going to `run_dir/console.log`; returns the outcome and `out/`.
+fn boot_in(
+    run_dir: &Path,
+    k: &kernel::Kernel,
+    initrd: &Path,
+    limits: Limits,
+    bar: &indicatif::ProgressBar,
+    script: impl FnOnce(&Path) -> String,
+) -> Result<(qemu::Outcome, PathBuf)> {
+    let _ = std::fs::remove_dir_all(run_dir);
+    let out_dir = run_dir.join("out");
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    let script_path = run_dir.join("guest.sh");
+    std::fs::write(&script_path, script(&out_dir))
+        .with_context(|| format!("writing {}", script_path.display()))?;
+    let boot = qemu::Boot {
+        vmlinuz: &k.vmlinuz,
+        initramfs: initrd,
+        script: &script_path,
+        out_dir: &out_dir,
+        console_log: run_dir.join("console.log"),
+        memory_mib: limits.memory_mib,
+        cpus: 2,
+        timeout: limits.timeout,
+        stall: limits.stall,
+        echo: if bar.is_hidden() {
+            qemu::Echo::Stderr
+        } else {
+            qemu::Echo::AboveBar(bar.clone(), Default::default())
+        },
+    };
+    Ok((boot_retrying(&boot, k.line, bar)?, out_dir))
 }
 
 /// Boots `boot`, booting again when the guest kernel itself crashed or hung
