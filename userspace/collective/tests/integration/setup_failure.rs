@@ -95,21 +95,7 @@ fn a_rank_killed_after_registering_is_reported_by_every_rank() {
 
 #[test]
 fn a_rank_whose_configuration_is_refused_tells_every_rank() {
-    let port = free_port();
-    let (_procs, rx) = spawn_ranks(
-        3,
-        &[0, 1, 2],
-        port,
-        |r| {
-            let mut v = env(r);
-            if r == 1 {
-                v.push(("CAUSEWAY_WINDOW".into(), "0".into()));
-            }
-            v
-        },
-        &["--elems", "1000", "--iters", "1"],
-    );
-    every_rank_names_rank_1_window(&rx);
+    rank_1_refuses_its_window(|_| Vec::new());
 }
 
 /// The same with mutual TLS on (`CAUSEWAY_TLS=all`, every rank's own
@@ -130,6 +116,26 @@ fn a_refused_configuration_is_reported_over_tls() {
             )
         })
         .collect();
+    rank_1_refuses_its_window(|r| {
+        let [cert, key, ca] = &files[r];
+        let mut v: Vec<(String, String)> = [
+            ("CAUSEWAY_TLS_CERT", cert),
+            ("CAUSEWAY_TLS_KEY", key),
+            ("CAUSEWAY_TLS_CA", ca),
+        ]
+        .into_iter()
+        .map(|(k, p)| (k.to_string(), p.display().to_string()))
+        .collect();
+        v.push(("CAUSEWAY_TLS".into(), "all".into()));
+        v
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three ranks with `extra(rank)` in their environment, rank 1 with a
+/// refused `CAUSEWAY_WINDOW`: every rank fails within [`BOUND`] with that
+/// error, and the others name rank 1 as the failed peer.
+fn rank_1_refuses_its_window(extra: impl Fn(usize) -> Vec<(String, String)>) {
     let port = free_port();
     let (_procs, rx) = spawn_ranks(
         3,
@@ -137,15 +143,7 @@ fn a_refused_configuration_is_reported_over_tls() {
         port,
         |r| {
             let mut v = env(r);
-            let [cert, key, ca] = &files[r];
-            for (k, p) in [
-                ("CAUSEWAY_TLS_CERT", cert),
-                ("CAUSEWAY_TLS_KEY", key),
-                ("CAUSEWAY_TLS_CA", ca),
-            ] {
-                v.push((k.into(), p.display().to_string()));
-            }
-            v.push(("CAUSEWAY_TLS".into(), "all".into()));
+            v.extend(extra(r));
             if r == 1 {
                 v.push(("CAUSEWAY_WINDOW".into(), "0".into()));
             }
@@ -153,14 +151,7 @@ fn a_refused_configuration_is_reported_over_tls() {
         },
         &["--elems", "1000", "--iters", "1"],
     );
-    every_rank_names_rank_1_window(&rx);
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Every rank of 0..3 fails within [`BOUND`] with rank 1's refused
-/// `CAUSEWAY_WINDOW`; the others name rank 1 as the failed peer.
-fn every_rank_names_rank_1_window(rx: &std::sync::mpsc::Receiver<(usize, serde_json::Value)>) {
-    let out = outcomes(rx, &[0, 1, 2], Instant::now(), Duration::from_secs(30));
+    let out = outcomes(&rx, &[0, 1, 2], Instant::now(), Duration::from_secs(30));
     for (r, v, after) in out {
         eprintln!("rank {r} reported after {after:?}: {}", v["error"]);
         assert_eq!(v["event"], "error", "rank {r}: {v}");
