@@ -366,17 +366,7 @@ impl Driver<'_, '_> {
         let payload = if h.call == Some(self.call) && self.crosses(peer) {
             let started = self.e.tracer.as_ref().map(|_| Instant::now());
             let p = self.decode(peer, &f.payload)?;
-            if let (Some(t), Some(at)) = (&self.e.tracer, started) {
-                let c = Chunk {
-                    seq: self.seq,
-                    peer,
-                    lane: id.lane,
-                    step: id.step,
-                    offset: id.offset,
-                    bytes: wire_len,
-                };
-                t.record(SpanKind::Decode(c), at, Instant::now());
-            }
+            self.span(SpanKind::Decode, started, peer, id, wire_len);
             p
         } else {
             f.payload
@@ -409,17 +399,12 @@ impl Driver<'_, '_> {
         let p = if self.crosses(peer) {
             let started = self.e.tracer.as_ref().map(|_| Instant::now());
             let p = self.encode(s)?;
-            if let (Some(t), Some(at)) = (&self.e.tracer, started) {
-                let c = Chunk {
-                    seq: self.seq,
-                    peer,
-                    lane: s.lane,
-                    step: s.step,
-                    offset: s.offset,
-                    bytes: p.len(),
-                };
-                t.record(SpanKind::Encode(c), at, Instant::now());
-            }
+            let id = ChunkId {
+                lane: s.lane,
+                step: s.step,
+                offset: s.offset,
+            };
+            self.span(SpanKind::Encode, started, peer, id, p.len());
             p
         } else {
             let bytes = region(self.buf, &mut self.scratch, s.range.clone());
@@ -454,6 +439,29 @@ impl Driver<'_, '_> {
             self.lost(peer, "connection closed".into());
         }
         Ok(())
+    }
+
+    /// Records a `kind` span of chunk `id` to or from `peer` (`bytes` long)
+    /// from `started` until now, when tracing (`started` is `None` otherwise).
+    fn span(
+        &self,
+        kind: fn(Chunk) -> SpanKind,
+        started: Option<Instant>,
+        peer: Rank,
+        id: ChunkId,
+        bytes: usize,
+    ) {
+        if let (Some(t), Some(at)) = (&self.e.tracer, started) {
+            let c = Chunk {
+                seq: self.seq,
+                peer,
+                lane: id.lane,
+                step: id.step,
+                offset: id.offset,
+                bytes,
+            };
+            t.record(kind(c), at, Instant::now());
+        }
     }
 
     /// Whether payloads to and from `peer` are encoded (a codec, another domain).
@@ -498,17 +506,8 @@ impl Driver<'_, '_> {
             dst.copy_from_slice(&a.payload);
         }
         progress_add(self.progress, a.payload.len() as u64);
-        if let (Some(t), Some((at, bytes))) = (&self.e.tracer, self.arrived.remove(&(a.peer, a.id)))
-        {
-            let c = Chunk {
-                seq: self.seq,
-                peer: a.peer,
-                lane: a.id.lane,
-                step: a.id.step,
-                offset: a.id.offset,
-                bytes,
-            };
-            t.record(SpanKind::Recv(c), at, Instant::now());
+        if let Some((at, bytes)) = self.arrived.remove(&(a.peer, a.id)) {
+            self.span(SpanKind::Recv, Some(at), a.peer, a.id, bytes);
         }
         if let Some(t) = &mut self.trace {
             t.push(Message::applied(&a));
