@@ -4,12 +4,17 @@
 //! per size: median time, algbw and busbw (bytes × 2(n-1)/n / time), the same
 //! fields as `bench/gloo_allreduce.py` prints for PyTorch's Gloo; every rank
 //! prints an `iters` line with its wall-clock call and return times.
+//!
+//! Every result is checked, outside the timed part: with a lossless WAN codec
+//! (`CAUSEWAY_WAN_CODEC` none, lz4, zstd) each element must be exactly the sum
+//! of the ranks' inputs, or the worker fails naming the element; a lossy codec
+//! cannot be checked exactly, and the JSON says `"checked": false`.
 
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use causeway_collective::cli;
-use causeway_collective::{Communicator, ReduceOp};
+use causeway_collective::{Communicator, Options, ReduceOp};
 use serde_json::json;
 
 const USAGE: &str = "causeway-allreduce-bench [--sizes 64kb,1mb,16mb] [--iters 5] [--warmup 1]\n\
@@ -39,6 +44,12 @@ fn run() -> Result<()> {
     let warmup: usize = args.num("warmup", 1)?;
     let t0 = Instant::now();
     let comm = Communicator::from_env().context("joining the communicator")?;
+    // The communicator has accepted these options (and reported a refusal to
+    // the other ranks): only the codec is read again here.
+    let checked = Options::from_env()
+        .context("the CAUSEWAY_* options")?
+        .wan_codec
+        .is_lossless();
     let (r, n) = (comm.rank(), comm.world_size());
     if r == 0 {
         let m = comm.cost_model();
@@ -65,6 +76,9 @@ fn run() -> Result<()> {
                 starts.push(start);
                 ends.push(unix_ns());
             }
+            if checked {
+                check(&buf, i, n).with_context(|| format!("{bytes} bytes, iteration {i}"))?;
+            }
             buf.iter_mut().for_each(|x| *x = 1.0);
         }
         let in_order = times.clone();
@@ -82,12 +96,27 @@ fn run() -> Result<()> {
             cli::outln(
                 json!({"impl": "causeway", "world": n, "bytes": elems * 4, "dtype": "float32", "iters": iters,
                 "median_s": median, "min_s": times.first(), "max_s": times.last(),
-                "algbw_GBps": algbw, "busbw_GBps": busbw, "times_s": in_order,
+                "algbw_GBps": algbw, "busbw_GBps": busbw, "times_s": in_order, "checked": checked,
                 "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))}),
             )?;
         }
     }
     Ok(())
+}
+
+/// The result of iteration `iter` on `n` ranks: each rank put in `k % 7` at
+/// element k in the first iteration and 1 in the others, so element k must be
+/// `n · (k % 7)` or `n` (small integers: exact in f32 whatever the order).
+fn check(result: &[f32], iter: usize, n: usize) -> Result<()> {
+    let want = |k: usize| n as f32 * if iter == 0 { (k % 7) as f32 } else { 1.0 };
+    match result
+        .iter()
+        .enumerate()
+        .find(|&(k, &x)| x.to_bits() != want(k).to_bits())
+    {
+        None => Ok(()),
+        Some((k, x)) => anyhow::bail!("wrong result: element {k} is {x}, want {}", want(k)),
+    }
 }
 
 fn unix_ns() -> u64 {
