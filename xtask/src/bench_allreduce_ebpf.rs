@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::bench_allreduce::{human, run_world, tune_hosts, SIZES};
-use crate::bench_tls::{load, median};
+use crate::bench_tls::{load, spread};
 use crate::cmd;
 use crate::testbed::{find_key, Testbed};
 
@@ -89,17 +89,14 @@ fn print_table(rows: &[Vec<Vec<Value>>; 2]) {
                 .collect()
         };
         let (off, on) = (times(0), times(1));
-        let spread = |v: &[f64]| {
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(0.0, f64::max);
-            format!("{:.4} [{lo:.4}–{hi:.4}]", median(v))
-        };
+        let (t_off, t_on) = (spread(&off), spread(&on));
+        let show = |(t, lo, hi): (f64, f64, f64)| format!("{t:.4} [{lo:.4}–{hi:.4}]");
         println!(
             "| {} | {} | {} | {:.3}x |",
             human(bytes),
-            spread(&off),
-            spread(&on),
-            median(&on) / median(&off)
+            show(t_off),
+            show(t_on),
+            t_on.0 / t_off.0
         );
     }
 }

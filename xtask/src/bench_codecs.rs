@@ -15,6 +15,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
+use crate::bench_tls::load;
 use crate::{bench_allreduce, cmd, testbed::Testbed};
 
 /// (codec, encoded size / raw) of the allreduce part; the ratios are the
@@ -96,12 +97,6 @@ pub fn run(extra: &[String]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn load() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// (min, median, max) over iterations of (last rank's return − last rank's

@@ -120,10 +120,7 @@ pub(crate) fn print_table(modes: &[Mode], times: &[Vec<Vec<(u64, f64)>>]) {
         };
         let plain = median(&per_run(0));
         for (m, mode) in modes.iter().enumerate() {
-            let v = per_run(m);
-            let t = median(&v);
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(0.0, f64::max);
+            let (t, lo, hi) = spread(&per_run(m));
             let target = match (m, bytes >= 1 << 20) {
                 (0, _) => "–".to_string(),
                 (_, true) => verdict(plain / t >= 0.95, "≥ 95 %"),
@@ -283,6 +280,13 @@ pub(crate) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// (median, min, max) of `v`.
+pub(crate) fn spread(v: &[f64]) -> (f64, f64, f64) {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(0.0, f64::max);
+    (median(v), lo, hi)
 }
 
 pub(crate) fn load() -> String {

@@ -10,9 +10,10 @@
 //! 4 KiB and 16 MiB: what the record layer costs in CPU) and `wan` (netem on
 //! both ends, 20 ms each way at 10 Mbit/s, a 1000-packet queue, 4 KiB and
 //! 4 MiB: what it costs a WAN transfer whose rate the emulated CPU can
-//! encrypt; at 50 Mbit/s TCG's AES-GCM is the bottleneck). `CAUSEWAY_KTLS=on` makes a link that the
-//! kernel cannot take an error, so the kTLS row is the kernel's record layer
-//! or the run fails; `/proc/net/tls_stat` is printed after the runs.
+//! encrypt; at 50 Mbit/s TCG's AES-GCM is the bottleneck).
+//! `CAUSEWAY_KTLS=on` makes a link that the kernel cannot take an error, so
+//! the kTLS row is the kernel's record layer or the run fails; the ranks'
+//! namespace's `/proc/net/tls_stat` is printed after the runs.
 //!
 //! Under TCG (this host has no usable KVM, see `vm::qemu`) the guest's CPU
 //! is emulated: absolute times are TCG's, the ratios between the modes in
