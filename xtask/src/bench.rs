@@ -58,9 +58,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 }
 
 fn cargo_bench(package: &str, bench: &str, extra: &[String]) -> Result<()> {
-    cmd::run(
+    crate::progress::run_child(
         cmd::cargo()
             .args(["bench", "--package", package, "--bench", bench, "--"])
             .args(extra),
+        &format!("bench {bench}"),
     )
 }

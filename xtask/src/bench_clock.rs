@@ -11,7 +11,7 @@ pub fn run(extra: &[String]) -> Result<()> {
     let samples = cmd::root().join("target/bench-samples/clock.json");
     std::fs::create_dir_all(samples.parent().context("samples dir")?)?;
     let _ = std::fs::remove_file(&samples);
-    cmd::run(
+    crate::progress::run_child(
         cmd::cargo()
             .args([
                 "bench",
@@ -23,6 +23,7 @@ pub fn run(extra: &[String]) -> Result<()> {
             ])
             .args(extra)
             .env("CAUSEWAY_BENCH_SAMPLES", &samples),
+        "bench clock",
     )?;
     let Ok(text) = std::fs::read_to_string(&samples) else {
         eprintln!("bench: no testbed samples (virtual part only, or not root): no plot");

@@ -106,7 +106,7 @@ pub fn is_root() -> bool {
     output(Command::new("id").arg("-u")).is_some_and(|uid| uid.trim() == "0")
 }
 
-fn describe(cmd: &Command) -> String {
+pub fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for arg in cmd.get_args() {
         s.push(' ');

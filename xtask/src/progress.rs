@@ -2,9 +2,17 @@
 //! drawn only when both stdout and stderr are terminals, so CI logs and
 //! redirected output get the plain lines instead.
 
-use std::{io::IsTerminal, time::Duration};
+use std::{
+    io::{BufRead, BufReader, IsTerminal, Read},
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
 
+use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cmd;
 
 /// Whether bars are drawn at all.
 pub fn interactive() -> bool {
@@ -42,6 +50,67 @@ pub fn say(bar: &ProgressBar, line: &str) {
     }
 }
 
+/// Runs a long child (a `cargo bench` of the tests crate, say) under a
+/// spinner named `prefix` that shows the elapsed time, how many lines the
+/// child has printed and its last one; every line is printed above the
+/// spinner as it comes. When not [`interactive`], the child simply inherits
+/// our output ([`cmd::run`]).
+pub fn run_child(cmd: &mut Command, prefix: &str) -> Result<()> {
+    if !interactive() {
+        return cmd::run(cmd);
+    }
+    cmd.current_dir(cmd::root());
+    let what = cmd::describe(cmd);
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {prefix} {elapsed_precise} {pos} lines {wide_msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_prefix(prefix.to_string());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar.println(format!("+ {what}"));
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start `{what}`"))?;
+    let (tx, rx) = mpsc::channel::<String>();
+    let pipes: Vec<Box<dyn Read + Send>> = vec![
+        Box::new(child.stdout.take().context("child stdout")?),
+        Box::new(child.stderr.take().context("child stderr")?),
+    ];
+    let readers: Vec<_> = pipes
+        .into_iter()
+        .map(|pipe| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    for line in rx {
+        bar.println(&line);
+        bar.inc(1);
+        bar.set_message(line);
+    }
+    for r in readers {
+        let _ = r.join();
+    }
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for `{what}`"))?;
+    bar.finish_and_clear();
+    if !status.success() {
+        bail!("`{what}` failed: {status}");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +122,12 @@ mod tests {
         bar.inc(2);
         assert_eq!(bar.position(), 2);
         say(&bar, "printed to stderr, not lost");
+    }
+
+    #[test]
+    fn a_child_run_under_a_spinner_reports_its_failure() {
+        assert!(run_child(Command::new("true").arg("ok"), "test").is_ok());
+        let err = run_child(&mut Command::new("false"), "test").unwrap_err();
+        assert!(format!("{err:#}").contains("false"), "{err:#}");
     }
 }

@@ -2,7 +2,8 @@
 //! checkpoint upload (8 TCP streams) shares the WAN, first with Causeway's
 //! shaping attached (gradient class guaranteed and served first, bulk gets
 //! the remainder), then with Causeway detached (the WAN's drop-tail queue
-//! alone), reported side by side with the uncontended run.
+//! alone), reported side by side with the uncontended run: step times, and
+//! the error of the clock agents that probe across the same WAN meanwhile.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use anyhow::{bail, Result};
 use serde_json::Value;
 
 use super::{
+    clock_pair::ClockPair,
     contention::{class_bytes, Sampler, Samples, Upload},
     report::percentile,
     run_ranks, DemoArgs, Outcome,
@@ -20,6 +22,8 @@ use crate::{plot, testbed::Testbed};
 const UPLOAD_LEAD: Duration = Duration::from_secs(2);
 /// The target: contended step with shaping ≤ this × uncontended.
 pub const TARGET: f64 = 1.15;
+/// The target: the clock agents' p99 error with shaping, kernel stamps, µs.
+pub const CLOCK_TARGET_US: f64 = 50.0;
 
 struct Phase {
     name: &'static str,
@@ -42,6 +46,7 @@ pub fn run(
     args: &DemoArgs,
     uncontended: Outcome,
     before: &[(String, Value)],
+    clock: &ClockPair,
 ) -> Result<()> {
     println!("\n== contention: a checkpoint upload (iperf3, 8 TCP streams, DSCP CS1) from domain 0 to domain 1 ==");
     let port = &bed.wan_ports[bed.wan_ports.len() - 1];
@@ -50,7 +55,7 @@ pub fn run(
         let drops = wan_queue_drops(bed);
         let upload = Upload::start(bed)?;
         std::thread::sleep(UPLOAD_LEAD);
-        let outcome = run_ranks(bed, args, "contended, shaped");
+        let outcome = run_ranks(bed, args, "contended, shaped", clock);
         let upload_mbit = upload.stop();
         (
             Phase {
@@ -71,7 +76,7 @@ pub fn run(
         let drops = wan_queue_drops(bed);
         let upload = Upload::start(bed)?;
         std::thread::sleep(UPLOAD_LEAD);
-        let outcome = run_ranks(bed, args, "contended, unshaped");
+        let outcome = run_ranks(bed, args, "contended, unshaped", clock);
         let upload_mbit = upload.stop();
         Phase {
             name: "contended, no Causeway",
@@ -115,8 +120,8 @@ fn steady(o: &Outcome) -> (f64, f64) {
 fn print_comparison(phases: &[&Phase]) {
     let (base, _) = steady(&phases[0].outcome);
     println!("\n================ contention report ================");
-    println!("| run | median step s | p90 step s | vs uncontended | upload Mbit/s (mean of 1 s) | WAN queue drops |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| run | median step s | p90 step s | vs uncontended | upload Mbit/s (mean of 1 s) | WAN queue drops | clock p99 µs (kernel stamps) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for p in phases {
         let (median, p90) = steady(&p.outcome);
         let upload = if p.upload_mbit.is_empty() {
@@ -130,8 +135,13 @@ fn print_comparison(phases: &[&Phase]) {
         let drops = p
             .wan_queue_drops
             .map_or_else(|| "-".to_string(), |d| d.to_string());
+        let clock = p
+            .outcome
+            .clock
+            .kernel_p99_us()
+            .map_or_else(|| "-".to_string(), |us| format!("{us:.1}"));
         println!(
-            "| {} | {median:.3} | {p90:.3} | {:.2}x | {upload} | {drops} |",
+            "| {} | {median:.3} | {p90:.3} | {:.2}x | {upload} | {drops} | {clock} |",
             p.name,
             median / base
         );
@@ -146,6 +156,25 @@ fn print_comparison(phases: &[&Phase]) {
         },
         shaped / base
     );
+    match phases[1].outcome.clock.kernel_p99_us() {
+        Some(us) => println!(
+            "target: clock p99 with shaping under contention <= {CLOCK_TARGET_US:.0} µs: {} ({us:.1} µs; without shaping: {})",
+            if us <= CLOCK_TARGET_US { "met" } else { "MISSED" },
+            phases[2]
+                .outcome
+                .clock
+                .kernel_p99_us()
+                .map_or_else(|| "no estimates".to_string(), |d| format!("{d:.1} µs"))
+        ),
+        None => println!("target: clock p99 with shaping: no kernel-stamped estimates during the run"),
+    }
+    println!("\nclock sync per run (agent A's estimate of B, |estimate - truth|):");
+    for p in phases {
+        println!("  {}", p.name);
+        for line in p.outcome.clock.lines() {
+            println!("    {line}");
+        }
+    }
 }
 
 /// Per-class XDP ingress counters of the shaped contended run (after − before).

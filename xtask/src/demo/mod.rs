@@ -9,13 +9,17 @@
 //!    collective library) on all four hosts, with live progress;
 //! 5. prints a report: step times against the WAN's lower bound, what the
 //!    kernel counted per traffic class on the WAN, the emulator's counters,
-//!    and whether every rank ended with bit-identical parameters;
+//!    whether every rank ended with bit-identical parameters, and the error
+//!    of the clock sync that two `causeway agent`s ran across the same WAN
+//!    during the run (`clock_pair.rs`);
 //! 6. unless `--no-contention`: runs the sync twice more while a checkpoint
 //!    upload (iperf3, 8 TCP streams) shares the WAN, with Causeway's shaping
 //!    attached and then detached, and reports the three side by side
-//!    (`contended.rs`), with a per-class rate plot (docs/plots/);
+//!    (`contended.rs`), step times and clock error, with a per-class rate
+//!    plot (docs/plots/);
 //! 7. tears everything down (also on failure).
 
+mod clock_pair;
 mod contended;
 mod contention;
 mod report;
@@ -77,6 +81,8 @@ impl DemoArgs {
 }
 
 const MASTER_PORT: &str = "29500";
+/// How long the clock agents may take to make their first kernel-stamped estimate.
+const CLOCK_WARMUP: Duration = Duration::from_secs(30);
 
 pub fn run(args: &DemoArgs) -> Result<()> {
     if !cmd::is_root() {
@@ -107,13 +113,18 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let policy = cmd::root().join("xtask/src/demo/policy.toml");
     println!("\n== eBPF: attaching the classifier (XDP) and shaper (TC + HTB) to the gateways' WAN ports ==");
     bed.attach(&policy)?;
+    println!("\n== clock sync: a `causeway agent` on the first host of each domain (kernel stamps, probes every 100 ms) ==");
+    let clock = clock_pair::ClockPair::start(&bed)?;
+    if !clock.wait_estimate(CLOCK_WARMUP) {
+        bail!("the clock agents made no kernel-stamped estimate within {CLOCK_WARMUP:?}");
+    }
 
     println!(
         "\n== gradient sync: {} steps x {} ==",
         args.steps, args.gradient_text
     );
     let started = Instant::now();
-    let outcome = run_ranks(&bed, args, "uncontended");
+    let outcome = run_ranks(&bed, args, "uncontended", &clock);
     let wall = started.elapsed();
     let stats = bed.stats();
     let shaping = bed.policy_show();
@@ -132,7 +143,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         bail!("ranks ended with different parameters");
     }
     if !args.no_contention {
-        contended::run(&bed, args, outcome, &stats)?;
+        contended::run(&bed, args, outcome, &stats, &clock)?;
     }
     Ok(())
 }
@@ -144,9 +155,17 @@ pub struct Outcome {
     pub exposed_comm_secs: Vec<f64>,
     pub digests: Vec<String>,
     pub consistent: bool,
+    /// The clock agents' errors during the run.
+    pub clock: clock_pair::ClockErrors,
 }
 
-fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs, label: &str) -> Result<Outcome> {
+fn run_ranks(
+    bed: &testbed::Testbed,
+    args: &DemoArgs,
+    label: &str,
+    clock: &clock_pair::ClockPair,
+) -> Result<Outcome> {
+    let poll = clock.poll();
     let exe = cmd::root().join("target/release/examples/gradient_sync");
     let world = bed.hosts.len();
     let mut children: Vec<Child> = Vec::new();
@@ -178,6 +197,7 @@ fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs, label: &str) -> Result<Out
         exposed_comm_secs: vec![],
         digests: vec![],
         consistent: true,
+        clock: Default::default(),
     };
     // Rank 0 drives the progress display; the others are read after it ends.
     let rank0 = children[0].stdout.take().context("rank 0 stdout")?;
@@ -221,6 +241,7 @@ fn run_ranks(bed: &testbed::Testbed, args: &DemoArgs, label: &str) -> Result<Out
         }
     }
     bar.finish_and_clear();
+    outcome.clock = poll.stop();
     let mut failures = Vec::new();
     for (rank, child) in children.into_iter().enumerate() {
         let out = child

@@ -90,6 +90,12 @@ pub fn print(r: &Inputs) {
         if o.consistent { "yes" } else { "NO" },
         o.digests.first().map(String::as_str).unwrap_or("?")
     );
+    println!(
+        "\nclock sync across the WAN during the run (agent A's estimate of B, |estimate - truth|):"
+    );
+    for line in o.clock.lines() {
+        println!("  {line}");
+    }
     println!("\nkernel counters (XDP ingress on the gateways' WAN ports, per class):");
     for (port, stats) in r.stats {
         println!("  {port}");
