@@ -62,6 +62,8 @@ pub struct ClockPair {
     agents: Vec<AgentProc>,
     pub clock_a: Synthetic,
     pub clock_b: Synthetic,
+    /// When both agents answered.
+    ready_at: Instant,
 }
 
 impl ClockPair {
@@ -95,6 +97,7 @@ impl ClockPair {
             agents: Vec::new(),
             clock_a,
             clock_b,
+            ready_at: Instant::now(),
         };
         for (host_id, me, peer, clock) in [(1, a, b, clock_a), (2, b, a, clock_b)] {
             let config = std::env::temp_dir().join(format!(
@@ -134,17 +137,23 @@ impl ClockPair {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
+        pair.ready_at = Instant::now();
         Ok(pair)
     }
 
-    /// Waits (at most `limit`) until A has a kernel-stamped estimate of B.
-    pub fn wait_estimate(&self, limit: Duration) -> bool {
+    /// Waits (at most `limit`) until A has a kernel-stamped estimate of B,
+    /// then until the agents have run for `settle` (the estimator's first
+    /// seconds, few samples and a wide bound, are not what a run measures).
+    pub fn wait_estimate(&self, limit: Duration, settle: Duration) -> bool {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             let has_kernel = status(&self.agents[0].netns)
                 .map(|s| estimates(&s).iter().any(|e| e.source == "kernel"))
                 .unwrap_or(false);
             if has_kernel {
+                std::thread::sleep(
+                    (self.ready_at + settle).saturating_duration_since(Instant::now()),
+                );
                 return true;
             }
             std::thread::sleep(POLL_EVERY);

@@ -83,6 +83,8 @@ impl DemoArgs {
 const MASTER_PORT: &str = "29500";
 /// How long the clock agents may take to make their first kernel-stamped estimate.
 const CLOCK_WARMUP: Duration = Duration::from_secs(30);
+/// How long the clock agents run before the first measured run (as in `bench clock`).
+const CLOCK_SETTLE: Duration = Duration::from_secs(10);
 
 pub fn run(args: &DemoArgs) -> Result<()> {
     if !cmd::is_root() {
@@ -107,15 +109,16 @@ pub fn run(args: &DemoArgs) -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    println!("\n== clock sync: a `causeway agent` on the first host of each domain (kernel stamps, probes every 100 ms) ==");
+    // Started first: they settle while the gateways are set up.
+    let clock = clock_pair::ClockPair::start(&bed)?;
     // As in the allreduce bench: a step's connections idle through the
     // compute gap and must not restart from the initial window each step.
     crate::bench_allreduce::tune_hosts(&bed)?;
     let policy = cmd::root().join("xtask/src/demo/policy.toml");
     println!("\n== eBPF: attaching the classifier (XDP) and shaper (TC + HTB) to the gateways' WAN ports ==");
     bed.attach(&policy)?;
-    println!("\n== clock sync: a `causeway agent` on the first host of each domain (kernel stamps, probes every 100 ms) ==");
-    let clock = clock_pair::ClockPair::start(&bed)?;
-    if !clock.wait_estimate(CLOCK_WARMUP) {
+    if !clock.wait_estimate(CLOCK_WARMUP, CLOCK_SETTLE) {
         bail!("the clock agents made no kernel-stamped estimate within {CLOCK_WARMUP:?}");
     }
 
