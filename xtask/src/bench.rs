@@ -48,10 +48,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Which::Tls => crate::bench_tls::run(&args.args),
         Which::Netsim => {
             build::package_bin("causeway-netsim", "causeway-netsim", true)?;
-            cmd::run(
+            crate::progress::run_child(
                 cmd::cargo_bin("causeway-netsim", true)
                     .arg("bench")
                     .args(&args.args),
+                "bench netsim",
             )
         }
     }

@@ -31,6 +31,7 @@ pub fn run(profiles: &[String]) -> Result<()> {
     let text = cmd::output(cmd::cargo_bin("causeway", true).args(["policy", "example"]))
         .context("`causeway policy example` failed")?;
     std::fs::write(&policy, text).with_context(|| format!("writing {}", policy.display()))?;
+    let bar = crate::progress::steps(2 * (profiles.len() * RUNS) as u64, "bench allreduce --ebpf");
     for profile in &profiles {
         let bed = Testbed::up("ebpfbench", profile)?;
         tune_hosts(&bed)?;
@@ -46,14 +47,22 @@ pub fn run(profiles: &[String]) -> Result<()> {
         };
         let mut counted = Vec::new();
         for run in 0..RUNS {
-            eprintln!("bench: {profile}: run {} of {RUNS}: detached", run + 1);
+            crate::progress::now(
+                &bar,
+                format!("{profile}: run {} of {RUNS}: detached", run + 1),
+            );
             rows[0].push(world()?);
-            eprintln!("bench: {profile}: run {} of {RUNS}: attached", run + 1);
+            bar.inc(1);
+            crate::progress::now(
+                &bar,
+                format!("{profile}: run {} of {RUNS}: attached", run + 1),
+            );
             bed.attach(&policy)?;
             let r = world();
             counted = bed.stats();
             bed.detach()?;
             rows[1].push(r?);
+            bar.inc(1);
         }
         println!(
             "\nallreduce, 2 domains x 2 hosts, {profile} ({:.0} Mbit/s, RTT {:.0} ms), eBPF detached vs attached on both gateways' WAN ports (`causeway policy example`), {RUNS} runs interleaved, each the median of 5 after 1 warm-up; load {start} at the start, {} at the end",

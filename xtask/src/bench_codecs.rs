@@ -60,15 +60,20 @@ pub fn run(extra: &[String]) -> Result<()> {
     )
     .context("causeway-train --dump-grads")?;
     println!("load before the codec bench: {}", load());
-    cmd::run(
+    crate::progress::run_child(
         Command::new(cmd::bin_path("causeway-codec-bench", true))
             .args(["--mib", "16", "--runs", "5", "--grads"])
             .arg(&grads),
+        "bench codecs",
     )?;
     if !cmd::is_root() {
         eprintln!("bench: the allreduce part builds network namespaces: run as root for it");
         return Ok(());
     }
+    let bar = crate::progress::steps(
+        (profiles.len() * WAN_CODECS.len()) as u64,
+        "bench codecs: allreduce",
+    );
     for profile in &profiles {
         let bed = Testbed::up("cbench", profile)?;
         bench_allreduce::tune_hosts(&bed)?;
@@ -83,7 +88,9 @@ pub fn run(extra: &[String]) -> Result<()> {
         println!("|---|---:|---|---:|---:|---:|---:|---|");
         let mut none = f64::NAN;
         for (codec, ratio) in WAN_CODECS {
+            crate::progress::now(&bar, format!("{profile}: {codec}"));
             let (lo, t, hi) = allreduce(&bed, codec)?;
+            bar.inc(1);
             if codec == "none" {
                 none = t;
             }

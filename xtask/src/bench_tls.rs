@@ -63,10 +63,11 @@ pub fn run(extra: &[String]) -> Result<()> {
     let domains = [0u64, 1];
     let one = Pki::make(&dir.join("cpu"), &[(0, domains[0])])?;
     println!("load before the record layer bench: {}", load());
-    cmd::run(
+    crate::progress::run_child(
         Command::new(cmd::bin_path("causeway-tls-bench", true))
             .args(["--mib", "256", "--runs", "5"])
             .envs(one.env(0)),
+        "bench tls: record layer",
     )?;
     if !cmd::is_root() {
         eprintln!("bench: the allreduce part builds network namespaces: run as root for it");
@@ -80,6 +81,7 @@ pub fn run(extra: &[String]) -> Result<()> {
             "kTLS: this kernel has no `tls` module (modprobe tls failed): its row is left out"
         );
     }
+    let bar = crate::progress::steps((profiles.len() * RUNS * modes.len()) as u64, "bench tls");
     for profile in &profiles {
         let bed = Testbed::up("tlsbench", profile)?;
         crate::bench_allreduce::tune_hosts(&bed)?;
@@ -90,8 +92,12 @@ pub fn run(extra: &[String]) -> Result<()> {
         let mut times: Vec<Vec<Vec<(u64, f64)>>> = vec![Vec::new(); modes.len()];
         for run in 0..RUNS {
             for (m, mode) in modes.iter().enumerate() {
-                eprintln!("bench: {profile}: run {} of {RUNS}: {}", run + 1, mode.name);
+                crate::progress::now(
+                    &bar,
+                    format!("{profile}: run {} of {RUNS}: {}", run + 1, mode.name),
+                );
                 times[m].push(allreduce(&bed, &pki, mode)?);
+                bar.inc(1);
             }
         }
         println!(

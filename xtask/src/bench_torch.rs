@@ -61,6 +61,10 @@ pub fn run(extra: &[String]) -> Result<()> {
     python::install_package(&py)?;
     cmd::run(cmd::cargo().args(["build", "--release", "-p", "causeway-netsim", "--bins"]))?;
     let script = python::package_dir().join("examples").join("train.py");
+    let bar = crate::progress::steps(
+        (args.profiles.len() * args.runs * BACKENDS.len()) as u64,
+        "bench torch",
+    );
     for profile in &args.profiles {
         let bed = Testbed::up("torch", profile)?;
         crate::bench_allreduce::tune_hosts(&bed)?;
@@ -71,12 +75,12 @@ pub fn run(extra: &[String]) -> Result<()> {
         // Interleaved runs: a change in the machine's load hits both backends.
         for run in 0..args.runs {
             for ((label, out), (_, backend, codec)) in results.iter_mut().zip(BACKENDS) {
-                eprintln!(
-                    "bench torch: {profile}: run {} of {}: {label}",
-                    run + 1,
-                    args.runs
+                crate::progress::now(
+                    &bar,
+                    format!("{profile}: run {} of {}: {label}", run + 1, args.runs),
                 );
                 out.push(train(&bed, &py, &script, (backend, codec), args.steps)?);
+                bar.inc(1);
             }
         }
         print_table(profile, &bed, &results, args.steps);

@@ -50,6 +50,16 @@ pub fn say(bar: &ProgressBar, line: &str) {
     }
 }
 
+/// Names the step now running: the bar's message, or a line on stderr when
+/// the bar is hidden (so logs keep the plain progress lines).
+pub fn now(bar: &ProgressBar, what: String) {
+    if bar.is_hidden() {
+        eprintln!("{}: {what}", bar.prefix());
+    } else {
+        bar.set_message(what);
+    }
+}
+
 /// Runs a long child (a `cargo bench` of the tests crate, say) under a
 /// spinner named `prefix` that shows the elapsed time, how many lines the
 /// child has printed and its last one; every line is printed above the
