@@ -42,19 +42,22 @@ pub fn run(args: &TestArgs) -> Result<()> {
     // --no-fail-fast: one failing test binary must not hide the others.
     // Unit tests and the per-crate tests (BPF_PROG_TEST_RUN, differential,
     // collectives on loopback) run with cargo's default parallelism.
-    let crates = cmd::run(
+    // On a terminal each runs under a spinner (elapsed, lines, the last one).
+    let crates = crate::progress::run_child(
         cmd::cargo()
             .args(["test", "--no-fail-fast"])
             .args(CRATES_PACKAGES),
+        "test: crates",
     );
     // Namespace and testbed tests (one binary, `tests/tests/integration`)
     // measure rates and delays: one at a time, so that they do not steal
     // each other's two cores.
-    let netns = cmd::run(
+    let netns = crate::progress::run_child(
         cmd::cargo()
             .args(["test", "--no-fail-fast"])
             .args(NETNS_PACKAGES)
             .args(["--", "--test-threads=1"]),
+        "test: namespaces",
     );
     // The VM stage: the same binaries inside Debian's 6.1, 6.12 and 7.x
     // kernels (qemu), where netem exists (`cargo xtask vm-test`).
