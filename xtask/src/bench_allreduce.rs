@@ -54,17 +54,36 @@ pub fn run(extra: &[String]) -> Result<()> {
         })?;
         progress::say(&bar, &format!("bench: profile {profile}: causeway"));
         bar.set_message(format!("{profile}: causeway, 4 ranks"));
+        let drops = bed.queue_drops();
         let c = run_world(&bed, |_| {
             let mut c = Command::new(&ours);
             c.args(["--sizes", SIZES, "--iters", "5", "--warmup", "1"]);
             c
         })?;
+        let c_drops = bed
+            .queue_drops()
+            .zip(drops)
+            .map(|(a, b)| a.saturating_sub(b));
         bar.inc(1);
         progress::say(&bar, &format!("bench: profile {profile}: gloo"));
         bar.set_message(format!("{profile}: gloo, 4 ranks"));
+        let drops = bed.queue_drops();
         let g = run_world(&bed, |_| gloo_command(&python, &script))?;
+        let g_drops = bed
+            .queue_drops()
+            .zip(drops)
+            .map(|(a, b)| a.saturating_sub(b));
         bar.inc(1);
-        bar.suspend(|| print_table(profile, &bed, &c, &g));
+        bar.suspend(|| {
+            print_table(profile, &bed, &c, &g);
+            let show = |d: Option<u64>| d.map_or_else(|| "unknown".to_string(), |d| d.to_string());
+            println!(
+                "WAN emulator queue drops over the whole run (every size, warm-up included): causeway {}, gloo {}; load {}",
+                show(c_drops),
+                show(g_drops),
+                crate::bench_tls::load()
+            );
+        });
         let svg = plot::plots_dir().join(format!("allreduce_{profile}.svg"));
         plot::render(&busbw_chart(profile, &bed, &c, &g), &svg)?;
         progress::say(&bar, &format!("bench: plot {}", svg.display()));
@@ -104,7 +123,10 @@ fn gloo_command(python: &Path, script: &Path) -> Command {
 /// Runs one rank per host (the program, arguments and environment of
 /// `command(rank)` inside the host's namespace); returns rank 0's JSON lines
 /// with a `bytes` field, each with `time_s`, `time_min_s` and `time_max_s`
-/// (median, min and max over iterations, [`iteration_times`]).
+/// (median, min and max over iterations, [`iteration_times`]), `first_s`
+/// (the first warm-up iteration, when the workers report it) and
+/// `cpu_s_per_gb` (every rank's process CPU time in its timed calls over
+/// every rank's payload bytes, when they report it).
 pub(crate) fn run_world(bed: &Testbed, command: impl Fn(usize) -> Command) -> Result<Vec<Value>> {
     let mut children = Vec::new();
     for rank in 0..bed.hosts.len() {
@@ -150,8 +172,39 @@ pub(crate) fn run_world(bed: &Testbed, command: impl Fn(usize) -> Command) -> Re
         row["time_s"] = t[t.len() / 2].into();
         row["time_min_s"] = t[0].into();
         row["time_max_s"] = t[t.len() - 1].into();
+        if let Some(first) = first_iteration(&mine) {
+            row["first_s"] = first.into();
+        }
+        if let Some(c) = cpu_s_per_gb(&mine) {
+            row["cpu_s_per_gb"] = c.into();
+        }
     }
     Ok(summaries)
+}
+
+/// The first warm-up iteration: last rank's return − last rank's call, seconds.
+fn first_iteration(ranks: &[&Value]) -> Option<f64> {
+    let first = |v: &Value, key: &str| v[key].as_array()?.first()?.as_f64();
+    let last = |key: &str| -> Option<f64> {
+        ranks
+            .iter()
+            .map(|v| first(v, key))
+            .collect::<Option<Vec<f64>>>()?
+            .into_iter()
+            .reduce(f64::max)
+    };
+    Some((last("warmup_end_unix_ns")? - last("warmup_start_unix_ns")?) / 1e9)
+}
+
+/// Process CPU seconds of every rank's timed calls per GB of payload they
+/// allreduced (each rank's buffer × timed iterations).
+fn cpu_s_per_gb(ranks: &[&Value]) -> Option<f64> {
+    let (mut cpu, mut gb) = (0.0, 0.0);
+    for v in ranks {
+        cpu += v["cpu_s"].as_f64()?;
+        gb += v["bytes"].as_f64()? * v["times_s"].as_array()?.len() as f64 / 1e9;
+    }
+    (gb > 0.0).then(|| cpu / gb)
 }
 
 /// Median over iterations of (last rank's return − last rank's call), seconds.
@@ -190,9 +243,9 @@ fn print_table(profile: &str, bed: &Testbed, ours: &[Value], gloo: &[Value]) {
     let world = bed.hosts.len();
     println!("\nallreduce, 2 domains x 2 hosts, profile {profile} ({:.0} Mbit/s, RTT {:.0} ms), float32, median of 5, time from the last rank's call to the last rank's return", bed.rate_mbit, rtt * 1e3);
     println!(
-        "| size | causeway s | algbw GB/s | busbw GB/s | vs WAN bound | vs RTT | algorithm | gloo s | gloo busbw GB/s | gloo / causeway |"
+        "| size | causeway s | algbw GB/s | busbw GB/s | vs WAN bound | vs RTT | first iteration s | CPU s/GB | algorithm | gloo s | gloo busbw GB/s | gloo first s | gloo CPU s/GB | gloo / causeway |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|");
     for row in ours {
         let bytes = row["bytes"].as_u64().unwrap_or(0);
         let t = row["time_s"].as_f64().unwrap_or(f64::NAN);
@@ -200,17 +253,25 @@ fn print_table(profile: &str, bed: &Testbed, ours: &[Value], gloo: &[Value]) {
         let g = gloo.iter().find(|g| g["bytes"].as_u64() == Some(bytes));
         let gt = g.and_then(|g| g["time_s"].as_f64()).unwrap_or(f64::NAN);
         let gbus = busbw(bytes, gt, world);
+        let num = |v: Option<&Value>, key: &str, digits: usize| {
+            v.and_then(|v| v[key].as_f64())
+                .map_or_else(|| "-".to_string(), |x| format!("{x:.digits$}"))
+        };
         println!(
-            "| {} | {:.4} | {:.4} | {:.4} | {:.2}x | {:.2}x | {} | {:.4} | {:.4} | {:.2}x |",
+            "| {} | {:.4} | {:.4} | {:.4} | {:.2}x | {:.2}x | {} | {} | {} | {:.4} | {:.4} | {} | {} | {:.2}x |",
             human(bytes),
             t,
             bytes as f64 / t / 1e9,
             busbw(bytes, t, world),
             t / bound,
             t / rtt,
+            num(Some(row), "first_s", 4),
+            num(Some(row), "cpu_s_per_gb", 2),
             row["algorithm"].as_str().unwrap_or("?"),
             gt,
             gbus,
+            num(g, "first_s", 4),
+            num(g, "cpu_s_per_gb", 2),
             gt / t
         );
     }

@@ -222,6 +222,12 @@ impl Testbed {
             .collect()
     }
 
+    /// Frames the WAN emulator's drop-tail queue has dropped (its
+    /// `dropped_queue` counter, the first path's).
+    pub fn queue_drops(&self) -> Option<u64> {
+        find_key(&self.emulator_status()?, "dropped_queue")?.as_u64()
+    }
+
     /// The emulators' counters, as `causeway-netsim status --json` prints them.
     pub fn emulator_status(&self) -> Option<Value> {
         let text = cmd::output(

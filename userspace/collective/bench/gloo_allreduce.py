@@ -6,7 +6,8 @@ two-domain testbed beside causeway-allreduce-bench (xtask/src/bench_allreduce.rs
 
 Rank 0 prints one JSON line per size with the same fields as the Rust benchmark:
 median time, algbw and busbw (bytes x 2(n-1)/n / time), in GB/s. Every rank
-prints an "iters" line with its wall-clock call and return times.
+prints an "iters" line with its wall-clock call and return times (the warm-up
+iterations' separately) and the process CPU time (all threads) its timed calls took.
 """
 
 import argparse
@@ -44,18 +45,25 @@ def main() -> int:
         elems = max(nbytes // 4, 1)
         buf = torch.arange(elems, dtype=torch.float32).remainder_(7)
         times, starts, ends = [], [], []
+        warm_starts, warm_ends, cpu_s = [], [], 0.0
         for i in range(args.warmup + args.iters):
             dist.barrier()
-            t, start = time.perf_counter(), time.time_ns()
+            t, start, cpu = time.perf_counter(), time.time_ns(), time.process_time()
             dist.all_reduce(buf, op=dist.ReduceOp.SUM)
             if i >= args.warmup:
+                cpu_s += time.process_time() - cpu
                 times.append(time.perf_counter() - t)
                 starts.append(start)
                 ends.append(time.time_ns())
+            else:
+                warm_starts.append(start)
+                warm_ends.append(time.time_ns())
             buf.fill_(1.0)
         # Every rank's call and return times on the wall clock (see the Rust bench).
         print(json.dumps({"impl": "gloo", "event": "iters", "rank": rank, "bytes": elems * 4,
-                          "start_unix_ns": starts, "end_unix_ns": ends, "times_s": times}), flush=True)
+                          "start_unix_ns": starts, "end_unix_ns": ends, "times_s": times,
+                          "warmup_start_unix_ns": warm_starts, "warmup_end_unix_ns": warm_ends,
+                          "cpu_s": cpu_s}), flush=True)
         times.sort()
         median = times[len(times) // 2]
         algbw = elems * 4 / median / 1e9

@@ -33,12 +33,6 @@ struct Phase {
     wan_queue_drops: Option<u64>,
 }
 
-/// The emulator's `dropped_queue` counter (the first path's).
-fn wan_queue_drops(bed: &Testbed) -> Option<u64> {
-    let status = bed.emulator_status()?;
-    crate::testbed::find_key(&status, "dropped_queue")?.as_u64()
-}
-
 /// Runs both contended phases (the testbed is attached on entry, detached
 /// on return) and prints the comparison with `uncontended`.
 pub fn run(
@@ -52,7 +46,7 @@ pub fn run(
     let port = &bed.wan_ports[bed.wan_ports.len() - 1];
     let sampler = Sampler::start(&port.netns, &port.iface)?;
     let (attached, samples) = {
-        let drops = wan_queue_drops(bed);
+        let drops = bed.queue_drops();
         let upload = Upload::start(bed)?;
         std::thread::sleep(UPLOAD_LEAD);
         let outcome = run_ranks(bed, args, "contended, shaped", clock);
@@ -62,7 +56,7 @@ pub fn run(
                 name: "contended, Causeway shaping",
                 outcome: outcome?,
                 upload_mbit,
-                wan_queue_drops: wan_queue_drops(bed).zip(drops).map(|(a, b)| a - b.min(a)),
+                wan_queue_drops: bed.queue_drops().zip(drops).map(|(a, b)| a - b.min(a)),
             },
             sampler.stop(),
         )
@@ -73,7 +67,7 @@ pub fn run(
     );
     bed.detach()?;
     let detached = {
-        let drops = wan_queue_drops(bed);
+        let drops = bed.queue_drops();
         let upload = Upload::start(bed)?;
         std::thread::sleep(UPLOAD_LEAD);
         let outcome = run_ranks(bed, args, "contended, unshaped", clock);
@@ -82,7 +76,7 @@ pub fn run(
             name: "contended, no Causeway",
             outcome: outcome?,
             upload_mbit,
-            wan_queue_drops: wan_queue_drops(bed).zip(drops).map(|(a, b)| a - b.min(a)),
+            wan_queue_drops: bed.queue_drops().zip(drops).map(|(a, b)| a - b.min(a)),
         }
     };
     let base = Phase {

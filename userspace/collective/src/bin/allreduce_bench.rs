@@ -3,7 +3,9 @@
 //! causeway-allreduce-bench --sizes 1mb,16mb --iters 5`. Rank 0 prints one JSON line
 //! per size: median time, algbw and busbw (bytes × 2(n-1)/n / time), the same
 //! fields as `bench/gloo_allreduce.py` prints for PyTorch's Gloo; every rank
-//! prints an `iters` line with its wall-clock call and return times.
+//! prints an `iters` line with its wall-clock call and return times (the
+//! warm-up iterations' separately) and the process CPU time (all threads)
+//! its timed calls took.
 //!
 //! Every result is checked, outside the timed part: with a lossless WAN codec
 //! (`CAUSEWAY_WAN_CODEC` none, lz4, zstd) each element must be exactly the sum
@@ -64,17 +66,23 @@ fn run() -> Result<()> {
         let mut buf: Vec<f32> = (0..elems).map(|i| (i % 7) as f32).collect();
         let mut times = Vec::with_capacity(iters);
         let (mut starts, mut ends) = (Vec::new(), Vec::new());
+        let (mut warm_starts, mut warm_ends) = (Vec::new(), Vec::new());
+        let mut cpu_s = 0.0;
         for i in 0..warmup + iters {
             comm.barrier().context("barrier")?;
-            let (t, start) = (Instant::now(), unix_ns());
+            let (t, start, cpu) = (Instant::now(), unix_ns(), process_cpu_s()?);
             buf = comm
                 .allreduce_async(buf, ReduceOp::Sum)
                 .wait()
                 .context("allreduce")?;
             if i >= warmup {
+                cpu_s += process_cpu_s()? - cpu;
                 times.push(t.elapsed().as_secs_f64());
                 starts.push(start);
                 ends.push(unix_ns());
+            } else {
+                warm_starts.push(start);
+                warm_ends.push(unix_ns());
             }
             if checked {
                 check(&buf, i, n).with_context(|| format!("{bytes} bytes, iteration {i}"))?;
@@ -90,7 +98,9 @@ fn run() -> Result<()> {
         // (the testbed) the harness can line the ranks up.
         cli::outln(
             json!({"impl": "causeway", "event": "iters", "rank": r, "bytes": elems * 4,
-            "start_unix_ns": starts, "end_unix_ns": ends, "times_s": in_order}),
+            "start_unix_ns": starts, "end_unix_ns": ends, "times_s": in_order,
+            "warmup_start_unix_ns": warm_starts, "warmup_end_unix_ns": warm_ends,
+            "cpu_s": cpu_s}),
         )?;
         if r == 0 {
             cli::outln(
@@ -117,6 +127,13 @@ fn check(result: &[f32], iter: usize, n: usize) -> Result<()> {
         None => Ok(()),
         Some((k, x)) => anyhow::bail!("wrong result: element {k} is {x}, want {}", want(k)),
     }
+}
+
+/// CPU time of this process (every thread: the engine's included), seconds.
+fn process_cpu_s() -> Result<f64> {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .context("clock_gettime(CLOCK_PROCESS_CPUTIME_ID)")?;
+    Ok(t.tv_sec() as f64 + t.tv_nsec() as f64 * 1e-9)
 }
 
 fn unix_ns() -> u64 {
