@@ -12,6 +12,7 @@
 pub mod classifier;
 pub mod clock;
 pub mod identity;
+pub mod paths;
 pub mod policy;
 pub mod scrape_http;
 pub mod shaper;
