@@ -77,6 +77,14 @@ pub fn run(extra: &[String]) -> Result<()> {
         bar.suspend(|| {
             print_table(profile, &bed, &c, &g);
             let show = |d: Option<u64>| d.map_or_else(|| "unknown".to_string(), |d| d.to_string());
+            if let Some(first) = c.first() {
+                println!(
+                    "causeway start-up: {:.2} s to a joined communicator; its WAN probe measured {:.1} Mbit/s (the path: {:.0})",
+                    first["init_s"].as_f64().unwrap_or(f64::NAN),
+                    first["wan_probe_mbit"].as_f64().unwrap_or(f64::NAN),
+                    bed.rate_mbit
+                );
+            }
             println!(
                 "WAN emulator queue drops over the whole run (every size, warm-up included): causeway {}, gloo {}; load {}",
                 show(c_drops),

@@ -53,6 +53,8 @@ fn run() -> Result<()> {
         .wan_codec
         .is_lossless();
     let (r, n) = (comm.rank(), comm.world_size());
+    let init_s = t0.elapsed().as_secs_f64();
+    let wan_probe_mbit = 8.0 / comm.cost_model().inter_domain.beta / 1e6;
     if r == 0 {
         let m = comm.cost_model();
         let link = |c: causeway_collective::schedule::sim::LinkCost| json!({"alpha_us": c.alpha * 1e6, "gbit_s": 8.0 / c.beta / 1e9});
@@ -107,6 +109,7 @@ fn run() -> Result<()> {
                 json!({"impl": "causeway", "world": n, "bytes": elems * 4, "dtype": "float32", "iters": iters,
                 "median_s": median, "min_s": times.first(), "max_s": times.last(),
                 "algbw_GBps": algbw, "busbw_GBps": busbw, "times_s": in_order, "checked": checked,
+                "init_s": init_s, "wan_probe_mbit": wan_probe_mbit,
                 "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))}),
             )?;
         }
