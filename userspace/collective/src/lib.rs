@@ -116,6 +116,7 @@ mod handle;
 mod links;
 pub mod membership;
 mod mesh;
+mod mesh_rdma;
 mod mesh_tls;
 pub mod metrics;
 mod metrics_http;

@@ -75,6 +75,14 @@ const SELECTIONS: &[Selection] = &[
         prefixes: &["ktls::"],
         threads: 1,
     },
+    // The RDMA transport on Soft-RoCE (rdma_rxe), which the host kernel lacks.
+    Selection {
+        name: "rdma",
+        package: "causeway-collective",
+        dir: "userspace/collective",
+        prefixes: &["rdma::"],
+        threads: 1,
+    },
 ];
 
 /// Tests that run in one guest only: each takes minutes under TCG and
@@ -205,6 +213,8 @@ fn build_collective_worker() -> Result<PathBuf> {
         "--release",
         "-p",
         "causeway-collective",
+        "--features",
+        cmd::COLLECTIVE_RDMA,
         "--bin",
         BIN,
     ]))?;
