@@ -100,7 +100,8 @@ impl RdmaDevice {
     /// Creates a QP and its registered receive ring of `ring_bytes`, with
     /// every receive posted: ready to publish its [`ConnInfo`].
     pub fn prepare(&self, ring_bytes: usize) -> Result<Pending, RdmaError> {
-        let ring_bytes = ring_bytes.clamp(4096, 1 << 30);
+        // Credits carry up to a whole ring in 30 bits.
+        let ring_bytes = ring_bytes.clamp(4096, 1 << 29);
         let ep = Endpoint::new(&self.dev, DEPTH)?;
         let ring = Counted::new(Region::alloc(&self.dev, ring_bytes, true)?);
         let staging = Counted::new(Region::alloc(&self.dev, STAGING, false)?);
