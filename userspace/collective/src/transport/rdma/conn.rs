@@ -12,7 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::error::{status_name, RdmaError};
-use super::verbs::{Completion, Device, Endpoint, Region};
+use super::verbs::{Completion, Device, Endpoint, Local, Region};
 use super::{find_gid, stable, ConnInfo, GidLocation, Imm};
 use crate::transport::{Closer, Reader, Transport, Writer};
 
@@ -417,9 +417,11 @@ impl Shared {
             let posted = unsafe {
                 self.ep.post_write_imm(
                     g.data_posted,
-                    src + off as u64,
-                    k as u32,
-                    lkey,
+                    Local {
+                        addr: src + off as u64,
+                        len: k as u32,
+                        lkey,
+                    },
                     self.remote.ring_addr + at,
                     self.remote.rkey,
                     Imm::Data(k as u32).encode(),

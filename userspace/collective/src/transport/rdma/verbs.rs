@@ -246,6 +246,14 @@ pub struct Completion {
     pub imm: Option<u32>,
 }
 
+/// Local bytes a send reads: address, length and the key of their registration.
+#[derive(Debug, Clone, Copy)]
+pub struct Local {
+    pub addr: u64,
+    pub len: u32,
+    pub lkey: u32,
+}
+
 /// A completion channel, its CQ and one RC queue pair.
 pub struct Endpoint {
     dev: Arc<Device>,
@@ -427,8 +435,7 @@ impl Endpoint {
         posted(rc, "post_recv")
     }
 
-    /// RDMA WRITE WITH IMM of `len` bytes at `local_addr` (in the region with
-    /// `lkey`) to `remote_addr`/`rkey`; signalled.
+    /// RDMA WRITE WITH IMM of the `local` bytes to `remote_addr`/`rkey`; signalled.
     ///
     /// # Safety
     /// The local bytes must stay valid and unchanged until this work
@@ -436,17 +443,15 @@ impl Endpoint {
     pub unsafe fn post_write_imm(
         &self,
         wr_id: u64,
-        local_addr: u64,
-        len: u32,
-        lkey: u32,
+        local: Local,
         remote_addr: u64,
         rkey: u32,
         imm: u32,
     ) -> Result<(), RdmaError> {
         let mut sge = ffi::ibv_sge {
-            addr: local_addr,
-            length: len,
-            lkey,
+            addr: local.addr,
+            length: local.len,
+            lkey: local.lkey,
         };
         let mut wr = ffi::ibv_send_wr {
             wr_id,
