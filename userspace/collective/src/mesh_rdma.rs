@@ -1,9 +1,10 @@
 //! Which pairs of ranks talk over RDMA, and their queue pairs' set-up through
 //! the bootstrap store (`CAUSEWAY_TRANSPORT`, see [`crate::transport::rdma`]).
 //!
-//! Every rank publishes whether it has a usable device (or why not) before it
-//! reads anyone's, then one endpoint per RDMA peer before it reads the
-//! peer's: nobody waits for a key that is published only after a wait. A
+//! Every rank's rendezvous entry says whether it has a usable device (`rdma=ok`
+//! or why not; no line: RDMA off). Each rank then publishes one endpoint per
+//! RDMA peer before it reads the peer's: nobody waits for a key that is
+//! published only after a wait, and the wait polls for set-up failures. A
 //! pair uses RDMA when both ranks are in one domain, not on a shared-memory
 //! host pair, not under TLS (RDMA bypasses it) and both devices are usable;
 //! both ends decide from the same published facts.
@@ -33,17 +34,18 @@ pub(crate) fn candidate(j: &Joined, opts: &Options, tls: bool, me: Rank, q: Rank
         && !tls
 }
 
-/// This rank's device status as published: `ok`, or why not.
-fn my_status(j: &Joined, opts: &Options, me: Rank, any: bool) -> (String, Option<Device>) {
-    if opts.transport == TransportChoice::Tcp {
-        return ("off: CAUSEWAY_TRANSPORT=tcp".into(), None);
-    }
-    if !any {
-        return ("off: no peer in this domain needs it".into(), None);
-    }
-    match open(j.addrs[me].ip()) {
-        Ok(d) => (OK.into(), Some(d)),
-        Err(e) => (e.to_string(), None),
+/// This rank's RDMA status for its rendezvous entry: `ok` when a device
+/// carries `ip` with an active port, otherwise why not; `None` with
+/// `CAUSEWAY_TRANSPORT=tcp` or in a build without RDMA under `auto` (the
+/// entry then has no `rdma=` line, and peers use TCP with this rank).
+pub(crate) fn status(opts: &Options, ip: IpAddr) -> Option<String> {
+    match opts.transport {
+        TransportChoice::Tcp => None,
+        TransportChoice::Auto if !rdma::BUILT => None,
+        _ => Some(match open(ip) {
+            Ok(_) => OK.to_string(),
+            Err(e) => e.to_string(),
+        }),
     }
 }
 
@@ -69,6 +71,19 @@ fn open(ip: IpAddr) -> Result<Device, RdmaError> {
     }
 }
 
+/// Why the pair `me`–`q` cannot use RDMA, from both ranks' published
+/// statuses (`None`: it can).
+fn refusal(j: &Joined, me: Rank, q: Rank) -> Option<RdmaError> {
+    let said = |r: Rank| match j.rdma[r].as_deref() {
+        Some(OK) => None,
+        Some(why) => Some(format!("rank {r}: {why}")),
+        None => Some(format!(
+            "rank {r}: RDMA off (CAUSEWAY_TRANSPORT=tcp or not built)"
+        )),
+    };
+    said(me).or_else(|| said(q)).map(RdmaError::NoDevice)
+}
+
 /// Sets up every RDMA pair of `me`; returns one transport per such peer
 /// (`None`: the pair uses TCP).
 pub(crate) fn connect(
@@ -79,26 +94,11 @@ pub(crate) fn connect(
     tls: impl Fn(Rank) -> bool,
 ) -> Result<Vec<Option<Box<dyn Transport>>>> {
     let world = j.addrs.len();
-    if !rdma::BUILT && opts.transport == TransportChoice::Auto {
-        // Every rank of this build decides the same without asking.
-        return Ok((0..world).map(|_| None).collect());
-    }
-    let cand: Vec<bool> = (0..world)
-        .map(|q| candidate(j, opts, tls(q), me, q))
-        .collect();
-    let (status, dev) = my_status(j, opts, me, cand.iter().any(|c| *c));
-    store.set(&rdma::status_key(j.session, me), status.as_bytes())?;
     let mut use_rdma = vec![false; world];
-    for q in (0..world).filter(|q| cand[*q]) {
-        let theirs = store.get(&rdma::status_key(j.session, q), opts.rendezvous_timeout)?;
-        let theirs = String::from_utf8_lossy(&theirs).into_owned();
-        let why = match (status.as_str(), theirs.as_str()) {
-            (OK, OK) => {
-                use_rdma[q] = true;
-                continue;
-            }
-            (OK, t) => RdmaError::NoDevice(format!("rank {q}: {t}")),
-            (m, _) => RdmaError::NoDevice(format!("rank {me}: {m}")),
+    for q in (0..world).filter(|q| candidate(j, opts, tls(*q), me, *q)) {
+        let Some(why) = refusal(j, me, q) else {
+            use_rdma[q] = true;
+            continue;
         };
         if opts.transport == TransportChoice::Rdma {
             return Err(CollectiveError::Rdma {
@@ -110,11 +110,27 @@ pub(crate) fn connect(
         tracing::info!(rank = me, peer = q, reason = %why, "CAUSEWAY_TRANSPORT=auto: TCP to this peer");
     }
     let mut out: Vec<Option<Box<dyn Transport>>> = (0..world).map(|_| None).collect();
-    if !use_rdma.iter().any(|u| *u) {
-        return Ok(out);
+    if use_rdma.iter().any(|u| *u) {
+        pairs(j, store, opts, me, &use_rdma, &mut out)?;
     }
-    pairs(j, store, opts, me, dev, &use_rdma, &mut out)?;
     Ok(out)
+}
+
+/// Reads `key`, polling so that another rank's set-up failure ends the wait.
+#[cfg(feature = "rdma")]
+fn wait_key(store: &mut StoreClient, key: &str, opts: &Options) -> Result<Vec<u8>> {
+    let deadline = std::time::Instant::now() + opts.rendezvous_timeout;
+    loop {
+        match store.get(key, std::time::Duration::from_millis(200)) {
+            Ok(v) => return Ok(v),
+            Err(crate::error::StoreError::Timeout { .. })
+                if std::time::Instant::now() < deadline =>
+            {
+                crate::setup::check(store)?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 #[cfg(feature = "rdma")]
@@ -123,7 +139,6 @@ fn pairs(
     store: &mut StoreClient,
     opts: &Options,
     me: Rank,
-    dev: Option<Device>,
     use_rdma: &[bool],
     out: &mut [Option<Box<dyn Transport>>],
 ) -> Result<()> {
@@ -132,9 +147,8 @@ fn pairs(
         peer,
         source,
     };
-    let Some(dev) = dev else {
-        return Ok(());
-    };
+    let first = use_rdma.iter().position(|u| *u).unwrap_or(0);
+    let dev = open(j.addrs[me].ip()).map_err(|e| err(first, e))?;
     let mut pending = Vec::new();
     for q in (0..use_rdma.len()).filter(|q| use_rdma[*q]) {
         let p = dev.prepare(RING_BYTES).map_err(|e| err(q, e))?;
@@ -142,7 +156,7 @@ fn pairs(
         pending.push((q, p));
     }
     for (q, p) in pending {
-        let b = store.get(&rdma::info_key(j.session, q, me), opts.rendezvous_timeout)?;
+        let b = wait_key(store, &rdma::info_key(j.session, q, me), opts)?;
         let remote = rdma::ConnInfo::decode(&b).map_err(|reason| {
             err(
                 q,
@@ -173,7 +187,6 @@ fn pairs(
     _: &mut StoreClient,
     _: &Options,
     _: Rank,
-    _: Option<Device>,
     _: &[bool],
     _: &mut [Option<Box<dyn Transport>>],
 ) -> Result<()> {

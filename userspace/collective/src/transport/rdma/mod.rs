@@ -4,8 +4,8 @@
 //!
 //! - **Set-up** ([`Plan`], used by `mesh`): each rank finds the device whose
 //!   RoCE v2 GID is the IPv4-mapped form of its own address (GID index read
-//!   from `/sys/class/infiniband`, never assumed), publishes "usable or why
-//!   not" in the bootstrap store, then one [`ConnInfo`] (QPN, GID, PSN, MTU,
+//!   from `/sys/class/infiniband`, never assumed), says "usable or why not" in
+//!   its rendezvous entry, then publishes in the bootstrap store one [`ConnInfo`] (QPN, GID, PSN, MTU,
 //!   receive ring address and rkey) per RDMA peer; the QPs go to RTS before the
 //!   pair's TCP control connection (kept for liveness, as next to shared memory).
 //! - **Data**: the sender RDMA-WRITEs WITH IMM (immediate = byte count) from
@@ -58,11 +58,6 @@ impl TransportChoice {
             _ => None,
         }
     }
-}
-
-/// What a rank publishes about its device before the pairs are decided.
-pub fn status_key(session: u64, rank: usize) -> String {
-    format!("rdma/{session:016x}/{rank}/device")
 }
 
 /// Where `from` publishes its endpoint for `to`.
