@@ -35,7 +35,7 @@ pub enum Which {
     /// `--vm [KERNEL]`: plaintext, rustls and kTLS in a qemu guest.
     Tls,
     /// RDMA transport vs TCP transport vs `ib_write_bw` on one Soft-RoCE link
-    /// in a qemu guest (`[6.1|6.12|7.x]`, default 7.x).
+    /// in a 7.x qemu guest.
     Rdma,
 }
 
