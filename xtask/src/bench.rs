@@ -34,6 +34,9 @@ pub enum Which {
     /// TLS: record layer GB/s per core; allreduce with TLS vs plaintext on `wan40`;
     /// `--vm [KERNEL]`: plaintext, rustls and kTLS in a qemu guest.
     Tls,
+    /// RDMA transport vs TCP transport vs `ib_write_bw` on one Soft-RoCE link
+    /// in a 7.x qemu guest.
+    Rdma,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -46,6 +49,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Which::Codecs => crate::bench_codecs::run(&args.args),
         Which::Torch => crate::bench_torch::run(&args.args),
         Which::Tls => crate::bench_tls::run(&args.args),
+        Which::Rdma => crate::bench_rdma_vm::run(&args.args),
         Which::Netsim => {
             build::package_bin("causeway-netsim", "causeway-netsim", true)?;
             crate::progress::run_child(

@@ -67,6 +67,10 @@ pub fn cargo() -> Command {
 }
 
 /// The path of a binary built by `cargo build [--release]`.
+/// The collective library's RDMA transport, on in every build the project
+/// makes (tests, lint, benches, demo, the VM stage's worker).
+pub const COLLECTIVE_RDMA: &str = "causeway-collective/rdma";
+
 /// Builds the release binaries the WAN benchmarks run (the CLI, the netsim
 /// testbed, the collective's bench and worker binaries, the demo's
 /// `gradient_sync` example) in one invocation with one package set, so the
@@ -81,6 +85,8 @@ pub fn build_wan_bench_bins() -> Result<()> {
         "causeway-netsim",
         "-p",
         "causeway-collective",
+        "--features",
+        COLLECTIVE_RDMA,
         "--bins",
         "--example",
         "gradient_sync",

@@ -45,6 +45,18 @@ const APT_PACKAGES: &[(&str, Option<&str>)] = &[
     // and a rank; `causeway top` runs in tmux (send-keys, capture-pane).
     ("prometheus", Some("prometheus")),
     ("tmux", Some("tmux")),
+    // The RDMA transport (feature `rdma`): the `ibverbs` crate builds its
+    // rdma-core bindings with cmake and bindgen (libclang 14, see
+    // LIBCLANG_PATH in docs/TOOLCHAIN.md); the rxe provider and the
+    // `rdma` tool (iproute2) serve the Soft-RoCE tests in the VMs; perftest's
+    // `ib_write_bw` is the bench's reference.
+    ("libibverbs-dev", None),
+    ("ibverbs-providers", None),
+    ("ibverbs-utils", Some("ibv_devices")),
+    ("perftest", Some("ib_write_bw")),
+    ("cmake", Some("cmake")),
+    ("pkg-config", Some("pkg-config")),
+    ("libclang-14-dev", None),
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13";

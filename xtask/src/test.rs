@@ -24,7 +24,15 @@ pub struct TestArgs {
 /// The packages of the per-crate stage. Cargo unifies features over the
 /// packages of one invocation, so the VM stage builds its test binaries
 /// with the same sets (`vm::suites`) and reuses these builds.
-pub const CRATES_PACKAGES: &[&str] = &["--workspace", "--exclude", "causeway-tests"];
+/// The collective library's RDMA transport is built in (feature `rdma`): its
+/// Soft-RoCE tests run in the VM stage.
+pub const CRATES_PACKAGES: &[&str] = &[
+    "--workspace",
+    "--exclude",
+    "causeway-tests",
+    "--features",
+    crate::cmd::COLLECTIVE_RDMA,
+];
 /// The packages of the namespace stage (see [`CRATES_PACKAGES`]).
 pub const NETNS_PACKAGES: &[&str] = &["--package", "causeway-tests"];
 
@@ -90,6 +98,8 @@ pub fn lint() -> Result<()> {
         "clippy",
         "--workspace",
         "--all-targets",
+        "--features",
+        crate::cmd::COLLECTIVE_RDMA,
         "--",
         "-D",
         "warnings",

@@ -18,15 +18,19 @@ pub(crate) struct Entry {
     pub claim: DomainClaim,
     /// [`Options::wire_settings`], as (key, value).
     pub wire: Vec<(String, String)>,
+    /// Whether this rank can take RDMA pairs: `ok`, or why not
+    /// (`crate::mesh_rdma::status`); `None` when the entry has no such line.
+    pub rdma: Option<String>,
 }
 
 const NAMED: &str = "domain=";
 const FILE: &str = "topology-file=";
 const MAP: &str = "topology-map=";
 const WIRE: &str = "wire:";
+const RDMA: &str = "rdma=";
 
 impl Entry {
-    pub fn new(addr: SocketAddr, id: &Identity, opts: &Options) -> Self {
+    pub fn new(addr: SocketAddr, id: &Identity, opts: &Options, rdma: Option<String>) -> Self {
         Entry {
             addr,
             host: id.host_id.clone(),
@@ -36,6 +40,7 @@ impl Entry {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))
                 .collect(),
+            rdma: rdma.map(|s| s.replace('\n', " ")),
         }
     }
 
@@ -52,6 +57,9 @@ impl Entry {
         for (k, v) in &self.wire {
             out += &format!("{WIRE}{k}={v}\n");
         }
+        if let Some(r) = &self.rdma {
+            out += &format!("{RDMA}{r}\n");
+        }
         out
     }
 
@@ -62,6 +70,7 @@ impl Entry {
         let addr = it.next().and_then(|a| a.parse().ok()).ok_or_else(bad)?;
         let host = it.next().ok_or_else(bad)?.to_string();
         let (mut claim, mut path, mut wire) = (DomainClaim::default(), None, Vec::new());
+        let mut rdma = None;
         for line in it {
             if let Some(d) = line.strip_prefix(NAMED) {
                 claim.named = Some(d.to_string());
@@ -72,6 +81,8 @@ impl Entry {
                 claim.file = Some((path.take().ok_or_else(bad)?, map));
             } else if let Some((k, v)) = line.strip_prefix(WIRE).and_then(|w| w.split_once('=')) {
                 wire.push((k.to_string(), v.to_string()));
+            } else if let Some(r) = line.strip_prefix(RDMA) {
+                rdma = Some(r.to_string());
             } else {
                 return Err(bad().into());
             }
@@ -81,6 +92,7 @@ impl Entry {
             host,
             claim,
             wire,
+            rdma,
         })
     }
 }
@@ -338,8 +350,14 @@ mod tests {
                 file: Some(("/etc/topo".into(), vec!["a".into(), "b".into()])),
             },
             wire: vec![("CAUSEWAY_WINDOW".into(), "4".into())],
+            rdma: Some("rdma: port 1 of rxe0 is not active (state 1)".into()),
         };
         assert_eq!(Entry::parse(0, e.encode().as_bytes()).expect("parse"), e);
+        let old = Entry { rdma: None, ..e };
+        assert_eq!(
+            Entry::parse(0, old.encode().as_bytes()).expect("parse"),
+            old
+        );
         assert!(Entry::parse(0, b"10.0.0.1:4000\nh\nnonsense\n").is_err());
     }
 }

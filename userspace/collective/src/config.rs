@@ -86,6 +86,8 @@ pub struct Options {
     /// Mutual TLS (`CAUSEWAY_TLS`, `CAUSEWAY_TLS_CERT`, `CAUSEWAY_TLS_KEY`,
     /// `CAUSEWAY_TLS_CA`): see [`crate::transport::tls_config`].
     pub tls: crate::transport::tls_config::TlsSettings,
+    /// Transport inside a domain (`CAUSEWAY_TRANSPORT`: auto|tcp|rdma).
+    pub transport: crate::transport::rdma::TransportChoice,
     /// Serve this rank's Prometheus metrics here (`CAUSEWAY_METRICS_ADDR`;
     /// the port is offset by the local rank: [`crate::metrics`]).
     pub metrics_addr: Option<std::net::SocketAddr>,
@@ -120,6 +122,7 @@ impl Default for Options {
             wan_codec: crate::codec::CodecSpec::None,
             ports: causeway_core::traffic::ListenPorts::default(),
             tls: Default::default(),
+            transport: Default::default(),
             metrics_addr: None,
             trace_dir: None,
             clock_map: None,
@@ -210,7 +213,9 @@ impl Options {
     /// `CAUSEWAY_LATENCY_STREAM` (0/1) and `CAUSEWAY_LATENCY_BYTES` (a size: transfers
     /// up to it take the extra loss-based connection across domains),
     /// `CAUSEWAY_WAN_CODEC` (`none`, `bf16`, `fp16`, `int8[:BLOCK[:stochastic]]`,
-    /// `topk:1%`, `lz4`, `zstd[:LEVEL]`: [`crate::codec::CodecSpec::parse`]). Sizes and
+    /// `topk:1%`, `lz4`, `zstd[:LEVEL]`: [`crate::codec::CodecSpec::parse`]),
+    /// `CAUSEWAY_TRANSPORT` (`auto`, `tcp`, `rdma`: links inside a domain over
+    /// RDMA where both ends have a device, see [`crate::transport::rdma`]). Sizes and
     /// rates are read by `causeway_core::units` (sizes in powers of 1024, bare
     /// numbers are bytes and bit/s). A variable of [`RENAMED_VARS`] that is set is
     /// an error.
@@ -274,6 +279,15 @@ impl Options {
                     value: c.clone(),
                     reason: e.to_string(),
                 })?;
+        }
+        if let Some(t) = var("CAUSEWAY_TRANSPORT") {
+            o.transport = crate::transport::rdma::TransportChoice::parse(&t).ok_or_else(|| {
+                ConfigError::InvalidVar {
+                    name: "CAUSEWAY_TRANSPORT".into(),
+                    value: t.clone(),
+                    reason: "expected auto, tcp or rdma".into(),
+                }
+            })?;
         }
         o.ports = ports_from_env(o.ports)?;
         o.tls = crate::transport::tls_config::TlsSettings::from_env()?;

@@ -196,6 +196,14 @@ pub enum CollectiveError {
     },
     #[error("shared memory: {0}")]
     Shm(String),
+    /// The RDMA transport could not be set up towards `peer` (with
+    /// `CAUSEWAY_TRANSPORT=rdma`; `auto` falls back to TCP instead).
+    #[error("rank {rank}: RDMA to rank {peer}: {source}")]
+    Rdma {
+        rank: Rank,
+        peer: Rank,
+        source: crate::transport::rdma::RdmaError,
+    },
     #[error(transparent)]
     Tls(#[from] TlsError),
 }
@@ -254,6 +262,7 @@ impl CollectiveError {
             E::Membership { .. } => "membership",
             E::Excluded { .. } => "excluded",
             E::Shm(_) => "shm",
+            E::Rdma { .. } => "rdma",
             E::Tls(_) => "tls",
         }
     }

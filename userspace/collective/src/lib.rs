@@ -46,6 +46,7 @@
 //! | `CAUSEWAY_WAN_RATE` | WAN rate per direction when known, e.g. `200mbit`: the bulk streams of a domain are paced (SO_MAX_PACING_RATE) to share 96 % of it (unset = not paced) |
 //! | `CAUSEWAY_PORT_BASE`, `CAUSEWAY_PORT_COUNT` | a rank accepts its peers on the first free port of this range (29600, 400; base 0 = any port). Every connection is tagged for the kernel: DSCP and `SO_PRIORITY` per kind (bulk AF11/0, latency AF21/4, control and the store CS5/6: [`transport::tagging`]); `causeway policy example` classifies them |
 //! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |
+//! | `CAUSEWAY_TRANSPORT` | `auto` (default), `tcp` or `rdma`: pairs of one domain on different hosts use RDMA queue pairs when both ranks' addresses are on an active RDMA device ([`transport::rdma`], cargo feature `rdma`); `auto` keeps TCP otherwise (logged with the reason), `rdma` fails set-up naming the pair; under TLS and across domains it is always TCP |
 //! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (`1mb`) and lanes in flight (4) |
 //! | `CAUSEWAY_METRICS_ADDR` | `host:port`: serve Prometheus metrics at `/metrics` (op latency per op and size, bytes per link class, errors: [`metrics`]); the port is offset by `LOCAL_RANK`, port 0 takes any free one ([`Communicator::metrics_addr`]); ranks of one process share a listener |
 //! | `CAUSEWAY_TRACE` | a directory: each rank writes its timeline (operations, every chunk sent and received, its clock offsets to the peers) to `rank-<r>.json` when the communicator is dropped ([`trace`]); `cargo xtask trace DIR` merges them onto rank 0's clock; the offsets come from the agent's map named by `CAUSEWAY_CLOCK_MAP` ([`Options::clock_map`]) |
@@ -116,6 +117,7 @@ mod handle;
 mod links;
 pub mod membership;
 mod mesh;
+mod mesh_rdma;
 mod mesh_tls;
 pub mod metrics;
 mod metrics_http;

@@ -1,6 +1,8 @@
 //! Connects every pair of ranks: rank r dials every lower rank and accepts every
 //! higher one. Same-host pairs get a shared-memory channel plus one TCP control
-//! connection (liveness, aborts); other pairs get several TCP data connections.
+//! connection (liveness, aborts); RDMA pairs inside a domain (`mesh_rdma`) a
+//! queue pair plus one TCP control connection; other pairs get several TCP
+//! data connections.
 
 use std::io::Read;
 use std::net::TcpStream;
@@ -42,10 +44,14 @@ fn is_latency(j: &Joined, opts: &Options, me: Rank, q: Rank, index: usize) -> bo
 }
 
 /// How many connections `me` and `q` open between them, and whether via shared memory.
-fn shape(j: &Joined, opts: &Options, me: Rank, q: Rank) -> (bool, usize) {
+/// An RDMA pair (`rdma`) opens one TCP control connection next to its queue pair.
+fn shape(j: &Joined, opts: &Options, me: Rank, q: Rank, rdma: bool) -> (bool, usize) {
     let shm = opts.shm && j.host_ids[me] == j.host_ids[q] && j.domains[me] == j.domains[q];
     if shm {
         return (true, 1);
+    }
+    if rdma {
+        return (false, 1);
     }
     match j.topology.class(me, q) {
         LinkClass::InterDomain => (
@@ -72,18 +78,29 @@ pub(crate) fn connect_all(
     let world = j.addrs.len();
     let deadline = Instant::now() + opts.rendezvous_timeout;
     let mut conns: Vec<Vec<Conn>> = (0..world).map(|_| Vec::new()).collect();
+    // Queue pairs first (through the store): a pair's QPs are ready before
+    // its TCP control connection exists, so no data can reach a QP too early.
+    let mut rdma = crate::mesh_rdma::connect(j, store, opts, me, |q| tls_for(j, me, q).is_some())?;
     for (q, c) in conns.iter_mut().enumerate().take(me) {
         // Another rank's failure ends this rank's set-up too.
         setup::check(store)?;
-        *c = dial_peer(j, opts, me, q).map_err(|e| CollectiveError::SetupFailed {
-            reporter: me,
-            peers: vec![q],
-            cause: e.to_string(),
+        *c = dial_peer(j, opts, me, q, rdma[q].take()).map_err(|e| {
+            CollectiveError::SetupFailed {
+                reporter: me,
+                peers: vec![q],
+                cause: e.to_string(),
+            }
         })?;
     }
     // Accept from the higher ranks.
     let mut expected: Vec<usize> = (0..world)
-        .map(|q| if q > me { shape(j, opts, me, q).1 } else { 0 })
+        .map(|q| {
+            if q > me {
+                shape(j, opts, me, q, rdma[q].is_some()).1
+            } else {
+                0
+            }
+        })
         .collect();
     let mut seen: Vec<Vec<bool>> = expected.iter().map(|n| vec![false; *n]).collect();
     j.listener
@@ -162,6 +179,23 @@ pub(crate) fn connect_all(
                     latency: false,
                 });
             }
+            (ConnRole::RdmaControl, None) => {
+                let Some(t) = rdma[q].take() else {
+                    return Err(CollectiveError::Rendezvous(format!(
+                        "rank {q} opened an RDMA control connection, but this pair has no queue pair"
+                    )));
+                };
+                conns[q].push(Conn {
+                    transport: t,
+                    data: true,
+                    latency: false,
+                });
+                conns[q].push(Conn {
+                    transport: mesh_tls::transport(secured, stream, q)?,
+                    data: false,
+                    latency: false,
+                });
+            }
             (ConnRole::TcpData, None) => conns[q].push(Conn {
                 transport: mesh_tls::transport(secured, stream, q)?,
                 data: true,
@@ -178,7 +212,13 @@ pub(crate) fn connect_all(
 }
 
 /// Opens every connection `me` dials to the lower rank `q`.
-fn dial_peer(j: &Joined, opts: &Options, me: Rank, q: Rank) -> Result<Vec<Conn>> {
+fn dial_peer(
+    j: &Joined,
+    opts: &Options,
+    me: Rank,
+    q: Rank,
+    rdma: Option<Box<dyn Transport>>,
+) -> Result<Vec<Conn>> {
     let world = j.addrs.len();
     let tuning = opts
         .wan_socket_buffer
@@ -187,7 +227,7 @@ fn dial_peer(j: &Joined, opts: &Options, me: Rank, q: Rank) -> Result<Vec<Conn>>
             socket_buffer: None,
         });
     let mut out = Vec::new();
-    let (shm, n) = shape(j, opts, me, q);
+    let (shm, n) = shape(j, opts, me, q, rdma.is_some());
     let hello = |index: u32, role, shm| Hello {
         session: j.session,
         rank: me as u32,
@@ -234,6 +274,18 @@ fn dial_peer(j: &Joined, opts: &Options, me: Rank, q: Rank) -> Result<Vec<Conn>>
         let t = dial(hello(0, ConnRole::TcpControl, Some(paths)))?;
         out.push(Conn {
             transport: Box::new(ShmTransport::new(tx, rx)),
+            data: true,
+            latency: false,
+        });
+        out.push(Conn {
+            transport: t,
+            data: false,
+            latency: false,
+        });
+    } else if let Some(qp) = rdma {
+        let t = dial(hello(0, ConnRole::RdmaControl, None))?;
+        out.push(Conn {
+            transport: qp,
             data: true,
             latency: false,
         });

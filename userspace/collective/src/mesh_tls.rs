@@ -150,6 +150,7 @@ mod tests {
             host_ids: vec!["h0".into(), "h1".into()],
             domains: vec!["d0".into(), "d1".into()],
             addrs: vec![addr, addr],
+            rdma: vec![None, None],
             listener,
             tls: Some(tls),
         }

@@ -5,6 +5,8 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::transport::rdma::stable;
+
 #[derive(Debug)]
 struct PoolInner {
     free: Mutex<Vec<Vec<u8>>>,
@@ -41,7 +43,10 @@ impl BufferPool {
             Some(b) => b,
             None => {
                 self.inner.allocations.fetch_add(1, Ordering::Relaxed);
-                Vec::with_capacity(len)
+                let b = Vec::with_capacity(len);
+                // Kept mapped until freed: the RDMA transport registers it once.
+                stable::track(b.as_ptr(), b.capacity());
+                b
             }
         };
         if buf.len() >= len {
@@ -94,7 +99,19 @@ impl Drop for PooledBuf {
             if let Ok(mut free) = pool.free.lock() {
                 if free.len() < pool.keep {
                     free.push(std::mem::take(&mut self.buf));
+                    return;
                 }
+            }
+            stable::untrack(self.buf.as_ptr());
+        }
+    }
+}
+
+impl Drop for PoolInner {
+    fn drop(&mut self) {
+        if let Ok(free) = self.free.get_mut() {
+            for b in free.iter() {
+                stable::untrack(b.as_ptr());
             }
         }
     }

@@ -22,6 +22,8 @@ pub(crate) struct Joined {
     pub host_ids: Vec<String>,
     pub domains: Vec<String>,
     pub addrs: Vec<SocketAddr>,
+    /// Each rank's RDMA status from its entry (`ok`, why not, or nothing).
+    pub rdma: Vec<Option<String>>,
     pub listener: TcpListener,
     /// This rank's TLS identity, when `CAUSEWAY_TLS` is not `off`.
     pub tls: Option<Arc<TlsContext>>,
@@ -148,7 +150,7 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
             .into());
         }
     }
-    let entry = Entry::new(me, id, opts);
+    let entry = Entry::new(me, id, opts, crate::mesh_rdma::status(opts, me.ip()));
     setup::will(&mut store, id.rank)?;
     store.set(&format!("rank/{}", id.rank), entry.encode().as_bytes())?;
     let mut boot = Bootstrap { store, server };
@@ -184,6 +186,7 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
         host_ids: entries.iter().map(|e| e.host.clone()).collect(),
         domains,
         addrs: entries.iter().map(|e| e.addr).collect(),
+        rdma: entries.iter().map(|e| e.rdma.clone()).collect(),
         listener,
         tls,
     };

@@ -270,6 +270,8 @@ pub enum ConnRole {
     TcpData = 1,
     /// A TCP stream kept for control frames and liveness next to shared memory.
     TcpControl = 2,
+    /// The same next to an RDMA queue pair (whose endpoints went through the store).
+    RdmaControl = 3,
 }
 
 /// Payload of a Hello frame.
@@ -312,6 +314,7 @@ impl Hello {
         let role = match p[20] {
             1 => ConnRole::TcpData,
             2 => ConnRole::TcpControl,
+            3 => ConnRole::RdmaControl,
             _ => return Err(bad("unknown connection role")),
         };
         let mut rest = &p[21..];

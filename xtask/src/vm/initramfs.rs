@@ -50,6 +50,16 @@ const MODULES: &[(&str, bool)] = &[
     ("gcm", false),
     ("aesni_intel", false),
     ("ghash_clmulni_intel", false),
+    // Soft-RoCE for the RDMA transport's tests (`rdma::`): without
+    // crc32_generic `rdma link add` fails with ENOENT; 7.x splits out
+    // ib_uverbs_support. Dependencies (ib_core, …) come with --show-depends.
+    ("crc32_generic", false),
+    ("crc32_pclmul", false),
+    ("ib_core", false),
+    ("ib_uverbs_support", false),
+    ("ib_uverbs", false),
+    ("rdma_ucm", false),
+    ("rdma_rxe", false),
 ];
 
 /// The busybox applets `/init` uses before the host root is mounted.

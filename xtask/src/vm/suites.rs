@@ -16,7 +16,8 @@
 //! listed on the host (`--list`) and passed to the guest by exact name, so
 //! the guest runs what the host chose and `--filter` narrows it further.
 //! The collective library's `ktls::` tests run here only (the host kernel
-//! has no `tls` module).
+//! has no `tls` module), and its `rdma::` tests (Soft-RoCE: the host kernel
+//! has no `rdma_rxe`).
 
 use std::{
     path::{Path, PathBuf},
@@ -75,6 +76,14 @@ const SELECTIONS: &[Selection] = &[
         prefixes: &["ktls::"],
         threads: 1,
     },
+    // The RDMA transport on Soft-RoCE (rdma_rxe), which the host kernel lacks.
+    Selection {
+        name: "rdma",
+        package: "causeway-collective",
+        dir: "userspace/collective",
+        prefixes: &["rdma::"],
+        threads: 1,
+    },
 ];
 
 /// Tests that run in one guest only: each takes minutes under TCG and
@@ -99,6 +108,17 @@ const ONE_KERNEL: &[(&str, KernelLine)] = &[
     (
         "ktls::a_tampered_record_on_a_ktls_link_is_a_record_error_naming_the_peer",
         KernelLine::V6_12,
+    ),
+    // The RDMA transport's long checks (every op × size up to 64 MiB;
+    // 1,000 allreduces) on one kernel each; the killed peer and the
+    // zero-copy stream, which exercise rxe itself, on every kernel.
+    (
+        "rdma::every_op_and_size_is_correct_over_rdma",
+        KernelLine::V7,
+    ),
+    (
+        "rdma::registrations_and_queue_pairs_do_not_grow_over_1000_allreduces",
+        KernelLine::V6_1,
     ),
 ];
 
@@ -205,6 +225,8 @@ fn build_collective_worker() -> Result<PathBuf> {
         "--release",
         "-p",
         "causeway-collective",
+        "--features",
+        cmd::COLLECTIVE_RDMA,
         "--bin",
         BIN,
     ]))?;

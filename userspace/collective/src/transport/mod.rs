@@ -10,6 +10,7 @@ use std::sync::Arc;
 // setsockopt(SOL_TLS), recvmsg/sendmsg with record-type control messages.
 #[allow(unsafe_code)]
 pub mod ktls;
+pub mod rdma;
 pub mod record_cork;
 pub mod shm;
 pub mod tagging;

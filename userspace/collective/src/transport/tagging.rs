@@ -39,7 +39,7 @@ pub fn tag<'a>(socket: impl Into<SockRef<'a>>, kind: TrafficKind) -> io::Result<
 /// the latency connection across domains.
 pub fn kind_of(role: ConnRole, latency: bool) -> TrafficKind {
     match (role, latency) {
-        (ConnRole::TcpControl, _) => TrafficKind::Control,
+        (ConnRole::TcpControl | ConnRole::RdmaControl, _) => TrafficKind::Control,
         (ConnRole::TcpData, true) => TrafficKind::Latency,
         (ConnRole::TcpData, false) => TrafficKind::Bulk,
     }

@@ -26,6 +26,8 @@ mod metrics;
 mod ops;
 mod pki;
 mod procs;
+#[cfg(feature = "rdma")]
+mod rdma;
 mod rendezvous;
 mod setup_failure;
 mod shrink;

@@ -24,7 +24,7 @@ fn small(seed: u64, rank: usize, i: usize, prod: bool) -> i64 {
     }
 }
 
-trait TestElem: Element + Copy {
+pub(crate) trait TestElem: Element + Copy {
     fn from_i64(v: i64) -> Self;
     fn reference(op: ReduceOp, vals: &[i64], n: usize) -> Self;
 }
@@ -110,7 +110,11 @@ fn eq<T: TestElem>(got: &[T], want: &[T], what: &str) -> Result<(), TestCaseErro
 }
 
 /// One case of every operation for dtype `T`.
-fn all_ops<T: TestElem>(c: &Communicator, len: usize, seed: u64) -> Result<(), TestCaseError> {
+pub(crate) fn all_ops<T: TestElem>(
+    c: &Communicator,
+    len: usize,
+    seed: u64,
+) -> Result<(), TestCaseError> {
     let (n, r) = (c.world_size(), c.rank());
     let step = std::cell::Cell::new(0);
     let tag = |what: &str| {

@@ -1,0 +1,573 @@
+//! One RDMA connection as a byte stream: the receive ring, credits, the
+//! registration cache and the progress thread (see the module docs). Its
+//! `unsafe` blocks are the ring protocol's claims (who may touch which bytes
+//! when); the verbs calls themselves are in `verbs`.
+#![allow(unsafe_code)]
+
+use std::io::{self, Read, Write};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::error::{status_name, RdmaError};
+use super::verbs::{Completion, Device, Endpoint, Local, Region};
+use super::{find_gid, stable, ConnInfo, GidLocation, Imm};
+use crate::transport::{Closer, Reader, Transport, Writer};
+
+/// Send and receive queue depth of every QP.
+const DEPTH: u32 = 256;
+/// Largest single RDMA WRITE.
+const MAX_MSG: usize = 1 << 20;
+/// Data writes in flight per connection.
+const MAX_INFLIGHT: u64 = 32;
+/// Credit messages in flight before the reader waits.
+const MAX_CREDITS_INFLIGHT: u64 = 64;
+/// The staging buffer for sends from memory the pool does not own.
+const STAGING: usize = 1 << 20;
+/// Registrations kept per connection (the pool's buffers in use).
+const CACHE: usize = 32;
+/// Polls of an empty CQ before sleeping on the completion channel.
+const SPINS: u32 = 200;
+/// Work request ids with this bit are control sends (credits, end of stream).
+const CTL: u64 = 1 << 63;
+
+const WC_SEND: u32 = ibverbs_sys::ibv_wc_opcode::IBV_WC_SEND;
+const WC_RDMA_WRITE: u32 = ibverbs_sys::ibv_wc_opcode::IBV_WC_RDMA_WRITE;
+const WC_RECV: u32 = ibverbs_sys::ibv_wc_opcode::IBV_WC_RECV;
+const WC_RECV_IMM: u32 = ibverbs_sys::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM;
+const STATUS_FLUSH: u32 = ibverbs_sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
+
+/// Process-wide data-path counters (every RDMA connection of the process).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Bytes written to a peer straight from the caller's (pool) buffer.
+    pub zero_copy_bytes: u64,
+    /// Bytes copied into the staging buffer first (memory the pool does not own).
+    pub copied_bytes: u64,
+    /// Memory registrations alive now (rings, staging, cached buffers).
+    pub registrations: u64,
+    /// `ibv_reg_mr` calls for cached send buffers since start.
+    pub cache_misses: u64,
+}
+
+static ZERO_COPY: AtomicU64 = AtomicU64::new(0);
+static COPIED: AtomicU64 = AtomicU64::new(0);
+static REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
+static MISSES: AtomicU64 = AtomicU64::new(0);
+
+pub fn counters() -> Counters {
+    Counters {
+        zero_copy_bytes: ZERO_COPY.load(Ordering::Relaxed),
+        copied_bytes: COPIED.load(Ordering::Relaxed),
+        registrations: REGISTRATIONS.load(Ordering::Relaxed),
+        cache_misses: MISSES.load(Ordering::Relaxed),
+    }
+}
+
+/// A registration counted in [`Counters::registrations`].
+struct Counted(Region);
+
+impl Counted {
+    fn new(r: Region) -> Self {
+        REGISTRATIONS.fetch_add(1, Ordering::Relaxed);
+        Counted(r)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        REGISTRATIONS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// This rank's device, found by its address.
+pub struct RdmaDevice {
+    dev: Arc<Device>,
+    loc: GidLocation,
+}
+
+impl RdmaDevice {
+    pub fn name(&self) -> &str {
+        &self.loc.device
+    }
+
+    pub fn gid_index(&self) -> u8 {
+        self.loc.gid_index
+    }
+
+    /// Creates a QP and its registered receive ring of `ring_bytes`, with
+    /// every receive posted: ready to publish its [`ConnInfo`].
+    pub fn prepare(&self, ring_bytes: usize) -> Result<Pending, RdmaError> {
+        // Credits carry up to a whole ring in 30 bits.
+        let ring_bytes = ring_bytes.clamp(4096, 1 << 29);
+        let ep = Endpoint::new(&self.dev, DEPTH)?;
+        let ring = Counted::new(Region::alloc(&self.dev, ring_bytes, true)?);
+        let staging = Counted::new(Region::alloc(&self.dev, STAGING, false)?);
+        for i in 0..DEPTH {
+            ep.post_recv(u64::from(i))?;
+        }
+        let info = ConnInfo {
+            qpn: ep.qpn(),
+            psn: rand::random::<u32>() & 0xff_ffff,
+            gid: self.loc.gid,
+            gid_index: self.loc.gid_index,
+            mtu: self.dev.mtu,
+            ring_addr: ring.0.addr(),
+            ring_len: ring.0.len() as u32,
+            rkey: ring.0.rkey(),
+        };
+        Ok(Pending {
+            dev: self.dev.clone(),
+            ep,
+            ring,
+            staging,
+            info,
+        })
+    }
+}
+
+/// Opens the device that carries `ip` (its RoCE v2 GID).
+pub fn open_device(ip: Ipv4Addr) -> Result<RdmaDevice, RdmaError> {
+    let loc = find_gid(Path::new("/sys/class/infiniband"), ip)?;
+    let dev = Device::open(&loc.device)?;
+    Ok(RdmaDevice { dev, loc })
+}
+
+/// A queue pair whose info is published, waiting for the peer's.
+pub struct Pending {
+    dev: Arc<Device>,
+    ep: Endpoint,
+    ring: Counted,
+    staging: Counted,
+    info: ConnInfo,
+}
+
+impl Pending {
+    pub fn info(&self) -> ConnInfo {
+        self.info
+    }
+
+    /// Connects to `remote` (RTR, RTS). `peer` names it in errors.
+    pub fn connect(self, remote: ConnInfo, peer: String) -> Result<RdmaTransport, RdmaError> {
+        self.ep.connect(&self.info, &remote)?;
+        Ok(RdmaTransport {
+            shared: Arc::new(Shared {
+                dev: self.dev,
+                ep: self.ep,
+                ring: self.ring,
+                staging: self.staging,
+                remote,
+                peer,
+                cache: Mutex::new(Vec::new()),
+                st: Mutex::new(State::default()),
+                cv: Condvar::new(),
+                closed: AtomicBool::new(false),
+                halves: AtomicUsize::new(2),
+            }),
+        })
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Bytes the peer wrote into our ring / we read out of it.
+    arrived: u64,
+    consumed: u64,
+    /// Read but not yet given back as credit.
+    unreported: u64,
+    fin: bool,
+    /// Bytes we wrote into the peer's ring / it gave back.
+    head: u64,
+    credit: u64,
+    data_posted: u64,
+    data_done: u64,
+    ctl_posted: u64,
+    ctl_done: u64,
+    error: Option<RdmaError>,
+}
+
+/// A cached registration of one pool allocation (`id`, see [`stable`]).
+struct Cached {
+    id: u64,
+    start: usize,
+    region: Counted,
+}
+
+struct Shared {
+    dev: Arc<Device>,
+    ep: Endpoint,
+    ring: Counted,
+    staging: Counted,
+    remote: ConnInfo,
+    peer: String,
+    cache: Mutex<Vec<Cached>>,
+    st: Mutex<State>,
+    cv: Condvar,
+    closed: AtomicBool,
+    /// Reader and writer halves still alive; the progress thread ends at 0.
+    halves: AtomicUsize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wait<'a>(&self, g: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        // The timeout only guards against a missed wake-up.
+        match self.cv.wait_timeout(g, Duration::from_millis(100)) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        }
+    }
+
+    fn fail(&self, e: RdmaError) {
+        let mut g = self.lock();
+        if g.error.is_none() {
+            tracing::warn!(peer = %self.peer, error = %e, "rdma connection failed");
+            g.error = Some(e);
+        }
+        drop(g);
+        self.ep.break_off();
+        self.cv.notify_all();
+    }
+
+    fn closed_error(&self, g: &State) -> Option<io::Error> {
+        if let Some(e) = &g.error {
+            return Some(e.clone().into_io());
+        }
+        self.closed
+            .load(Ordering::Acquire)
+            .then(|| RdmaError::PeerGone(format!("{} (connection closed)", self.peer)).into_io())
+    }
+
+    fn handle(&self, c: &Completion) {
+        if let Some((status, vendor)) = c.error {
+            if status == STATUS_FLUSH && self.closed.load(Ordering::Acquire) {
+                return;
+            }
+            self.fail(RdmaError::Qp {
+                peer: self.peer.clone(),
+                qpn: self.ep.qpn(),
+                status,
+                name: status_name(status),
+                vendor,
+            });
+            return;
+        }
+        let mut g = self.lock();
+        match c.opcode {
+            WC_RECV | WC_RECV_IMM => {
+                match c.imm.and_then(Imm::decode) {
+                    Some(Imm::Data(n)) => g.arrived += u64::from(n),
+                    Some(Imm::Credit(n)) => g.credit += u64::from(n),
+                    Some(Imm::Fin) => g.fin = true,
+                    None => {
+                        drop(g);
+                        return self.fail(RdmaError::BadInfo {
+                            peer: self.peer.clone(),
+                            reason: format!("message without a valid immediate: {c:?}"),
+                        });
+                    }
+                }
+                if let Err(e) = self.ep.post_recv(c.wr_id) {
+                    drop(g);
+                    return self.fail(e);
+                }
+            }
+            WC_SEND | WC_RDMA_WRITE if c.wr_id & CTL != 0 => g.ctl_done += 1,
+            WC_SEND | WC_RDMA_WRITE => g.data_done += 1,
+            _ => {}
+        }
+        drop(g);
+        self.cv.notify_all();
+    }
+
+    /// The progress thread: poll, spin a little, then sleep on the channel.
+    fn progress(&self) {
+        let mut got = Vec::with_capacity(16);
+        let mut idle = 0u32;
+        loop {
+            if self.halves.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            got.clear();
+            if let Err(e) = self.ep.poll(&mut got, 16) {
+                return self.fail(e);
+            }
+            if !got.is_empty() {
+                got.iter().for_each(|c| self.handle(c));
+                idle = 0;
+                continue;
+            }
+            idle += 1;
+            if idle < SPINS {
+                if idle > SPINS / 2 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            if let Err(e) = self.ep.arm() {
+                return self.fail(e);
+            }
+            // A completion that came before arming raises no event.
+            if let Err(e) = self.ep.poll(&mut got, 16) {
+                return self.fail(e);
+            }
+            if got.is_empty() {
+                self.ep.wait(Duration::from_millis(100));
+            } else {
+                got.iter().for_each(|c| self.handle(c));
+            }
+            idle = 0;
+        }
+    }
+
+    fn send_ctl(&self, g: &mut State, imm: Imm) -> Result<(), RdmaError> {
+        let id = CTL | g.ctl_posted;
+        self.ep.post_send_imm(id, imm.encode())?;
+        g.ctl_posted += 1;
+        Ok(())
+    }
+
+    /// The lkey of a registration covering `buf`, if it lies in a live pool
+    /// allocation (registered now on the first use).
+    fn registered(&self, buf: &[u8]) -> Option<u32> {
+        let (start, len, id) = stable::find(buf.as_ptr() as usize, buf.len())?;
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = cache.iter().find(|c| c.id == id) {
+            return Some(c.region.0.lkey());
+        }
+        // Registrations of freed allocations are never used again: drop them.
+        cache.retain(|c| stable::is_live(c.id));
+        if cache.len() >= CACHE {
+            cache.remove(0);
+        }
+        // SAFETY: `[start, start+len)` is a live pool allocation (checked
+        // just above under the stable registry's bookkeeping) and `buf`
+        // borrows it, so it is mapped now and during this write. If the pool
+        // frees it later, the registration keeps only the pinned pages; it is
+        // never used again, because a later allocation gets a new id.
+        let region = unsafe { Region::register_raw(&self.dev, start as *mut u8, len, false) };
+        MISSES.fetch_add(1, Ordering::Relaxed);
+        match region {
+            Ok(r) => {
+                let lkey = r.lkey();
+                cache.push(Cached {
+                    id,
+                    start,
+                    region: Counted::new(r),
+                });
+                Some(lkey)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "rdma: send buffer not registered; copying");
+                None
+            }
+        }
+    }
+
+    fn write_some(&self, buf: &[u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if let Some(e) = self.closed_error(&self.lock()) {
+            return Err(e);
+        }
+        let (src, lkey, n) = match self.registered(buf) {
+            Some(lkey) => {
+                ZERO_COPY.fetch_add(buf.len() as u64, Ordering::Relaxed);
+                (buf.as_ptr() as u64, lkey, buf.len())
+            }
+            None => {
+                let n = buf.len().min(STAGING);
+                // SAFETY: only this writer uses the staging buffer, and every
+                // send from it completed before the previous write returned.
+                unsafe { self.staging.0.write_at(0, &buf[..n]) };
+                COPIED.fetch_add(n as u64, Ordering::Relaxed);
+                (self.staging.0.addr(), self.staging.0.lkey(), n)
+            }
+        };
+        let cap = u64::from(self.remote.ring_len);
+        let mut off = 0usize;
+        let mut g = self.lock();
+        while off < n {
+            let free = cap - (g.head - g.credit);
+            if free == 0 || g.data_posted - g.data_done >= MAX_INFLIGHT {
+                if let Some(e) = self.closed_error(&g) {
+                    return Err(e);
+                }
+                g = self.wait(g);
+                continue;
+            }
+            let at = g.head % cap;
+            let k = ((n - off) as u64)
+                .min(free)
+                .min(cap - at)
+                .min(MAX_MSG as u64);
+            // SAFETY: `src+off..+k` lies in `buf` (borrowed for this call) or
+            // in the staging buffer; this call waits below for every write it
+            // posted to complete before returning, so the bytes stay valid and
+            // unchanged while the device reads them. The remote range lies in
+            // the peer's ring, inside the space it gave back as credit.
+            let posted = unsafe {
+                self.ep.post_write_imm(
+                    g.data_posted,
+                    Local {
+                        addr: src + off as u64,
+                        len: k as u32,
+                        lkey,
+                    },
+                    self.remote.ring_addr + at,
+                    self.remote.rkey,
+                    Imm::Data(k as u32).encode(),
+                )
+            };
+            if let Err(e) = posted {
+                drop(g);
+                self.fail(e.clone());
+                return Err(e.into_io());
+            }
+            g.data_posted += 1;
+            g.head += k;
+            off += k as usize;
+        }
+        while g.data_done < g.data_posted {
+            if let Some(e) = self.closed_error(&g) {
+                return Err(e);
+            }
+            g = self.wait(g);
+        }
+        Ok(n)
+    }
+
+    fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let cap = self.ring.0.len() as u64;
+        let mut g = self.lock();
+        while g.consumed == g.arrived {
+            if g.fin {
+                return Ok(0);
+            }
+            if let Some(e) = &g.error {
+                return Err(e.clone().into_io());
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return Ok(0);
+            }
+            g = self.wait(g);
+        }
+        let at = g.consumed % cap;
+        let n = (g.arrived - g.consumed).min(buf.len() as u64).min(cap - at) as usize;
+        drop(g);
+        // SAFETY: `[at, at+n)` holds bytes whose WRITE WITH IMM completed
+        // (counted in `arrived`); the peer does not write there again until
+        // this range is returned as credit below.
+        unsafe { self.ring.0.read_at(at as usize, &mut buf[..n]) };
+        let mut g = self.lock();
+        g.consumed += n as u64;
+        g.unreported += n as u64;
+        if g.unreported >= cap / 4 || g.consumed == g.arrived {
+            while g.ctl_posted - g.ctl_done >= MAX_CREDITS_INFLIGHT {
+                if let Some(e) = self.closed_error(&g) {
+                    return Err(e);
+                }
+                g = self.wait(g);
+            }
+            let credit = g.unreported as u32;
+            if let Err(e) = self.send_ctl(&mut g, Imm::Credit(credit)) {
+                drop(g);
+                self.fail(e.clone());
+                return Err(e.into_io());
+            }
+            g.unreported = 0;
+        }
+        Ok(n)
+    }
+}
+
+/// A connected RDMA byte stream to one peer.
+pub struct RdmaTransport {
+    shared: Arc<Shared>,
+}
+
+impl RdmaTransport {
+    /// The address of the registration that would carry a send of `buf`
+    /// (`None`: it would be copied): the zero-copy check of the tests.
+    pub fn registered_start(&self, buf: &[u8]) -> Option<usize> {
+        self.shared.registered(buf)?;
+        let cache = self.shared.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, _, id) = stable::find(buf.as_ptr() as usize, buf.len())?;
+        cache.iter().find(|c| c.id == id).map(|c| c.start)
+    }
+}
+
+struct Half(Arc<Shared>);
+
+impl Drop for Half {
+    fn drop(&mut self) {
+        self.0.halves.fetch_sub(1, Ordering::AcqRel);
+        self.0.cv.notify_all();
+    }
+}
+
+impl Read for Half {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read_some(buf)
+    }
+}
+
+impl Write for Half {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write_some(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+struct RdmaCloser(Arc<Shared>);
+
+impl Closer for RdmaCloser {
+    fn close(&self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.ep.break_off();
+        self.0.cv.notify_all();
+    }
+    fn finish(&self) {
+        let mut g = self.0.lock();
+        if g.error.is_none() && !self.0.closed.load(Ordering::Acquire) {
+            // Ordered after every earlier write on the QP (RC).
+            let _ = self.0.send_ctl(&mut g, Imm::Fin);
+        }
+    }
+}
+
+impl Transport for RdmaTransport {
+    fn describe(&self) -> String {
+        format!(
+            "rdma {} qp {} to {}",
+            self.shared.dev.name,
+            self.shared.ep.qpn(),
+            self.shared.peer
+        )
+    }
+
+    fn split(self: Box<Self>) -> io::Result<(Reader, Writer, Arc<dyn Closer>)> {
+        let s = self.shared.clone();
+        std::thread::Builder::new()
+            .name("cw-rdma-cq".into())
+            .spawn(move || s.progress())?;
+        Ok((
+            Box::new(Half(self.shared.clone())),
+            Box::new(Half(self.shared.clone())),
+            Arc::new(RdmaCloser(self.shared)),
+        ))
+    }
+}

@@ -1,0 +1,472 @@
+//! The RDMA transport on Soft-RoCE (`rdma_rxe`), which only the VM stage's
+//! kernels have: two rxe devices on a veth pair (in a test namespace on 7.x,
+//! in the guest's own namespace on 6.x, see [`Place`]; policy routing keeps
+//! the traffic off `lo`), ranks bound to the two addresses. On the host these are `#[ignore]`d (listed as ignored), and
+//! `cargo xtask vm-test --filter rdma::` runs them; a guest without rxe
+//! fails them. Every op and size over RDMA; the zero-copy send path; flat
+//! registrations over 1,000 operations; a killed peer.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use causeway_collective::pool::BufferPool;
+use causeway_collective::store::StoreServer;
+use causeway_collective::transport::rdma::{self, TransportChoice};
+use causeway_collective::transport::Transport;
+use causeway_collective::{Communicator, Options, ReduceOp};
+use causeway_test_support::netns::{run, unique_name, Netns};
+use causeway_test_support::require_root;
+
+use crate::ops::all_ops;
+use crate::procs::{free_port, spawn_ranks};
+
+/// A measurement line the VM stage's log keeps (libtest captures the
+/// print macros of passing tests, not the stderr handle).
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "rdma: {line}");
+}
+
+const A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+const B: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+
+/// Where the veth pair lives: a fresh namespace on kernels ≥ 7 (rxe follows
+/// its netdev's namespace there); the guest's own namespace before, where
+/// rxe sends only from the initial one (its route lookups use `init_net`:
+/// in a namespace every send completes with LOC_QP_OP_ERR).
+struct Place {
+    ns: Option<Netns>,
+    rules: Vec<Vec<String>>,
+    links: Vec<String>,
+}
+
+impl Place {
+    fn new() -> Self {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let major: u32 = release
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        Place {
+            ns: (major >= 7).then(|| Netns::new("rd")),
+            rules: Vec::new(),
+            links: Vec::new(),
+        }
+    }
+
+    fn ip(&self, args: &[&str]) {
+        match &self.ns {
+            Some(ns) => {
+                ns.ip(args);
+            }
+            None => {
+                run("ip", args);
+            }
+        }
+    }
+
+    fn exec(&self, args: &[&str]) {
+        match &self.ns {
+            Some(ns) => {
+                ns.exec(args);
+            }
+            None => {
+                run(args[0], &args[1..]);
+            }
+        }
+    }
+
+    fn in_ns<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        match &self.ns {
+            Some(ns) => ns.in_ns(f),
+            None => std::thread::spawn(f)
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e)),
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if self.ns.is_some() {
+            return; // the namespace takes everything with it
+        }
+        for r in &self.rules {
+            let mut del = vec!["rule", "del"];
+            del.extend(r.iter().map(String::as_str));
+            let _ = Command::new("ip").args(&del).status();
+        }
+        for l in &self.links {
+            let _ = Command::new("ip").args(["link", "del", l]).status();
+        }
+    }
+}
+
+/// Two rxe devices on the two ends of a veth pair (see [`Place`]); removed
+/// on drop (also when the test panics).
+struct Rxe {
+    devs: [String; 2],
+    ns: Place,
+}
+
+impl Rxe {
+    fn new() -> Self {
+        for m in ["rdma_rxe", "ib_uverbs"] {
+            assert!(
+                std::path::Path::new(&format!("/sys/module/{m}")).exists(),
+                "module {m} is not loaded: Soft-RoCE tests need the VM stage's kernels"
+            );
+        }
+        let mut ns = Place::new();
+        let (va, vb) = (unique_name("va"), unique_name("vb"));
+        ns.ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]);
+        ns.links.push(va.clone());
+        for (v, ip) in [(&va, A), (&vb, B)] {
+            ns.ip(&["addr", "add", &format!("{ip}/24"), "dev", v]);
+            ns.ip(&["link", "set", v, "up"]);
+        }
+        // Both addresses are local: route each destination out of the other
+        // end for locally made packets only (iif lo), accept them coming in.
+        for key in ["all", "default", va.as_str(), vb.as_str()] {
+            ns.exec(&["sysctl", "-qw", &format!("net.ipv4.conf.{key}.rp_filter=0")]);
+            ns.exec(&[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv4.conf.{key}.accept_local=1"),
+            ]);
+        }
+        for (to, via, src, table) in [(B, &va, A, "100"), (A, &vb, B, "101")] {
+            let to = to.to_string();
+            let rule: Vec<String> = ["pref", "10", "iif", "lo", "to", &to, "lookup", table]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            let mut add = vec!["rule", "add"];
+            add.extend(rule.iter().map(String::as_str));
+            ns.ip(&add);
+            ns.rules.push(rule);
+            let src = src.to_string();
+            ns.ip(&["route", "add", &to, "dev", via, "src", &src, "table", table]);
+        }
+        let devs = [unique_name("rxa"), unique_name("rxb")];
+        let rxe = Rxe { devs, ns };
+        for (d, v) in rxe.devs.iter().zip([&va, &vb]) {
+            rxe.ns
+                .exec(&["rdma", "link", "add", d, "type", "rxe", "netdev", v]);
+        }
+        // The GID table fills in from the addresses shortly after.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for ip in [A, B] {
+            while rdma::find_gid(std::path::Path::new("/sys/class/infiniband"), ip).is_err() {
+                assert!(
+                    Instant::now() < deadline,
+                    "no RoCE v2 GID for {ip} after 10 s"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        rxe
+    }
+}
+
+impl Drop for Rxe {
+    fn drop(&mut self) {
+        for d in &self.devs {
+            let _ = Command::new("rdma").args(["link", "delete", d]).status();
+        }
+    }
+}
+
+/// Lines of `rdma resource show KIND` naming one of our devices.
+fn resources(rxe: &Rxe, kind: &str) -> usize {
+    let out = run("rdma", &["resource", "show", kind]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| rxe.devs.iter().any(|d| l.contains(d.as_str())))
+        .count()
+}
+
+fn rdma_options() -> Options {
+    Options {
+        timeout: Duration::from_secs(60),
+        rendezvous_timeout: Duration::from_secs(60),
+        probe: false,
+        transport: TransportChoice::Rdma,
+        ..Options::default()
+    }
+}
+
+/// Runs `f` on two ranks (threads inside the namespace, bound to A and B).
+fn two_ranks<R: Send + 'static>(
+    rxe: &Rxe,
+    opts: Options,
+    f: impl Fn(&Communicator) -> R + Send + Sync + Clone + 'static,
+) -> Vec<R> {
+    rxe.ns.in_ns(move || {
+        let server = StoreServer::bind("127.0.0.1:0".parse().expect("addr")).expect("store");
+        std::thread::scope(|s| {
+            let hs: Vec<_> = [A, B]
+                .iter()
+                .enumerate()
+                .map(|(r, ip)| {
+                    let b = Communicator::builder(r, 2)
+                        .master(server.addr())
+                        .host_store(false)
+                        .domain("d0")
+                        .host_id(format!("h{r}"))
+                        .listen_ip(IpAddr::V4(*ip))
+                        .options(opts.clone());
+                    let f = f.clone();
+                    s.spawn(move || {
+                        let c = b.build().unwrap_or_else(|e| panic!("rank {r}: {e}"));
+                        f(&c)
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("rank thread"))
+                .collect()
+        })
+    })
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE (rdma_rxe): runs in the VM stage (cargo xtask vm-test --filter rdma::)"]
+fn every_op_and_size_is_correct_over_rdma() {
+    require_root!();
+    let rxe = Rxe::new();
+    let before = rdma::counters();
+    two_ranks(&rxe, rdma_options(), |c| {
+        // f32 at 0, 1, odd, 4 KiB and 1 MiB; the other dtypes at the small sizes.
+        for len in [0usize, 1, 1001, 1024, 1 << 18] {
+            all_ops::<f32>(c, len, len as u64 * 31 + 7)
+                .unwrap_or_else(|e| panic!("f32 len {len}: {e}"));
+        }
+        for len in [0usize, 1, 1001] {
+            let seed = len as u64 + 3;
+            all_ops::<f64>(c, len, seed).unwrap_or_else(|e| panic!("f64 {len}: {e}"));
+            all_ops::<half::f16>(c, len, seed).unwrap_or_else(|e| panic!("f16 {len}: {e}"));
+            all_ops::<half::bf16>(c, len, seed).unwrap_or_else(|e| panic!("bf16 {len}: {e}"));
+            all_ops::<i32>(c, len, seed).unwrap_or_else(|e| panic!("i32 {len}: {e}"));
+            all_ops::<i64>(c, len, seed).unwrap_or_else(|e| panic!("i64 {len}: {e}"));
+            all_ops::<u8>(c, len, seed).unwrap_or_else(|e| panic!("u8 {len}: {e}"));
+        }
+        // 64 MiB of f32: rank r contributes r + 1 everywhere.
+        let n = 16 << 20;
+        let mut big = vec![(c.rank() + 1) as f32; n];
+        let t = Instant::now();
+        c.allreduce(&mut big, ReduceOp::Sum)
+            .expect("64 MiB allreduce");
+        let took = t.elapsed();
+        assert!(big.iter().all(|v| *v == 3.0), "64 MiB allreduce: wrong sum");
+        report(&format!(
+            "rank {}: 64 MiB f32 allreduce in {took:?}",
+            c.rank()
+        ));
+    });
+    let after = rdma::counters();
+    let (zc, cp) = (
+        after.zero_copy_bytes - before.zero_copy_bytes,
+        after.copied_bytes - before.copied_bytes,
+    );
+    report(&format!(
+        "send bytes: {zc} zero-copy from pool buffers, {cp} through the staging copy"
+    ));
+    assert!(
+        zc > 64 << 20,
+        "the 64 MiB allreduce was sent zero-copy ({zc} bytes)"
+    );
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE (rdma_rxe): runs in the VM stage (cargo xtask vm-test --filter rdma::)"]
+fn registrations_and_queue_pairs_do_not_grow_over_1000_allreduces() {
+    require_root!();
+    let rxe = Rxe::new();
+    let qps_before = resources(&rxe, "qp");
+    let rxe_ref = &rxe;
+    let counts = std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, usize)>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let go_rx = std::sync::Arc::new(std::sync::Mutex::new(go_rx));
+        let h = s.spawn(move || {
+            two_ranks(rxe_ref, rdma_options(), move |c| {
+                let mut buf = vec![1.0f32; 4096];
+                for _ in 0..10 {
+                    c.allreduce(&mut buf, ReduceOp::Sum).expect("warm-up");
+                }
+                c.barrier().expect("barrier");
+                if c.rank() == 0 {
+                    let _ = tx.send((0, 0));
+                    let _ = go_rx.lock().map(|g| g.recv());
+                }
+                c.barrier().expect("barrier");
+                for i in 0..1000 {
+                    buf.fill(1.0);
+                    c.allreduce(&mut buf, ReduceOp::Sum)
+                        .unwrap_or_else(|e| panic!("op {i}: {e}"));
+                    assert_eq!(buf[4095], 2.0);
+                }
+                c.barrier().expect("barrier");
+                if c.rank() == 0 {
+                    let _ = tx.send((1, 0));
+                    let _ = go_rx.lock().map(|g| g.recv());
+                }
+                c.barrier().expect("barrier");
+            })
+        });
+        let mut counts = Vec::new();
+        for _ in 0..2 {
+            rx.recv_timeout(Duration::from_secs(600))
+                .expect("ranks reach the checkpoint");
+            counts.push((resources(rxe_ref, "mr"), rdma::counters().registrations));
+            go_tx.send(()).expect("go");
+        }
+        h.join().expect("ranks");
+        counts
+    });
+    report(&format!(
+        "registrations (rdma resource show mr, in-process) after warm-up and after 1,000 allreduces: {counts:?}; ibv_reg_mr for send buffers so far: {}",
+        rdma::counters().cache_misses
+    ));
+    assert_eq!(
+        counts[0], counts[1],
+        "registrations grew over 1,000 allreduces"
+    );
+    // Every QP is destroyed once its communicator is gone (progress threads
+    // end within 100 ms of their connection's halves).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while resources(&rxe, "qp") != qps_before {
+        assert!(
+            Instant::now() < deadline,
+            "queue pairs leaked: {} before, {} after",
+            qps_before,
+            resources(&rxe, "qp")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE (rdma_rxe): runs in the VM stage (cargo xtask vm-test --filter rdma::)"]
+fn sends_go_zero_copy_from_the_pool_buffer_through_a_small_ring() {
+    require_root!();
+    let rxe = Rxe::new();
+    rxe.ns.in_ns(|| {
+        let da = rdma::open_device(A).expect("device of A");
+        let db = rdma::open_device(B).expect("device of B");
+        // A 64 KiB ring: 3 MiB wraps it 48 times, on credits alone.
+        let (pa, pb) = (
+            da.prepare(64 << 10).expect("A"),
+            db.prepare(64 << 10).expect("B"),
+        );
+        let (ia, ib) = (pa.info(), pb.info());
+        let ta = pa.connect(ib, "B".into()).expect("connect A");
+        let tb = pb.connect(ia, "A".into()).expect("connect B");
+        let pool = BufferPool::new(2);
+        let mut buf = pool.take(3 << 20);
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = (i * 7 % 251) as u8;
+        }
+        assert_eq!(
+            ta.registered_start(&buf[100..200]),
+            Some(buf.as_ptr() as usize),
+            "a send from a pool buffer uses the registration of that very buffer"
+        );
+        assert_eq!(
+            ta.registered_start(&[0u8; 100]),
+            None,
+            "other memory is copied"
+        );
+        let before = rdma::counters();
+        let (_ra, mut wa, ca) = Box::new(ta).split().expect("split A");
+        let (mut rb, _wb, _cb) = Box::new(tb).split().expect("split B");
+        let expect = buf.to_vec();
+        let writer = std::thread::spawn(move || {
+            let mut off = 0;
+            for k in [1usize, 4095, 70_000, 1 << 20].iter().cycle() {
+                if off == buf.len() {
+                    break;
+                }
+                let end = (off + k).min(buf.len());
+                wa.write_all(&buf[off..end]).expect("write");
+                off = end;
+            }
+            ca.finish();
+            buf
+        });
+        let mut got = Vec::new();
+        rb.read_to_end(&mut got).expect("read to the end of stream");
+        let buf = writer.join().expect("writer");
+        assert!(got == expect, "bytes arrive in order and intact");
+        let after = rdma::counters();
+        assert_eq!(
+            after.zero_copy_bytes - before.zero_copy_bytes,
+            buf.len() as u64
+        );
+        assert_eq!(
+            after.copied_bytes, before.copied_bytes,
+            "nothing was copied on the send side"
+        );
+    });
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE (rdma_rxe): runs in the VM stage (cargo xtask vm-test --filter rdma::)"]
+fn a_killed_peer_is_a_typed_error_within_the_timeout_and_leaks_no_queue_pair() {
+    require_root!();
+    let rxe = Rxe::new();
+    let qps_before = resources(&rxe, "qp");
+    let port = free_port();
+    let (mut ranks, rx) = rxe.ns.in_ns(move || {
+        spawn_ranks(
+            2,
+            &[0, 1],
+            port,
+            |r| {
+                vec![
+                    ("CAUSEWAY_ADDR".into(), [A, B][r].to_string()),
+                    ("CAUSEWAY_TRANSPORT".into(), "rdma".into()),
+                    ("CAUSEWAY_TIMEOUT".into(), "5s".into()),
+                ]
+            },
+            &["--elems", "500000", "--iters", "100000"],
+        )
+    });
+    // Both ranks iterate once (an error before that is the test's failure).
+    let mut iterated = [false; 2];
+    while !iterated.iter().all(|i| *i) {
+        let (r, v) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("ranks make progress");
+        assert_ne!(v["event"], "error", "rank {r} before the kill: {v}");
+        iterated[r] |= v["event"] == "iter";
+    }
+    ranks.0[1].kill().expect("kill rank 1");
+    let killed = Instant::now();
+    let (r, v) = loop {
+        let (r, v) = rx
+            .recv_timeout(Duration::from_secs(15))
+            .expect("the survivor reports an error in time");
+        if v["event"] == "error" {
+            break (r, v);
+        }
+    };
+    let after = killed.elapsed();
+    assert_eq!(r, 0);
+    assert_eq!(v["peer"], 1, "the survivor blames the dead rank: {v}");
+    assert!(after < Duration::from_secs(8), "took {after:?}: {v}");
+    report(&format!(
+        "survivor's error {after:?} after the kill: {}",
+        v["error"]
+    ));
+    let status = ranks.0[0].wait().expect("wait");
+    assert_eq!(status.code(), Some(3), "the collective-error exit code");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while resources(&rxe, "qp") != qps_before {
+        assert!(Instant::now() < deadline, "queue pairs left behind");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
