@@ -4,7 +4,7 @@
 use causeway_test_support::require_root;
 use std::process::Command;
 
-use causeway::shaper::htb::{Htb, HtbError, HtbLeaf, HtbPlan, RootOwner};
+use causeway::shaper::htb::{Htb, HtbError, HtbLeaf, HtbPlan, RootOwner, RootQdisc};
 use causeway_test_support::netns::VethLink;
 
 fn root_qdisc(link: &VethLink) -> String {
@@ -43,6 +43,7 @@ fn plan() -> HtbPlan {
     HtbPlan {
         link_bits: 100_000_000,
         leaves: vec![leaf(0, 50_000_000), leaf(5, 40_000_000)],
+        root: RootQdisc::Htb,
     }
 }
 
