@@ -146,6 +146,11 @@ pub fn build_and_select(filter: Option<&str>) -> Result<Vec<Suite>> {
             worker.display().to_string(),
         ),
     ];
+    // `vm::edt`'s benchmark mode (runs per cell), when asked for on the host.
+    let mut env = env;
+    if let Ok(runs) = std::env::var("CAUSEWAY_EDT_BENCH") {
+        env.push(("CAUSEWAY_EDT_BENCH".to_string(), runs));
+    }
     let mut suites = Vec::new();
     let mut listed = Vec::new();
     for sel in SELECTIONS {
