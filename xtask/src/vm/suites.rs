@@ -64,6 +64,7 @@ const SELECTIONS: &[Selection] = &[
         prefixes: &[
             "vm::",
             "cli::attach_lifecycle::reattach_is_idempotent_and_detach_leaves_nothing",
+            "cli::attach_lifecycle::a_paced_policy_gets_fq_or_a_clean_refusal",
             "cli::classify_traffic::",
             "shaper::htb::",
         ],

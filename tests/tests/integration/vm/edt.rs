@@ -174,8 +174,32 @@ impl Drop for Server {
     }
 }
 
-/// Runs one cell; returns the rate the link sent in frame bytes, bit/s.
+/// Waits (up to 10 s) until iperf3 listens in B: under TCG a fixed
+/// pause was sometimes too short and the client found no server.
+fn wait_for_listener(link: &VethLink) {
+    let port = format!("sport = :{PORT}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let out = link.b.exec(&["ss", "-Hltn", &port]);
+        if out.status.success() && !out.stdout.is_empty() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("  iperf3 -s not listening after 10 s");
+}
+
+/// Runs one cell, a second time if iperf3 failed (a client that found
+/// no server, seen under TCG); returns the rate in frame bytes, bit/s.
 fn cell(shaper: Shaper, mbit: u64, streams: u32) -> f64 {
+    match try_cell(shaper, mbit, streams) {
+        Some(rate) => rate,
+        None => try_cell(shaper, mbit, streams).unwrap_or(0.0),
+    }
+}
+
+/// One run of a cell; `None` when iperf3 failed.
+fn try_cell(shaper: Shaper, mbit: u64, streams: u32) -> Option<f64> {
     let rate = mbit * 1_000_000;
     let link = VethLink::new(81);
     let mut _attached = None;
@@ -205,7 +229,7 @@ fn cell(shaper: Shaper, mbit: u64, streams: u32) -> f64 {
             .spawn()
             .expect("start iperf3 -s"),
     );
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_listener(&link);
     let client = Command::new("ip")
         .args(["netns", "exec", link.a.name(), "iperf3", "-c", &link.b_addr])
         .args(["-p", &PORT.to_string(), "-P", &streams.to_string()])
@@ -222,9 +246,9 @@ fn cell(shaper: Shaper, mbit: u64, streams: u32) -> f64 {
     let status = client.wait_with_output().expect("iperf3 -c").status;
     if !status.success() {
         eprintln!("  {}: iperf3 -c failed ({status})", shaper.name());
-        return 0.0;
+        return None;
     }
-    (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64()
+    Some((b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64())
 }
 
 /// The load average, as `uptime` shows it.
