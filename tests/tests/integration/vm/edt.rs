@@ -2,11 +2,13 @@
 //! rate: two namespaces joined by a veth, `causeway --netns A attach
 //! --policy` with one paced class for iperf3's port (the controller puts
 //! `fq` at the root), one TCP stream and eight at 20 and 100 Mbit/s (TCG
-//! drives little more than 200). Each cell must deliver at least 0.95× the
-//! configured rate in frame bytes (the root qdisc's sent bytes over 2 s
-//! after the first) and no less than HTB, measured the same way on the
-//! same link, where HTB itself reaches 0.95× (under TCG at load the
-//! machine may not; then the floor is HTB's rate, and the fact says so).
+//! drives little more than 200). Each cell must deliver, in frame bytes
+//! (the root qdisc's sent bytes over 2 s after the first), at least
+//! min(0.95 × the configured rate, 0.97 × HTB's rate measured the same way
+//! on the same link): 0.95× wherever HTB reaches 0.97 of that, HTB's rate
+//! less 3 % where the loaded guest cannot drive the rate. Being below HTB
+//! by more than the noise while above 0.95× is reported (the fact line),
+//! not failed.
 //! A cell below its floor is measured again, up to three times in all
 //! (TCG on a shared machine).
 //! The development host's kernel has no `fq`, so this runs in the VM stage.
