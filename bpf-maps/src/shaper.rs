@@ -59,6 +59,11 @@ pub const SHAPE_FLAG_BUCKET: u32 = 1 << 0;
 pub const SHAPE_FLAG_DSCP: u32 = 1 << 1;
 /// [`ShaperClassConfig::flags`]: `skb->priority` is set to `priority`.
 pub const SHAPE_FLAG_PRIORITY: u32 = 1 << 2;
+/// [`ShaperClassConfig::flags`]: with [`SHAPE_FLAG_BUCKET`], the class is
+/// paced (EDT) rather than policed: each frame gets a departure time in
+/// `skb->tstamp` (`gcra::pace`) that the `fq` qdisc holds it to, and
+/// `burst_ns` is the horizon beyond which frames are dropped.
+pub const SHAPE_FLAG_EDT: u32 = 1 << 3;
 
 /// Over-limit actions ([`ShaperClassConfig::over_action`]).
 pub const OVER_DROP: u32 = 0;
@@ -90,7 +95,9 @@ pub struct ShaperClassConfig {
     /// burst ahead of the rate, so arrivals run ahead of the rate by that
     /// burst plus whatever backlog waits in the qdisc. `burst_bytes` is the
     /// backlog tolerated above the qdisc's burst before the over-limit
-    /// action applies.
+    /// action applies. With [`SHAPE_FLAG_EDT`]: the horizon, ns; a frame
+    /// whose departure time would be this far or further beyond its
+    /// earliest one is dropped.
     pub burst_ns: u64,
     /// Configured burst, bytes (informational).
     pub burst_bytes: u64,

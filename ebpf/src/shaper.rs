@@ -14,7 +14,7 @@ use aya_ebpf::{
 use bpf_maps::{
     classifier::MAX_CLASSES,
     counters::COUNTER_SLOTS,
-    gcra::{decide, Decision},
+    gcra::{decide, pace, Decision, Pacing},
     shaper::{
         BucketState, EgressCounters, ShaperClassConfig, ShaperControl, MAX_CAS_ATTEMPTS,
         SHAPER_CLASS_SLOTS,
@@ -81,6 +81,40 @@ pub fn admit(class: u32, len: u32, cfg: &ShaperClassConfig) -> bool {
         }
     }
     false
+}
+
+/// The departure time of a `len`-byte frame of a paced (EDT) class whose
+/// own departure time is `earliest` (`skb->tstamp`), taking its place in
+/// the class's schedule; `None` when it would leave beyond the horizon
+/// (model: `causeway_core::shaper::bucket::SharedBucket::pace`). Same
+/// compare-and-swap loop as [`admit`].
+#[inline(always)]
+pub fn pace_frame(class: u32, len: u32, earliest: u64, cfg: &ShaperClassConfig) -> Option<u64> {
+    let bucket = EG_BUCKETS.get_ptr_mut(class)?;
+    let tat = bucket as *mut u64;
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let now = unsafe { bpf_ktime_get_ns() };
+    for _ in 0..MAX_CAS_ATTEMPTS {
+        // SAFETY: as in `admit`.
+        let seen = unsafe { core::ptr::read_volatile(tat) };
+        let Pacing::Send { tstamp, new_tat } =
+            pace(seen, now, earliest, len, cfg.ns_per_byte_q16, cfg.burst_ns)
+        else {
+            return None;
+        };
+        // SAFETY: as in `admit`.
+        let (_, swapped) = unsafe {
+            core::intrinsics::atomic_cxchg::<
+                u64,
+                { core::intrinsics::AtomicOrdering::SeqCst },
+                { core::intrinsics::AtomicOrdering::SeqCst },
+            >(tat, seen, new_tat)
+        };
+        if swapped {
+            return Some(tstamp);
+        }
+    }
+    None
 }
 
 /// What happened to a frame, for the counters.

@@ -11,6 +11,12 @@
 //! unparseable frames pass untouched, counted in `UNCLASSIFIED_SLOT`; their
 //! priority is left alone so the qdisc's default class takes them.
 //!
+//! Paced classes (`SHAPE_FLAG_EDT`, under the `fq` qdisc) are not policed:
+//! each frame gets a departure time in `skb->tstamp` from the class's
+//! schedule (`shaper::pace_frame`), which `fq` holds it to; a frame that
+//! would leave beyond the class's horizon is dropped (the policy allows
+//! no other over-limit action with pacing).
+//!
 //! Frames are charged and counted at their wire length (see [`wire_len`]),
 //! the same length HTB charges, so bucket and qdisc agree on GSO frames.
 
@@ -22,14 +28,14 @@ use bpf_maps::{
     counters::UNCLASSIFIED_SLOT,
     shaper::{
         ShaperClassConfig, OVER_DEMOTE, OVER_ECN_MARK, SHAPE_FLAG_BUCKET, SHAPE_FLAG_DSCP,
-        SHAPE_FLAG_PRIORITY,
+        SHAPE_FLAG_EDT, SHAPE_FLAG_PRIORITY,
     },
 };
 
 use crate::{
     classify::classify,
     parse::{parse_frame, ParsedFrame},
-    shaper::{admit, class_config, count, Outcome},
+    shaper::{admit, class_config, count, pace_frame, Outcome},
 };
 
 /// Returned for frames that continue: `TCX_NEXT` (the next program on the
@@ -88,7 +94,17 @@ pub fn tc_egress(ctx: &TcContext) -> i32 {
     let mut out_class = class;
     let mut outcome = Outcome::Sent;
     let mut ecn = tos.ecn();
-    if cfg.flags & SHAPE_FLAG_BUCKET != 0 && !admit(class, len, cfg) {
+    let bucket = cfg.flags & SHAPE_FLAG_BUCKET != 0;
+    if bucket && cfg.flags & SHAPE_FLAG_EDT != 0 {
+        // SAFETY: `skb` is the __sk_buff the kernel passed in; TC programs
+        // may read and write its `tstamp`.
+        let earliest = unsafe { (*ctx.skb.skb).tstamp };
+        match pace_frame(class, len, earliest, cfg) {
+            // SAFETY: as above.
+            Some(tstamp) => unsafe { (*ctx.skb.skb).tstamp = tstamp },
+            None => outcome = Outcome::Dropped,
+        }
+    } else if bucket && !admit(class, len, cfg) {
         outcome = Outcome::Dropped;
         if cfg.over_action == OVER_ECN_MARK {
             outcome = Outcome::Unmarked;

@@ -14,7 +14,7 @@ use aya::{programs::tc::TcAttachType, Ebpf};
 use causeway::{
     classifier::{ClassifierMaps, PortRange, Rule, RuleSet, Verdict},
     shaper::{
-        htb::{leaf_classid, Htb, HtbLeaf, HtbPlan},
+        htb::{leaf_classid, Htb, HtbLeaf, HtbPlan, RootQdisc},
         BucketParams, ClassShaping, OverAction, ShaperMaps, ShapingTable,
     },
 };
@@ -145,6 +145,7 @@ pub fn configure(shaped: &mut Shaped, link_bits: u64, classes: &[ClassSpec]) {
                 burst_bytes: c.burst_bytes,
             })
             .collect(),
+        root: RootQdisc::Htb,
     };
     shaped.htb.install(&plan).expect("install HTB");
     let table = ShapingTable::new(classes.iter().map(|c| {

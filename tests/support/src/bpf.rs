@@ -21,6 +21,8 @@ pub const SKB_CTX_LEN: usize = 192;
 const SKB_PRIORITY: usize = 32;
 /// Offset of `wire_len` in `struct __sk_buff`.
 const SKB_WIRE_LEN: usize = 160;
+/// Offset of `tstamp` in `struct __sk_buff`.
+const SKB_TSTAMP: usize = 152;
 
 /// Loads `object` and the named XDP and TC programs into the kernel (not
 /// attached); panics with the verifier's complaint if one is refused.
@@ -131,6 +133,19 @@ impl SkbCtx {
     /// The qdisc's length of the frame (0: the frame length).
     pub fn with_wire_len(mut self, len: u32) -> Self {
         self.0[SKB_WIRE_LEN..SKB_WIRE_LEN + 4].copy_from_slice(&len.to_ne_bytes());
+        self
+    }
+
+    /// `skb->tstamp`: the departure time a paced frame leaves with.
+    pub fn tstamp(&self) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.0[SKB_TSTAMP..SKB_TSTAMP + 8]);
+        u64::from_ne_bytes(b)
+    }
+
+    /// `skb->tstamp` as the frame arrives (0: none).
+    pub fn with_tstamp(mut self, tstamp: u64) -> Self {
+        self.0[SKB_TSTAMP..SKB_TSTAMP + 8].copy_from_slice(&tstamp.to_ne_bytes());
         self
     }
 

@@ -379,3 +379,69 @@ fn pins_of_a_deleted_namespace_can_still_be_removed() {
     assert!(!pin_dir(&ns, &h.iface).exists());
     assert!(status(&ns).is_empty());
 }
+
+/// `attach --policy` with a paced (EDT) class: `fq` at the root where the
+/// kernel has it (the VM stage's guests), and where it does not (the
+/// development host) a refusal that names `fq` and leaves nothing behind.
+#[test]
+fn a_paced_policy_gets_fq_or_a_clean_refusal() {
+    require_root!("a_paced_policy_gets_fq_or_a_clean_refusal");
+    let iface = unique_name("cwe");
+    let host = host_with_iface(&iface);
+    let dir = std::env::temp_dir().join(format!("causeway-edt-attach-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("policy.toml");
+    std::fs::write(
+        &file,
+        r#"
+[shaping]
+link_rate = "1gbit"
+[[class]]
+id = 5
+name = "bulk"
+shaping = { rate = "20mbit", pacing = "edt", edt_horizon_ms = 200 }
+[[rule]]
+priority = 20
+protocol = "tcp"
+dst_port = 5201
+class = "bulk"
+"#,
+    )
+    .expect("write policy");
+    let policy = file.to_str().expect("utf-8 path");
+    let args = [
+        "--netns",
+        host.ns.name(),
+        "attach",
+        "--iface",
+        &iface,
+        "--policy",
+        policy,
+    ];
+    let out = causeway(&args);
+    let root = String::from_utf8_lossy(
+        &host
+            .ns
+            .exec(&["tc", "qdisc", "show", "dev", &iface, "root"])
+            .stdout,
+    )
+    .into_owned();
+    if out.status.success() {
+        let _attached = Attachment {
+            netns: host.ns.name().to_string(),
+            iface: iface.clone(),
+        };
+        assert!(root.starts_with("qdisc fq ca: root"), "{root}");
+    } else {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("no fq qdisc (CONFIG_NET_SCH_FQ)"),
+            "{stderr}"
+        );
+        assert!(!root.contains("ca:"), "a refused attach left {root}");
+        assert!(xdp_on(&host.ns, &iface).is_empty(), "XDP left behind");
+        let status = causeway_ok(&["--netns", host.ns.name(), "status", "--json"]);
+        assert!(!status.contains(&iface), "{status}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

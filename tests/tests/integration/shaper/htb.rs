@@ -4,7 +4,7 @@
 use causeway_test_support::require_root;
 use std::process::Command;
 
-use causeway::shaper::htb::{Htb, HtbError, HtbLeaf, HtbPlan, RootOwner};
+use causeway::shaper::htb::{Htb, HtbError, HtbLeaf, HtbPlan, RootOwner, RootQdisc};
 use causeway_test_support::netns::VethLink;
 
 fn root_qdisc(link: &VethLink) -> String {
@@ -43,6 +43,7 @@ fn plan() -> HtbPlan {
     HtbPlan {
         link_bits: 100_000_000,
         leaves: vec![leaf(0, 50_000_000), leaf(5, 40_000_000)],
+        root: RootQdisc::Htb,
     }
 }
 
@@ -122,4 +123,38 @@ fn foreign_qdiscs_are_left_alone_and_ours_is_removed_cleanly() {
         !htb.remove().expect("second remove"),
         "nothing left to remove"
     );
+}
+
+/// The guests of the VM stage have `fq`, the development host does not:
+/// both outcomes are checked, whichever this kernel gives.
+#[test]
+fn a_paced_plan_installs_fq_or_is_refused_cleanly_without_it() {
+    require_root!("a_paced_plan_installs_fq_or_is_refused_cleanly_without_it");
+    let link = VethLink::new(66);
+    let htb = Htb::new(&link.a_if, Some(link.a.name()));
+    let paced = HtbPlan {
+        root: RootQdisc::Fq,
+        ..plan()
+    };
+    let before = root_qdisc(&link);
+    match htb.install(&paced) {
+        Ok(()) => {
+            assert_eq!(htb.owner().expect("owner"), RootOwner::Causeway);
+            assert!(
+                root_qdisc(&link).starts_with("qdisc fq ca: root"),
+                "{}",
+                root_qdisc(&link)
+            );
+            // Ours either way: HTB replaces it, and removal takes it away.
+            htb.install(&plan()).expect("HTB over our fq");
+            htb.install(&paced).expect("fq over our HTB");
+            assert!(htb.remove().expect("remove"));
+            assert_eq!(htb.owner().expect("owner"), RootOwner::Default);
+        }
+        Err(e) => {
+            assert!(matches!(e, HtbError::FqUnavailable { .. }), "{e:?}");
+            assert!(e.to_string().contains("CONFIG_NET_SCH_FQ"), "{e}");
+            assert_eq!(root_qdisc(&link), before, "a refused install left a qdisc");
+        }
+    }
 }

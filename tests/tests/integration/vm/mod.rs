@@ -6,6 +6,7 @@
 mod attach_modes;
 mod clock_wan;
 mod collective_wan;
+mod edt;
 mod netem;
 mod verifier;
 

@@ -14,7 +14,7 @@ use causeway::{
     shaper::{
         htb::Htb,
         live::{self, RateOverrides},
-        OverAction, ShaperMaps,
+        OverAction, PacingMode, ShaperMaps,
     },
 };
 
@@ -166,6 +166,8 @@ pub struct ShapedClassView {
     pub prio: u8,
     /// `drop`, `ecn` or `demote:<class>`.
     pub over_limit: String,
+    /// `police`, or `edt:<horizon ms>`.
+    pub pacing: String,
     pub dscp: Option<u8>,
     pub measured_bits: u64,
     pub sent_packets: u64,
@@ -206,6 +208,10 @@ pub fn measure(ctx: &Context, iface: &str) -> Result<Option<ShapingView>> {
                 OverAction::EcnMark => "ecn".to_string(),
                 OverAction::Demote(to) => format!("demote:{}", live.policy.classes.name_of(to)),
             },
+            pacing: match c.pacing {
+                PacingMode::Police => "police".to_string(),
+                PacingMode::Edt { horizon_ns } => format!("edt:{}", horizon_ns / 1_000_000),
+            },
             dscp: c.dscp,
             measured_bits: measured.round() as u64,
             sent_packets: b.sent_packets,
@@ -240,6 +246,7 @@ pub fn print_shaping(s: &ShapingView) {
                 c.burst_bytes.to_string(),
                 c.prio.to_string(),
                 c.over_limit.clone(),
+                c.pacing.clone(),
                 table::opt(c.dscp),
                 rate(c.measured_bits),
                 c.sent_packets.to_string(),
@@ -251,8 +258,8 @@ pub fn print_shaping(s: &ShapingView) {
         })
         .collect();
     let header = [
-        "CLASS", "RATE", "CEIL", "BURST", "PRIO", "OVER", "DSCP", "MEASURED", "SENT", "SHAPED",
-        "DROPPED", "MARKED", "DEMOTED",
+        "CLASS", "RATE", "CEIL", "BURST", "PRIO", "OVER", "PACING", "DSCP", "MEASURED", "SENT",
+        "SHAPED", "DROPPED", "MARKED", "DEMOTED",
     ];
     for line in table::render(&header, &rows).lines() {
         println!("  {line}");

@@ -39,7 +39,7 @@ impl fmt::Display for ApplyStep {
             Self::Snapshot => "reading the current state",
             Self::StageRules => "writing the rules",
             Self::TcProgram => "attaching the TC egress program",
-            Self::Htb => "installing the HTB hierarchy",
+            Self::Htb => "installing the root qdisc (HTB, or fq for paced classes)",
             Self::ShaperTable => "writing the shaping table",
             Self::Records => "writing the records",
             Self::CommitRules => "making the rules live",
@@ -141,7 +141,7 @@ mod tests {
         assert!(second.for_target(1).hits(ApplyStep::Htb));
         assert_eq!(
             InjectedFault(ApplyStep::Htb).to_string(),
-            "fault injected at installing the HTB hierarchy (test)"
+            "fault injected at installing the root qdisc (HTB, or fq for paced classes) (test)"
         );
     }
 }

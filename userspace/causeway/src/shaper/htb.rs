@@ -44,6 +44,8 @@ pub enum HtbError {
     },
     #[error("`tc {args}` failed: {stderr}")]
     Tc { args: String, stderr: String },
+    #[error("{iface}: this kernel has no fq qdisc (CONFIG_NET_SCH_FQ), which pacing = \"edt\" needs; use pacing = \"police\" here")]
+    FqUnavailable { iface: String },
     #[error("could not read the output of `tc {args}`: {reason}")]
     Output { args: String, reason: String },
     #[error("could not write the tc batch file {path}: {source}")]
@@ -197,7 +199,16 @@ impl Htb {
         }
         if let Err(e) = self.tc_batch(&batch) {
             let _ = self.remove();
-            return Err(e);
+            return Err(match e {
+                HtbError::Tc { stderr, .. }
+                    if plan.root == RootQdisc::Fq && stderr.contains("qdisc kind is unknown") =>
+                {
+                    HtbError::FqUnavailable {
+                        iface: self.iface.clone(),
+                    }
+                }
+                e => e,
+            });
         }
         Ok(())
     }
@@ -213,7 +224,8 @@ impl Htb {
         self.tc(&full).map(|_| ())
     }
 
-    /// Deletes the root qdisc if it is Causeway's; returns whether it was.
+    /// Deletes the root qdisc if it is Causeway's (HTB or fq); returns
+    /// whether it was.
     pub fn remove(&self) -> Result<bool, HtbError> {
         if self.owner()? != RootOwner::Causeway {
             return Ok(false);
@@ -227,7 +239,6 @@ impl Htb {
             "root",
             "handle",
             &handle,
-            "htb",
         ])?;
         Ok(true)
     }

@@ -13,7 +13,7 @@ use super::{
     maps::{ShaperMapError, ShaperMaps},
     PlanError, ShapingTable,
 };
-use crate::policy::shaping::{htb_leaf, ShapingPolicy};
+use crate::policy::shaping::{htb_leaf, PacingMode, ShapingPolicy};
 
 /// Rate changes made with `set-rate` since the policy was applied, by
 /// class id; kept beside the policy record.
@@ -78,6 +78,10 @@ pub fn effective(policy: &ShapingPolicy, overrides: &RateOverrides) -> ShapingPo
             c.ceil_bits = o.ceil_bits;
             c.rate_bits = c.rate_bits.min(o.ceil_bits);
             c.burst_bytes = o.burst_bytes;
+            if let PacingMode::Edt { .. } = c.pacing {
+                // A paced class has one rate.
+                c.rate_bits = o.ceil_bits;
+            }
         }
     }
     out
@@ -155,6 +159,10 @@ pub fn change_class(
         });
     };
     let table = new.shaping_table()?;
+    if new.uses_edt() {
+        // fq has no leaves: the class's pacing rate is all there is.
+        return Ok(maps.apply(&table).map(|_| ())?);
+    }
     htb.change_leaf(&htb_leaf(after))?;
     if let Err(maps_err) = maps.apply(&table) {
         return Err(match htb.change_leaf(&htb_leaf(before)) {

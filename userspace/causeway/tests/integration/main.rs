@@ -11,6 +11,7 @@ mod bad_policy;
 mod classifier_harness;
 mod cli_pipes;
 mod clock_stamp_testrun;
+mod edt_testrun;
 mod gcra_testrun;
 mod policy_apply_undo;
 mod policy_audit;

@@ -29,6 +29,17 @@
 //! and every action keeps a long TCP flow at its rate (the policer matrix
 //! test, `tests/tests/integration/shaper/policer_matrix.rs`). `dscp`
 //! rewrites the DSCP of every frame of the class.
+//! `pacing`: `"police"` (default: the token bucket above, HTB at the
+//! root) or `"edt"`: the TC program writes each frame's departure time
+//! into `skb->tstamp` (the class's rate, frames charged by their wire
+//! bytes) and the `fq` qdisc, installed at the root instead of HTB, holds
+//! the frame until then; a frame that would leave `edt_horizon_ms` (default
+//! 1000, 1..=10000) or more after its earliest departure is dropped. With
+//! `edt`, every shaped class of the policy must use it, `ceil` must equal
+//! `rate`, `over_limit` must be `"drop"` (its default then) and `burst`
+//! does not apply; `priority` and `link_rate` are checked but unused (fq
+//! has no classes). The kernel needs the `fq` qdisc (`CONFIG_NET_SCH_FQ`):
+//! attaching refuses the policy where it is missing.
 //! Rates: a number of bit/s or a string with `bit`, `kbit`, `mbit`, `gbit`,
 //! `tbit` (powers of 1000). Sizes: bytes, or `kb`/`mb` (powers of 1024).
 //! Both are read by [`crate::units`].
@@ -41,9 +52,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 pub use crate::shaper::plan::{
-    class_shaping, default_burst, default_prio, htb_leaf, ClassShapingPolicy, ShapingPolicy,
-    DEFAULT_BURST, DEFAULT_BURST_NS, DEFAULT_MTU, DEFAULT_PRIO, LINK_HEADER,
-    STRICT_PRIORITY_CLASSES,
+    class_shaping, default_burst, default_prio, htb_leaf, ClassShapingPolicy, PacingMode,
+    ShapingPolicy, DEFAULT_BURST, DEFAULT_BURST_NS, DEFAULT_EDT_HORIZON_NS, DEFAULT_MTU,
+    DEFAULT_PRIO, LINK_HEADER, STRICT_PRIORITY_CLASSES,
 };
 use crate::shaper::{
     config::OverAction,
@@ -74,6 +85,8 @@ pub(super) struct RawClassShaping {
     pub over_limit: Option<Spanned<String>>,
     pub demote_to: Option<Spanned<String>>,
     pub dscp: Option<Spanned<toml::Value>>,
+    pub pacing: Option<Spanned<String>>,
+    pub edt_horizon_ms: Option<Spanned<i64>>,
 }
 
 /// What is wrong with shaping settings.
@@ -97,6 +110,14 @@ pub enum ShapingProblem {
     BadDemoteTarget { name: String, shaped: String },
     #[error("dscp: {0}")]
     BadDscp(String),
+    #[error("pacing '{0}' is not known: use \"police\" or \"edt\"")]
+    BadPacing(String),
+    #[error("edt_horizon_ms {0} is out of range (1..=10000)")]
+    BadHorizon(i64),
+    #[error("edt_horizon_ms is only meaningful with pacing = \"edt\"")]
+    HorizonWithoutEdt,
+    #[error("burst does not apply with pacing = \"edt\" (edt_horizon_ms bounds the backlog)")]
+    BurstWithEdt,
     #[error("a class has shaping but the policy has no [shaping] table with link_rate")]
     NoLink,
     /// The settings read, but the plan they make breaks a shaping rule.
@@ -120,6 +141,7 @@ struct ClassSpans {
     over_limit: usize,
     demotion: usize,
     dscp: usize,
+    pacing: usize,
 }
 
 /// The key a problem is reported at: a plan setting, or `over_limit`.
@@ -147,6 +169,7 @@ impl ClassSpans {
             over_limit,
             demotion: at(raw.demote_to.as_ref().map(|d| d.span().start), over_limit),
             dscp: at(raw.dscp.as_ref().map(|d| d.span().start), table),
+            pacing: at(raw.pacing.as_ref().map(|p| p.span().start), table),
         }
     }
 
@@ -158,6 +181,7 @@ impl ClassSpans {
             Setting::Priority => self.priority,
             Setting::Demotion => self.demotion,
             Setting::Dscp => self.dscp,
+            Setting::Pacing => self.pacing,
             Setting::Class | Setting::LinkRate | Setting::Mtu => self.table,
         }
     }
@@ -263,6 +287,11 @@ fn read_class(
         None => rate_bits,
         Some(c) => rate("ceil", Setting::Ceil, c.get_ref())?,
     };
+    let pacing = pacing(raw)?;
+    let edt = matches!(pacing, PacingMode::Edt { .. });
+    if let (true, Some(_)) = (edt, &raw.burst) {
+        return Err((Key::Setting(Setting::Burst), ShapingProblem::BurstWithEdt));
+    }
     let burst_bytes = match &raw.burst {
         None => default_burst(ceil_bits).max(frame),
         Some(b) => parse_size(b.get_ref()).map_err(|reason| {
@@ -287,7 +316,7 @@ fn read_class(
             })?
         }
     };
-    let over = over_action(raw, classes, shaped_names).map_err(|p| {
+    let over = over_action(raw, classes, shaped_names, edt).map_err(|p| {
         let key = match p {
             ShapingProblem::BadAction(_) | ShapingProblem::DemoteWithoutTarget => Key::OverLimit,
             _ => Key::Setting(Setting::Demotion),
@@ -311,7 +340,34 @@ fn read_class(
         prio,
         over,
         dscp,
+        pacing,
     })
+}
+
+/// `pacing` and `edt_horizon_ms`.
+fn pacing(raw: &RawClassShaping) -> Result<PacingMode, (Key, ShapingProblem)> {
+    let fail = |p| (Key::Setting(Setting::Pacing), p);
+    let mode = raw
+        .pacing
+        .as_ref()
+        .map_or("police", |p| p.get_ref().as_str());
+    match (mode, &raw.edt_horizon_ms) {
+        ("police", None) => Ok(PacingMode::Police),
+        ("police", Some(_)) => Err(fail(ShapingProblem::HorizonWithoutEdt)),
+        ("edt", None) => Ok(PacingMode::Edt {
+            horizon_ns: DEFAULT_EDT_HORIZON_NS,
+        }),
+        ("edt", Some(ms)) => {
+            let v = *ms.get_ref();
+            match u64::try_from(v) {
+                Ok(ms @ 1..=10_000) => Ok(PacingMode::Edt {
+                    horizon_ns: ms * 1_000_000,
+                }),
+                _ => Err(fail(ShapingProblem::BadHorizon(v))),
+            }
+        }
+        (other, _) => Err(fail(ShapingProblem::BadPacing(other.to_string()))),
+    }
 }
 
 /// `over_limit` and `demote_to`, with the target's name resolved; whether
@@ -320,11 +376,13 @@ fn over_action(
     raw: &RawClassShaping,
     classes: &ClassTable,
     shaped_names: &[String],
+    edt: bool,
 ) -> Result<OverAction, ShapingProblem> {
+    let default = if edt { "drop" } else { "ecn" };
     let action = raw
         .over_limit
         .as_ref()
-        .map_or("ecn", |a| a.get_ref().as_str());
+        .map_or(default, |a| a.get_ref().as_str());
     let over = match action {
         "ecn" => OverAction::EcnMark,
         "drop" => OverAction::Drop,
@@ -364,14 +422,22 @@ impl ShapingPolicy {
                 OverAction::Demote(to) => format!("demote to {}", classes.name_of(to)),
             };
             let dscp = c.dscp.map_or_else(|| "kept".to_string(), |d| d.to_string());
-            out += &format!(
-                "  {}: rate {} bit/s, ceil {} bit/s, burst {} bytes, prio {}, over limit {over}, dscp {dscp}\n",
-                classes.name_of(c.class),
-                c.rate_bits,
-                c.ceil_bits,
-                c.burst_bytes,
-                c.prio
-            );
+            out += &match c.pacing {
+                PacingMode::Police => format!(
+                    "  {}: rate {} bit/s, ceil {} bit/s, burst {} bytes, prio {}, over limit {over}, dscp {dscp}\n",
+                    classes.name_of(c.class),
+                    c.rate_bits,
+                    c.ceil_bits,
+                    c.burst_bytes,
+                    c.prio
+                ),
+                PacingMode::Edt { horizon_ns } => format!(
+                    "  {}: paced (edt, fq) at {} bit/s, horizon {} ms, over limit {over}, dscp {dscp}\n",
+                    classes.name_of(c.class),
+                    c.ceil_bits,
+                    horizon_ns / 1_000_000
+                ),
+            };
         }
         out
     }

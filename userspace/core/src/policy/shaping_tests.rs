@@ -331,3 +331,143 @@ fn rates_and_sizes_parse() {
     assert!(parse_size_str("0").is_err());
     assert!(parse_size_str("99999999999999999999mb").is_err());
 }
+
+const PACED: &str = r#"
+[shaping]
+link_rate = "1gbit"
+
+[[class]]
+id = 5
+name = "bulk"
+shaping = { rate = "100mbit", pacing = "edt", edt_horizon_ms = 50 }
+
+[[class]]
+id = 6
+name = "scavenger"
+shaping = { rate = "20mbit", pacing = "edt" }
+"#;
+
+#[test]
+fn edt_pacing_parses_with_drop_and_a_default_horizon() {
+    let p = parse(PACED).expect("valid").shaping.expect("shaping");
+    assert!(p.uses_edt());
+    let bulk = p.class(5).expect("bulk");
+    assert_eq!(
+        (bulk.pacing, bulk.over, bulk.ceil_bits),
+        (
+            PacingMode::Edt {
+                horizon_ns: 50_000_000
+            },
+            OverAction::Drop,
+            100_000_000
+        )
+    );
+    assert_eq!(
+        p.class(6).expect("scavenger").pacing,
+        PacingMode::Edt {
+            horizon_ns: DEFAULT_EDT_HORIZON_NS
+        }
+    );
+    let classes = parse(PACED).expect("valid").classes;
+    assert!(p
+        .describe(&classes)
+        .contains("bulk: paced (edt, fq) at 100000000 bit/s, horizon 50 ms, over limit drop"));
+}
+
+#[test]
+fn bad_edt_combinations_are_refused_at_their_line() {
+    let cases: [Case; 7] = [
+        (
+            "pacing = \"edt\" }",
+            "pacing = \"fast\" }",
+            13,
+            |p| matches!(p, Problem::ClassShaping { kind: ShapingProblem::BadPacing(s), .. } if s == "fast"),
+        ),
+        ("edt_horizon_ms = 50", "edt_horizon_ms = 0", 8, |p| {
+            matches!(
+                p,
+                Problem::ClassShaping {
+                    kind: ShapingProblem::BadHorizon(0),
+                    ..
+                }
+            )
+        }),
+        (
+            "pacing = \"edt\", edt_horizon_ms = 50",
+            "edt_horizon_ms = 50",
+            8,
+            |p| {
+                matches!(
+                    p,
+                    Problem::ClassShaping {
+                        kind: ShapingProblem::HorizonWithoutEdt,
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "pacing = \"edt\" }",
+            "pacing = \"edt\", burst = \"64kb\" }",
+            13,
+            |p| {
+                matches!(
+                    p,
+                    Problem::ClassShaping {
+                        kind: ShapingProblem::BurstWithEdt,
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "pacing = \"edt\" }",
+            "pacing = \"edt\", over_limit = \"ecn\" }",
+            13,
+            |p| {
+                matches!(
+                    p,
+                    Problem::ClassShaping {
+                        kind: ShapingProblem::Plan(PlanError::EdtAction { class: 6 }),
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "pacing = \"edt\" }",
+            "pacing = \"edt\", ceil = \"40mbit\" }",
+            13,
+            |p| {
+                matches!(
+                    p,
+                    Problem::ClassShaping {
+                        kind: ShapingProblem::Plan(PlanError::EdtCeiling { class: 6 }),
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "rate = \"20mbit\", pacing = \"edt\" }",
+            "rate = \"20mbit\" }",
+            13,
+            |p| {
+                matches!(
+                    p,
+                    Problem::ClassShaping {
+                        kind: ShapingProblem::Plan(PlanError::EdtMixed { class: 6, other: 5 }),
+                        ..
+                    }
+                )
+            },
+        ),
+    ];
+    for (from, to, line, expected) in cases {
+        assert!(PACED.contains(from), "{from}");
+        let text = PACED.replacen(from, to, 1);
+        let (at, problem) = problem(&text);
+        assert!(expected(&problem), "{to}: {problem:?}");
+        assert_eq!(at, line, "{to}: {problem:?}");
+    }
+}

@@ -62,6 +62,17 @@
 //! admitted unaccounted). `tat` only grows through CAS, so a value seen
 //! twice is the same state (no ABA hazard). Clocks read on different CPUs
 //! may disagree slightly; `max(tat, now)` makes a `now` behind `tat` harmless.
+//!
+//! # Pacing (EDT)
+//! A class with `pacing = "edt"` ([`BucketParams::edt`]) keeps the same
+//! `tat`, read as the departure time of the class's next byte: a frame
+//! leaves at `max(tat, base)` (written to `skb->tstamp`; the `fq` qdisc
+//! holds it until then) and moves `tat` on by its cost, where `base` is the
+//! frame's own earliest departure (TCP's pacing stamp when one lies within
+//! the horizon, else `now`). That is [`decide`] at time `base` with the
+//! horizon as the tolerance (`bpf_maps::gcra::pace`); a frame that would
+//! leave a horizon or more after `base` is dropped. Frames are delayed,
+//! not refused, so TCP sees a longer RTT instead of local drops.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -73,6 +84,9 @@ pub const MIN_RATE_BITS: u64 = 8_000;
 pub const MAX_RATE_BITS: u64 = 1_000_000_000_000;
 /// Longest accepted burst, as transmission time at the rate (10 s).
 pub const MAX_BURST_NS: u64 = 10_000_000_000;
+/// Shortest and longest accepted EDT horizon, ns (1 ms, 10 s: `fq`'s own
+/// default horizon).
+pub const EDT_HORIZON_RANGE_NS: std::ops::RangeInclusive<u64> = 1_000_000..=10_000_000_000;
 
 const NS_PER_SEC: u128 = 1_000_000_000;
 
@@ -83,6 +97,8 @@ pub struct BucketParams {
     burst_bytes: u64,
     ns_per_byte_q16: u64,
     burst_ns: u64,
+    /// Paced (EDT): `burst_ns` is the horizon.
+    edt: bool,
 }
 
 /// Why a rate or burst was refused.
@@ -94,6 +110,8 @@ pub enum BucketError {
     BurstBelowFrame { burst_bytes: u64, min_bytes: u64 },
     #[error("burst {burst_bytes} bytes takes longer than 10 s to send at {rate_bits} bit/s")]
     BurstTooLong { burst_bytes: u64, rate_bits: u64 },
+    #[error("edt horizon {horizon_ns} ns is out of range (1 ms ..= 10 s)")]
+    HorizonOutOfRange { horizon_ns: u64 },
 }
 
 impl BucketParams {
@@ -113,10 +131,7 @@ impl BucketParams {
                 min_bytes: min_frame_bytes,
             });
         }
-        // ns per byte = 8e9 / rate_bits; rounded to nearest in 48.16.
-        let rate = u128::from(rate_bits);
-        let q = ((8 * NS_PER_SEC) << NS_PER_BYTE_SHIFT) + rate / 2;
-        let ns_per_byte_q16 = (q / rate) as u64;
+        let ns_per_byte_q16 = ns_per_byte_q16(rate_bits);
         let to_ns = |bytes| bytes_to_ns(bytes, ns_per_byte_q16);
         if to_ns(burst_bytes) > u128::from(MAX_BURST_NS) {
             return Err(BucketError::BurstTooLong {
@@ -130,7 +145,32 @@ impl BucketParams {
             ns_per_byte_q16,
             burst_ns: to_ns(burst_bytes.saturating_add(qdisc_burst_bytes(rate_bits, burst_bytes)))
                 as u64,
+            edt: false,
         })
+    }
+
+    /// A paced (EDT) class at `rate_bits` that drops frames which would
+    /// leave `horizon_ns` or more after their earliest departure.
+    /// `burst_bytes` reports what the horizon holds at the rate.
+    pub fn edt(rate_bits: u64, horizon_ns: u64) -> Result<Self, BucketError> {
+        if !(MIN_RATE_BITS..=MAX_RATE_BITS).contains(&rate_bits) {
+            return Err(BucketError::RateOutOfRange { rate_bits });
+        }
+        if !EDT_HORIZON_RANGE_NS.contains(&horizon_ns) {
+            return Err(BucketError::HorizonOutOfRange { horizon_ns });
+        }
+        Ok(Self {
+            rate_bits,
+            burst_bytes: (u128::from(rate_bits) * u128::from(horizon_ns) / (8 * NS_PER_SEC)) as u64,
+            ns_per_byte_q16: ns_per_byte_q16(rate_bits),
+            burst_ns: horizon_ns,
+            edt: true,
+        })
+    }
+
+    /// Whether the class is paced (EDT) rather than policed.
+    pub fn is_edt(&self) -> bool {
+        self.edt
     }
 
     pub fn rate_bits(&self) -> u64 {
@@ -145,6 +185,14 @@ impl BucketParams {
     pub fn burst_ns(&self) -> u64 {
         self.burst_ns
     }
+}
+
+/// ns per byte = 8e9 / rate_bits, rounded to nearest in 48.16 fixed point
+/// (`rate_bits` is at least `MIN_RATE_BITS`).
+fn ns_per_byte_q16(rate_bits: u64) -> u64 {
+    let rate = u128::from(rate_bits.max(1));
+    let q = ((8 * NS_PER_SEC) << NS_PER_BYTE_SHIFT) + rate / 2;
+    (q / rate) as u64
 }
 
 /// Transmission time of `bytes` at `ns_per_byte_q16`, ns.
@@ -162,7 +210,7 @@ impl BucketParams {
     }
 }
 
-pub use bpf_maps::gcra::{decide, frame_cost, Decision};
+pub use bpf_maps::gcra::{decide, frame_cost, pace, Decision, Pacing};
 
 /// A bucket shared by threads, updated by the kernel's CAS loop; the
 /// userspace stand-in for one `CW_EG_BUCKETS` slot.
@@ -201,6 +249,30 @@ impl SharedBucket {
             }
         }
         false
+    }
+}
+
+impl SharedBucket {
+    /// The departure time of a `len`-byte frame sent at `now` whose own
+    /// departure time is `earliest`, on a paced class; updates the bucket.
+    /// `None`: beyond the horizon (the kernel drops it).
+    pub fn pace(&self, now: u64, earliest: u64, len: u32, p: &BucketParams) -> Option<u64> {
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let seen = self.tat.load(Ordering::Acquire);
+            match pace(seen, now, earliest, len, p.ns_per_byte_q16, p.burst_ns) {
+                Pacing::BeyondHorizon => return None,
+                Pacing::Send { tstamp, new_tat } => {
+                    if self
+                        .tat
+                        .compare_exchange(seen, new_tat, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        return Some(tstamp);
+                    }
+                }
+            }
+        }
+        None
     }
 }
 

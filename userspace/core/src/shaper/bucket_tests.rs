@@ -342,3 +342,118 @@ fn every_interleaving_of_three_cpus_is_linearizable() {
     explore(cpus, 0, Vec::new(), &p, &mut histories);
     assert!(histories > 1000, "only {histories} histories explored");
 }
+
+fn edt(rate_bits: u64, horizon_ms: u64) -> BucketParams {
+    BucketParams::edt(rate_bits, horizon_ms * 1_000_000).expect("valid EDT parameters")
+}
+
+#[test]
+fn edt_parameters_are_checked() {
+    assert!(BucketParams::edt(MIN_RATE_BITS - 1, 1_000_000).is_err());
+    assert_eq!(
+        BucketParams::edt(1_000_000, 999_999),
+        Err(BucketError::HorizonOutOfRange {
+            horizon_ns: 999_999
+        })
+    );
+    assert!(BucketParams::edt(1_000_000, 10_000_000_001).is_err());
+    let p = edt(100_000_000, 50);
+    assert!(p.is_edt() && !params(100_000_000, 64 * 1024).is_edt());
+    assert_eq!((p.ns_per_byte_q16(), p.burst_ns()), (80 << 16, 50_000_000));
+    // 50 ms at 100 Mbit/s.
+    assert_eq!(p.burst_bytes(), 625_000);
+}
+
+#[test]
+fn a_greedy_paced_class_leaves_at_its_rate_with_no_burst() {
+    // Frames offered far faster than the rate, all at `now` = 0: each
+    // leaves one frame time after the previous one, the first at once.
+    let p = edt(100_000_000, 10);
+    let b = SharedBucket::new(0);
+    let cost = frame_cost(1514, p.ns_per_byte_q16());
+    // 10 ms at 100 Mbit/s hold 82 such frames; the 83rd is dropped.
+    for i in 0..83u64 {
+        assert_eq!(b.pace(1, 0, 1514, &p), Some(1 + i * cost), "frame {i}");
+    }
+    assert_eq!(b.pace(1, 0, 1514, &p), None);
+}
+
+#[test]
+fn paced_frames_beyond_the_horizon_are_dropped_and_change_nothing() {
+    let p = edt(10_000_000, 1);
+    let b = SharedBucket::new(0);
+    let cost = frame_cost(1514, p.ns_per_byte_q16()); // 1211 us
+    assert_eq!(b.pace(1_000, 0, 1514, &p), Some(1_000));
+    // The second frame would wait 1.2 ms >= 1 ms: dropped.
+    assert_eq!(b.pace(1_000, 0, 1514, &p), None);
+    assert_eq!(b.tat(), 1_000 + cost);
+    // Once the backlog is below the horizon, frames pass again.
+    let later = 1_000 + cost - 999_999;
+    assert_eq!(b.pace(later, 0, 1514, &p), Some(1_000 + cost));
+}
+
+#[test]
+fn a_frames_own_departure_time_is_kept_when_within_the_horizon() {
+    let p = edt(100_000_000, 10);
+    let cost = frame_cost(1000, p.ns_per_byte_q16());
+    // TCP paced it to 1 ms from now; the class is idle: it leaves then.
+    let b = SharedBucket::new(0);
+    assert_eq!(b.pace(5_000, 1_005_000, 1000, &p), Some(1_005_000));
+    assert_eq!(b.tat(), 1_005_000 + cost);
+    // A stamp a horizon or more ahead (another clock) is ignored.
+    let b = SharedBucket::new(0);
+    assert_eq!(b.pace(5_000, 5_000 + 10_000_000, 1000, &p), Some(5_000));
+    // A stamp in the past is `now`.
+    let b = SharedBucket::new(0);
+    assert_eq!(b.pace(5_000, 4_000, 1000, &p), Some(5_000));
+}
+
+proptest! {
+    /// Over any run of paced frames: departures never go backwards, every
+    /// departure is within the horizon of its base, and the bytes leaving
+    /// in any window [t0, t1) take at most (t1 - t0) at the rate plus one
+    /// frame; a frame is dropped only when the backlog reached the horizon.
+    #[test]
+    fn paced_departures_respect_the_rate_and_the_horizon(
+        rate_mbit in 1u64..2_000,
+        horizon_ms in 1u64..200,
+        frames in prop::collection::vec((0u64..200_000, 64u32..=65_536), 1..300),
+    ) {
+        let p = edt(rate_mbit * 1_000_000, horizon_ms);
+        let b = SharedBucket::new(0);
+        let mut now = 1_000_000u64;
+        let mut sent: Vec<(u64, u32)> = Vec::new();
+        for (gap, len) in frames {
+            now += gap;
+            let before = b.tat();
+            match b.pace(now, 0, len, &p) {
+                Some(t) => {
+                    prop_assert!(t >= now && t - now < p.burst_ns().max(1));
+                    prop_assert_eq!(t, before.max(now));
+                    if let Some(&(last, _)) = sent.last() {
+                        prop_assert!(t >= last);
+                    }
+                    sent.push((t, len));
+                }
+                None => {
+                    prop_assert!(before > now && before - now >= p.burst_ns());
+                    prop_assert_eq!(b.tat(), before);
+                }
+            }
+        }
+        for (i, &(t0, _)) in sent.iter().enumerate() {
+            let mut bytes = 0u64;
+            for &(t, len) in &sent[i..] {
+                bytes += u64::from(len);
+                let span = t - t0;
+                let allowed = frame_cost(
+                    (bytes - u64::from(len)).min(u64::from(u32::MAX)) as u32,
+                    p.ns_per_byte_q16(),
+                );
+                // The frame at `t` starts no earlier than the bytes before
+                // it take at the rate (rounding: 1 ns per frame).
+                prop_assert!(span + (sent.len() as u64) >= allowed);
+            }
+        }
+    }
+}

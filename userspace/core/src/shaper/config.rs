@@ -5,7 +5,7 @@ use bpf_maps::{
     classifier::MAX_CLASSES,
     shaper::{
         ShaperClassConfig, OVER_DEMOTE, OVER_DROP, OVER_ECN_MARK, SHAPE_FLAG_BUCKET,
-        SHAPE_FLAG_DSCP, SHAPE_FLAG_PRIORITY,
+        SHAPE_FLAG_DSCP, SHAPE_FLAG_EDT, SHAPE_FLAG_PRIORITY,
     },
 };
 
@@ -195,6 +195,9 @@ fn map_entry(s: &ClassShaping) -> ShaperClassConfig {
     let mut e = ShaperClassConfig::default();
     if let Some(b) = s.bucket {
         e.flags |= SHAPE_FLAG_BUCKET;
+        if b.is_edt() {
+            e.flags |= SHAPE_FLAG_EDT;
+        }
         e.rate_bytes_per_sec = b.rate_bits() / 8;
         e.ns_per_byte_q16 = b.ns_per_byte_q16();
         e.burst_ns = b.burst_ns();

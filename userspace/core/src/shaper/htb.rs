@@ -9,9 +9,12 @@
 //! -batch` text that builds it and the reading of `tc -j qdisc show`. Running
 //! `tc` is `causeway::shaper::htb::Htb`.
 //!
+//! Paced (EDT) classes get `fq` as the root qdisc instead, with the same
+//! handle `ca:` ([`RootQdisc::Fq`]).
+//!
 //! Ownership: before installing, the root qdisc must be a default one
-//! (`noqueue`, `pfifo_fast`, `mq`, `fq_codel`, `noop`) or ours (HTB with
-//! handle `ca:`); removal deletes the root qdisc only when it is ours.
+//! (`noqueue`, `pfifo_fast`, `mq`, `fq_codel`, `noop`) or ours (HTB or fq
+//! with handle `ca:`); removal deletes the root qdisc only when it is ours.
 
 use serde::Deserialize;
 
@@ -43,6 +46,22 @@ pub struct HtbLeaf {
     pub burst_bytes: u64,
 }
 
+/// The root qdisc Causeway installs (handle `ca:` either way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RootQdisc {
+    /// The HTB hierarchy below.
+    #[default]
+    Htb,
+    /// `fq` alone, for paced (EDT) classes: it holds each frame until
+    /// the departure time the TC program wrote in `skb->tstamp`; the
+    /// leaves are not installed.
+    Fq,
+}
+
+/// `fq`'s per-flow packet limit: room for the GSO frames of a TCP flow
+/// held back by its class's pacing (fq's default is 100).
+pub const FQ_FLOW_LIMIT: u32 = 1000;
+
 /// The whole hierarchy for one interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HtbPlan {
@@ -50,6 +69,7 @@ pub struct HtbPlan {
     pub link_bits: u64,
     /// Leaves; class 0 (the default class) must be one of them.
     pub leaves: Vec<HtbLeaf>,
+    pub root: RootQdisc,
 }
 
 /// Why a hierarchy was refused.
@@ -130,6 +150,11 @@ impl HtbPlan {
 
     /// `tc -batch` lines that build the hierarchy on `iface` from scratch.
     pub fn batch(&self, iface: &str) -> String {
+        if self.root == RootQdisc::Fq {
+            return format!(
+                "qdisc add dev {iface} root handle {HTB_MAJOR:x}: fq flow_limit {FQ_FLOW_LIMIT}\n"
+            );
+        }
         let mut out = format!(
             "qdisc add dev {iface} root handle {HTB_MAJOR:x}: htb default {:x}\n",
             LEAF_MINOR_BASE
@@ -215,7 +240,7 @@ pub fn root_owner(json: &str) -> Result<RootOwner, String> {
         return Ok(RootOwner::Default);
     };
     Ok(
-        if root.kind == "htb" && root.handle == format!("{HTB_MAJOR:x}:") {
+        if (root.kind == "htb" || root.kind == "fq") && root.handle == format!("{HTB_MAJOR:x}:") {
             RootOwner::Causeway
         } else if DEFAULT_QDISCS.contains(&root.kind.as_str()) {
             RootOwner::Default

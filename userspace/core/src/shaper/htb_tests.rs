@@ -17,11 +17,13 @@ fn plans_are_validated() {
     let ok = HtbPlan {
         link_bits: 1_000,
         leaves: vec![leaf(0, 500, 1_000, 1), leaf(3, 500, 1_000, 0)],
+        root: RootQdisc::Htb,
     };
     assert!(ok.validate().is_ok());
     let over = HtbPlan {
         link_bits: 1_000,
         leaves: vec![leaf(0, 600, 1_000, 1), leaf(3, 500, 1_000, 0)],
+        root: RootQdisc::Htb,
     };
     assert!(matches!(
         over.validate(),
@@ -33,6 +35,7 @@ fn plans_are_validated() {
     let ceil = HtbPlan {
         link_bits: 1_000,
         leaves: vec![leaf(0, 600, 2_000, 1)],
+        root: RootQdisc::Htb,
     };
     assert!(matches!(
         ceil.validate(),
@@ -41,6 +44,7 @@ fn plans_are_validated() {
     let inverted = HtbPlan {
         link_bits: 1_000,
         leaves: vec![leaf(0, 600, 500, 1)],
+        root: RootQdisc::Htb,
     };
     assert!(matches!(
         inverted.validate(),
@@ -49,6 +53,7 @@ fn plans_are_validated() {
     let no_default = HtbPlan {
         link_bits: 1_000,
         leaves: vec![leaf(3, 600, 600, 1)],
+        root: RootQdisc::Htb,
     };
     assert!(matches!(
         no_default.validate(),
@@ -64,6 +69,7 @@ fn batch_names_our_handles() {
             leaf(0, 1_000_000, 1_000_000_000, 3),
             leaf(3, 10_000_000, 100_000_000, 0),
         ],
+        root: RootQdisc::Htb,
     };
     let batch = plan.batch("eth9");
     assert!(batch.starts_with("qdisc add dev eth9 root handle ca: htb default 10\n"));

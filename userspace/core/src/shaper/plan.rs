@@ -18,7 +18,7 @@
 use super::{
     bucket::{BucketError, BucketParams},
     config::{ClassShaping, OverAction, ShapingError, ShapingTable},
-    htb::{leaf_classid, HtbLeaf, HtbPlan, HtbPlanError},
+    htb::{leaf_classid, HtbLeaf, HtbPlan, HtbPlanError, RootQdisc},
 };
 
 /// Bytes of link header counted on top of the MTU (Ethernet).
@@ -55,6 +55,24 @@ pub fn default_prio(name: &str) -> u8 {
     }
 }
 
+/// The EDT horizon of a paced class whose policy does not set one: the
+/// backlog TCP small queues lets several senders keep in `fq` at tens of
+/// Mbit/s stays well inside it, so frames are delayed, not dropped.
+pub const DEFAULT_EDT_HORIZON_NS: u64 = 1_000_000_000;
+
+/// How a class's ceiling is enforced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PacingMode {
+    /// The TC program's token bucket polices arrivals at HTB, which
+    /// queues (the default).
+    #[default]
+    Police,
+    /// The TC program stamps each frame's departure time (`skb->tstamp`)
+    /// and the `fq` root qdisc holds it until then; frames that would
+    /// leave `horizon_ns` or more late are dropped.
+    Edt { horizon_ns: u64 },
+}
+
 /// One class's shaping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClassShapingPolicy {
@@ -65,6 +83,7 @@ pub struct ClassShapingPolicy {
     pub prio: u8,
     pub over: OverAction,
     pub dscp: Option<u8>,
+    pub pacing: PacingMode,
 }
 
 /// The shaping of one interface, validated by [`ShapingPolicy::new`].
@@ -93,6 +112,7 @@ pub enum Setting {
     Priority,
     Demotion,
     Dscp,
+    Pacing,
 }
 
 /// Why a shaping plan was refused.
@@ -110,6 +130,14 @@ pub enum PlanError {
     Bucket { class: u8, source: BucketError },
     #[error("{0}")]
     Table(ShapingError),
+    #[error("class {class}: pacing = \"edt\" puts the fq qdisc at the root instead of HTB, so every shaped class must use it (class {other} does not)")]
+    EdtMixed { class: u8, other: u8 },
+    #[error(
+        "class {class}: pacing = \"edt\" paces at one rate; ceil must equal rate (or be left out)"
+    )]
+    EdtCeiling { class: u8 },
+    #[error("class {class}: pacing = \"edt\" drops frames beyond its horizon; over_limit must be \"drop\" (or be left out)")]
+    EdtAction { class: u8 },
 }
 
 impl PlanError {
@@ -117,7 +145,11 @@ impl PlanError {
     pub fn class(&self) -> Option<u8> {
         match self {
             Self::MtuOutOfRange(_) | Self::NoRoomForDefault { .. } => None,
-            Self::DuplicateClass { class } | Self::Bucket { class, .. } => Some(*class),
+            Self::DuplicateClass { class }
+            | Self::Bucket { class, .. }
+            | Self::EdtMixed { class, .. }
+            | Self::EdtCeiling { class }
+            | Self::EdtAction { class } => Some(*class),
             Self::Htb(e) => e.class(),
             Self::Table(e) => Some(e.class()),
         }
@@ -129,7 +161,12 @@ impl PlanError {
             Self::MtuOutOfRange(_) => Setting::Mtu,
             Self::NoRoomForDefault { .. } => Setting::LinkRate,
             Self::DuplicateClass { .. } => Setting::Class,
-            Self::Bucket { .. } => Setting::Burst,
+            Self::Bucket { source, .. } => match source {
+                BucketError::HorizonOutOfRange { .. } => Setting::Pacing,
+                _ => Setting::Burst,
+            },
+            Self::EdtMixed { .. } | Self::EdtAction { .. } => Setting::Pacing,
+            Self::EdtCeiling { .. } => Setting::Ceil,
             Self::Htb(e) => match e {
                 HtbPlanError::RateAboveCeiling { .. } | HtbPlanError::CeilingAboveLink { .. } => {
                     Setting::Ceil
@@ -178,6 +215,7 @@ impl ShapingPolicy {
                 class: pair[0].class,
             });
         }
+        self.check_pacing()?;
         self.htb_plan().validate().map_err(PlanError::Htb)?;
         let sum_bits = self.guaranteed_bits();
         if self.class(0).is_none() && sum_bits >= self.link_bits {
@@ -187,6 +225,41 @@ impl ShapingPolicy {
             });
         }
         self.shaping_table().map(|_| ())
+    }
+
+    /// Paced classes: all shaped classes or none (the root qdisc is `fq`
+    /// or HTB), each at one rate, dropping beyond the horizon.
+    fn check_pacing(&self) -> Result<(), PlanError> {
+        let edt = |c: &&ClassShapingPolicy| matches!(c.pacing, PacingMode::Edt { .. });
+        let Some(paced) = self.classes.iter().find(edt) else {
+            return Ok(());
+        };
+        if let Some(other) = self.classes.iter().find(|c| !edt(c)) {
+            return Err(PlanError::EdtMixed {
+                class: paced.class.max(other.class),
+                other: if paced.class > other.class {
+                    other.class
+                } else {
+                    paced.class
+                },
+            });
+        }
+        for c in &self.classes {
+            if c.ceil_bits != c.rate_bits {
+                return Err(PlanError::EdtCeiling { class: c.class });
+            }
+            if c.over != OverAction::Drop {
+                return Err(PlanError::EdtAction { class: c.class });
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the classes are paced (EDT, under `fq`) rather than policed.
+    pub fn uses_edt(&self) -> bool {
+        self.classes
+            .iter()
+            .any(|c| matches!(c.pacing, PacingMode::Edt { .. }))
     }
 
     /// One frame at the link MTU, with its link header.
@@ -208,7 +281,8 @@ impl ShapingPolicy {
 
     /// The HTB hierarchy: a leaf per shaped class, plus one for class 0
     /// (unclassified frames) with what is left of the link when the plan
-    /// does not shape it.
+    /// does not shape it. With paced classes the root qdisc is `fq`
+    /// instead and the leaves are only checked, not installed.
     pub fn htb_plan(&self) -> HtbPlan {
         let mut leaves: Vec<HtbLeaf> = self.classes.iter().map(htb_leaf).collect();
         if self.class(0).is_none() {
@@ -226,6 +300,11 @@ impl ShapingPolicy {
         HtbPlan {
             link_bits: self.link_bits,
             leaves,
+            root: if self.uses_edt() {
+                RootQdisc::Fq
+            } else {
+                RootQdisc::Htb
+            },
         }
     }
 
@@ -244,17 +323,24 @@ impl ShapingPolicy {
 
 /// The program's entry for one class.
 pub fn class_shaping(c: &ClassShapingPolicy, frame: u64) -> Result<ClassShaping, PlanError> {
-    let bucket = BucketParams::new(c.ceil_bits, c.burst_bytes, frame).map_err(|source| {
-        PlanError::Bucket {
-            class: c.class,
-            source,
-        }
+    let bucket = match c.pacing {
+        PacingMode::Police => BucketParams::new(c.ceil_bits, c.burst_bytes, frame),
+        PacingMode::Edt { horizon_ns } => BucketParams::edt(c.ceil_bits, horizon_ns),
+    }
+    .map_err(|source| PlanError::Bucket {
+        class: c.class,
+        source,
     })?;
+    // Under fq there are no HTB leaves to steer frames to.
+    let priority = match c.pacing {
+        PacingMode::Police => Some(leaf_classid(c.class)),
+        PacingMode::Edt { .. } => None,
+    };
     Ok(ClassShaping {
         bucket: Some(bucket),
         over: c.over,
         dscp: c.dscp,
-        priority: Some(leaf_classid(c.class)),
+        priority,
     })
 }
 

@@ -1,7 +1,10 @@
 //! The one shaping validator: each rule, and where its error points.
 
 use super::*;
-use crate::shaper::{bucket::BucketError, htb::HtbPlanError};
+use crate::shaper::{
+    bucket::BucketError,
+    htb::{HtbPlanError, RootQdisc, FQ_FLOW_LIMIT},
+};
 
 const MBIT: u64 = 1_000_000;
 
@@ -14,6 +17,7 @@ fn class(id: u8, rate_mbit: u64, ceil_mbit: u64) -> ClassShapingPolicy {
         prio: DEFAULT_PRIO,
         over: OverAction::EcnMark,
         dscp: None,
+        pacing: PacingMode::Police,
     }
 }
 
@@ -202,4 +206,82 @@ fn strict_priority_defaults() {
     assert_eq!(default_prio("control"), 0);
     assert_eq!(default_prio("clock"), 0);
     assert_eq!(default_prio("bulk"), DEFAULT_PRIO);
+}
+
+fn paced(id: u8, mbit: u64) -> ClassShapingPolicy {
+    ClassShapingPolicy {
+        over: OverAction::Drop,
+        pacing: PacingMode::Edt {
+            horizon_ns: DEFAULT_EDT_HORIZON_NS,
+        },
+        ..class(id, mbit, mbit)
+    }
+}
+
+#[test]
+fn a_paced_plan_installs_fq_and_stamps_instead_of_steering() {
+    let plan =
+        ShapingPolicy::new(1000 * MBIT, 1500, vec![paced(5, 100), paced(6, 20)]).expect("valid");
+    assert!(plan.uses_edt());
+    let htb = plan.htb_plan();
+    assert_eq!(htb.root, RootQdisc::Fq);
+    assert_eq!(
+        htb.batch("v0"),
+        format!("qdisc add dev v0 root handle ca: fq flow_limit {FQ_FLOW_LIMIT}\n")
+    );
+    let table = plan.shaping_table().expect("table");
+    let entry = table.get(5).expect("entry");
+    let bucket = entry.bucket.expect("bucket");
+    assert!(bucket.is_edt());
+    assert_eq!(bucket.burst_ns(), DEFAULT_EDT_HORIZON_NS);
+    assert_eq!(entry.priority, None);
+    let e = table.map_entries();
+    assert_ne!(e[5].flags & bpf_maps::shaper::SHAPE_FLAG_EDT, 0);
+    assert_eq!(e[5].flags & bpf_maps::shaper::SHAPE_FLAG_PRIORITY, 0);
+    let policed = ShapingPolicy::new(1000 * MBIT, 1500, vec![class(5, 100, 100)]).expect("ok");
+    assert_eq!(policed.htb_plan().root, RootQdisc::Htb);
+    assert_eq!(
+        policed.shaping_table().expect("table").map_entries()[5].flags
+            & bpf_maps::shaper::SHAPE_FLAG_EDT,
+        0
+    );
+}
+
+#[test]
+fn paced_plans_refuse_what_fq_cannot_do() {
+    let e = refused(1500, vec![paced(5, 100), class(6, 10, 10)]);
+    assert_eq!(e, PlanError::EdtMixed { class: 6, other: 5 });
+    assert_eq!((e.class(), e.setting()), (Some(6), Setting::Pacing));
+    let e = refused(
+        1500,
+        vec![ClassShapingPolicy {
+            ceil_bits: 200 * MBIT,
+            ..paced(5, 100)
+        }],
+    );
+    assert_eq!(e, PlanError::EdtCeiling { class: 5 });
+    assert_eq!(e.setting(), Setting::Ceil);
+    let e = refused(
+        1500,
+        vec![ClassShapingPolicy {
+            over: OverAction::EcnMark,
+            ..paced(5, 100)
+        }],
+    );
+    assert_eq!(e, PlanError::EdtAction { class: 5 });
+    let e = refused(
+        1500,
+        vec![ClassShapingPolicy {
+            pacing: PacingMode::Edt { horizon_ns: 10 },
+            ..paced(5, 100)
+        }],
+    );
+    assert!(matches!(
+        e,
+        PlanError::Bucket {
+            class: 5,
+            source: BucketError::HorizonOutOfRange { horizon_ns: 10 }
+        }
+    ));
+    assert_eq!(e.setting(), Setting::Pacing);
 }
