@@ -360,3 +360,64 @@ pub fn quantile(samples: &mut [f64], q: f64) -> f64 {
     let idx = ((samples.len() as f64 - 1.0) * q).round() as usize;
     samples[idx]
 }
+
+/// `tc -n <A side> ARGS` on `link`; panics with tc's stderr on failure.
+pub fn tc_a(link: &VethLink, args: &[&str]) {
+    let out = Command::new("tc")
+        .args(["-n", link.a.name()])
+        .args(args)
+        .output()
+        .expect("run tc");
+    assert!(
+        out.status.success(),
+        "tc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The A side's root qdisc, as `tc -s -j qdisc show` reports it.
+pub fn root_qdisc(link: &VethLink) -> serde_json::Value {
+    let out = Command::new("tc")
+        .args(["-n", link.a.name(), "-s", "-j", "qdisc", "show", "dev"])
+        .arg(&link.a_if)
+        .output()
+        .expect("tc -s qdisc show");
+    let qdiscs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("tc JSON");
+    qdiscs
+        .as_array()
+        .and_then(|q| q.iter().find(|q| q["root"].as_bool() == Some(true)))
+        .cloned()
+        .unwrap_or_else(|| panic!("no root qdisc in {qdiscs}"))
+}
+
+/// Bytes the A side's root qdisc (Causeway's HTB or fq, or `tbf`) has sent,
+/// at the length it charges: GSO frames with every segment's headers.
+pub fn root_qdisc_bytes(link: &VethLink) -> u64 {
+    let q = root_qdisc(link);
+    q["bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no byte count in {q}"))
+}
+
+/// The A side's root qdisc's kind (`htb`, `fq`, `tbf`...).
+pub fn root_qdisc_kind(link: &VethLink) -> String {
+    root_qdisc(link)["kind"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `tbf` at `rate` (bit/s) as the root qdisc of the A side: a burst of
+/// 10 ms at the rate (at least ten frames) and 20 ms of queue.
+pub fn install_tbf(link: &VethLink, rate: u64) {
+    let burst = (rate / 8 / 100).max(15_140).to_string();
+    let r = format!("{rate}bit");
+    let dev = link.a_if.as_str();
+    tc_a(
+        link,
+        &[
+            "qdisc", "add", "dev", dev, "root", "tbf", "rate", &r, "burst", &burst, "latency",
+            "20ms",
+        ],
+    );
+}

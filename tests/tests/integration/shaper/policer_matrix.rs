@@ -93,31 +93,6 @@ fn classes(rate: u64, over: OverAction) -> Vec<ClassSpec> {
     ]
 }
 
-/// `tbf` at `rate` as the root qdisc of the A side: a burst of 10 ms at the
-/// rate (at least ten frames) and 20 ms of queue.
-fn install_tbf(link: &VethLink, rate: u64) {
-    let burst = (rate / 8 / 100).max(15_140).to_string();
-    let r = format!("{rate}bit");
-    let args = [
-        "-n",
-        link.a.name(),
-        "qdisc",
-        "add",
-        "dev",
-        &link.a_if,
-        "root",
-        "tbf",
-        "rate",
-        &r,
-        "burst",
-        &burst,
-        "latency",
-        "20ms",
-    ];
-    let status = Command::new("tc").args(args).status().expect("run tc");
-    assert!(status.success(), "tc {args:?}");
-}
-
 /// Runs one cell; returns the rate the link sent in frame bytes, bit/s.
 fn cell(shaper: Shaper, offloads: bool, rate: u64, streams: u32) -> f64 {
     let link = VethLink::new(71);
@@ -167,30 +142,6 @@ fn cell(shaper: Shaper, offloads: bool, rate: u64, streams: u32) -> f64 {
         );
     }
     (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64()
-}
-
-/// Bytes the A side's root qdisc (Causeway's HTB or `tbf`) has sent, at
-/// the length it charges: GSO frames with every segment's headers.
-fn root_qdisc_bytes(link: &VethLink) -> u64 {
-    let out = Command::new("tc")
-        .args([
-            "-n",
-            link.a.name(),
-            "-s",
-            "-j",
-            "qdisc",
-            "show",
-            "dev",
-            &link.a_if,
-        ])
-        .output()
-        .expect("tc -s qdisc show");
-    let qdiscs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("tc JSON");
-    qdiscs
-        .as_array()
-        .and_then(|q| q.iter().find(|q| q["root"].as_bool() == Some(true)))
-        .and_then(|q| q["bytes"].as_u64())
-        .unwrap_or_else(|| panic!("no root qdisc byte count in {qdiscs}"))
 }
 
 #[test]

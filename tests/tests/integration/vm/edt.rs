@@ -25,6 +25,7 @@ use std::{
 
 use causeway_test_support::{netns::VethLink, require_root};
 use causeway_tests::causeway_cli::Attachment;
+use causeway_tests::shaper_net::{install_tbf, root_qdisc_bytes, root_qdisc_kind, tc_a as tc};
 
 use super::fact;
 
@@ -82,19 +83,6 @@ class = "bulk"
     )
 }
 
-fn tc(link: &VethLink, args: &[&str]) {
-    let out = Command::new("tc")
-        .args(["-n", link.a.name()])
-        .args(args)
-        .output()
-        .expect("run tc");
-    assert!(
-        out.status.success(),
-        "tc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The kernel's HTB alone: one class at the rate that takes everything,
 /// with HTB's burst of 10 ms at the rate (at least ten frames), as
 /// Causeway's own hierarchy sizes it.
@@ -113,63 +101,6 @@ fn install_htb(link: &VethLink, rate: u64) {
         &r, "burst", &burst, "cburst", &burst,
     ];
     tc(link, &class);
-}
-
-/// `tbf` at the rate, as the policer matrix installs it.
-fn install_tbf(link: &VethLink, rate: u64) {
-    let burst = (rate / 8 / 100).max(15_140).to_string();
-    let r = format!("{rate}bit");
-    let dev = link.a_if.as_str();
-    let args = [
-        "qdisc", "add", "dev", dev, "root", "tbf", "rate", &r, "burst", &burst, "latency", "20ms",
-    ];
-    tc(link, &args);
-}
-
-/// Bytes the A side's root qdisc has sent (frame bytes).
-fn root_qdisc_bytes(link: &VethLink) -> u64 {
-    let out = Command::new("tc")
-        .args([
-            "-n",
-            link.a.name(),
-            "-s",
-            "-j",
-            "qdisc",
-            "show",
-            "dev",
-            &link.a_if,
-        ])
-        .output()
-        .expect("tc -s qdisc show");
-    let qdiscs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("tc JSON");
-    qdiscs
-        .as_array()
-        .and_then(|q| q.iter().find(|q| q["root"].as_bool() == Some(true)))
-        .and_then(|q| q["bytes"].as_u64())
-        .unwrap_or_else(|| panic!("no root qdisc byte count in {qdiscs}"))
-}
-
-/// The root qdisc's kind (to check that attach installed `fq`).
-fn root_qdisc_kind(link: &VethLink) -> String {
-    let out = Command::new("tc")
-        .args([
-            "-n",
-            link.a.name(),
-            "-j",
-            "qdisc",
-            "show",
-            "dev",
-            &link.a_if,
-        ])
-        .output()
-        .expect("tc qdisc show");
-    let qdiscs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("tc JSON");
-    qdiscs
-        .as_array()
-        .and_then(|q| q.iter().find(|q| q["root"].as_bool() == Some(true)))
-        .and_then(|q| q["kind"].as_str())
-        .unwrap_or_default()
-        .to_string()
 }
 
 struct Server(std::process::Child);
