@@ -103,12 +103,7 @@ pub fn run(extra: &[String]) -> Result<()> {
     println!("|---:|---|---:|---|---:|---:|---:|");
     let sizes: Vec<u64> = times[0][0].iter().map(|(b, _)| *b).collect();
     for bytes in sizes {
-        let per_run = |m: usize| -> Vec<f64> {
-            times[m]
-                .iter()
-                .filter_map(|r| r.iter().find(|(b, _)| *b == bytes).map(|(_, t)| *t))
-                .collect()
-        };
+        let per_run = |m: usize| bench_tls::per_run(&times, m, bytes);
         let tcp = median(&per_run(0));
         for (m, mode) in modes.iter().enumerate() {
             let (t, lo, hi) = spread(&per_run(m));
@@ -197,18 +192,12 @@ fn guest_body(modes: &[Mode], out: &str) -> String {
                 mode.name
             );
             for (rank, addr) in ADDRS.iter().enumerate() {
-                let mut env = vec![
-                    ("RANK".to_string(), rank.to_string()),
-                    ("LOCAL_RANK".into(), "0".into()),
-                    ("WORLD_SIZE".into(), "2".into()),
-                    ("MASTER_ADDR".into(), ADDRS[0].into()),
-                    ("MASTER_PORT".into(), MASTER_PORT.to_string()),
-                    ("CAUSEWAY_ADDR".into(), addr.to_string()),
+                let mut env = crate::bench_tls_vm::pair_env(rank, ADDRS[0], MASTER_PORT);
+                env.extend([
+                    ("CAUSEWAY_ADDR".to_string(), addr.to_string()),
                     ("CAUSEWAY_HOST_ID".into(), format!("h{rank}")),
                     ("CAUSEWAY_DOMAIN".into(), "d0".into()),
-                    ("CAUSEWAY_TIMEOUT".into(), "120s".into()),
-                    ("CAUSEWAY_RENDEZVOUS_TIMEOUT".into(), "120s".into()),
-                ];
+                ]);
                 env.extend(mode.env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
                 let _ = write!(s, "ip netns exec {NS} env");
                 for (k, v) in env {

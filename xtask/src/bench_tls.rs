@@ -111,6 +111,15 @@ pub fn run(extra: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Mode `m`'s time for `bytes` in each run of `times[mode][run] = per size
+/// (bytes, median s)`.
+pub(crate) fn per_run(times: &[Vec<Vec<(u64, f64)>>], m: usize, bytes: u64) -> Vec<f64> {
+    times[m]
+        .iter()
+        .filter_map(|r| r.iter().find(|(b, _)| *b == bytes).map(|(_, t)| *t))
+        .collect()
+}
+
 /// The table of `times[mode][run] = per size (bytes, median s)`, mode 0
 /// being plaintext, with the targets' verdicts.
 pub(crate) fn print_table(modes: &[Mode], times: &[Vec<Vec<(u64, f64)>>]) {
@@ -118,12 +127,7 @@ pub(crate) fn print_table(modes: &[Mode], times: &[Vec<Vec<(u64, f64)>>]) {
     println!("|---:|---|---:|---|---:|---:|---|");
     let sizes: Vec<u64> = times[0][0].iter().map(|(b, _)| *b).collect();
     for bytes in sizes {
-        let per_run = |m: usize| -> Vec<f64> {
-            times[m]
-                .iter()
-                .filter_map(|r| r.iter().find(|(b, _)| *b == bytes).map(|(_, t)| *t))
-                .collect()
-        };
+        let per_run = |m: usize| per_run(times, m, bytes);
         let plain = median(&per_run(0));
         for (m, mode) in modes.iter().enumerate() {
             let (t, lo, hi) = spread(&per_run(m));

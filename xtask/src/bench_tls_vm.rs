@@ -157,15 +157,7 @@ fn guest_body(pki: &Pki, modes: &[Mode], out: &str) -> String {
                     mode.name
                 );
                 for (rank, ns) in NETNS.iter().enumerate() {
-                    let mut env = vec![
-                        ("RANK".to_string(), rank.to_string()),
-                        ("LOCAL_RANK".into(), "0".into()),
-                        ("WORLD_SIZE".into(), "2".into()),
-                        ("MASTER_ADDR".into(), ADDRS[0].into()),
-                        ("MASTER_PORT".into(), MASTER_PORT.to_string()),
-                        ("CAUSEWAY_TIMEOUT".into(), "120s".into()),
-                        ("CAUSEWAY_RENDEZVOUS_TIMEOUT".into(), "120s".into()),
-                    ];
+                    let mut env = pair_env(rank, ADDRS[0], MASTER_PORT);
                     env.extend(pki.env(rank));
                     env.extend(mode.env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
                     let _ = write!(s, "ip netns exec {ns} env");
@@ -202,4 +194,18 @@ fn guest_body(pki: &Pki, modes: &[Mode], out: &str) -> String {
     }
     s.push_str("exit 0\n");
     s
+}
+
+/// The environment of rank `rank` of a two-rank world whose store is at
+/// `master:port`, with timeouts long enough for a guest under TCG.
+pub(crate) fn pair_env(rank: usize, master: &str, port: u16) -> Vec<(String, String)> {
+    vec![
+        ("RANK".to_string(), rank.to_string()),
+        ("LOCAL_RANK".into(), "0".into()),
+        ("WORLD_SIZE".into(), "2".into()),
+        ("MASTER_ADDR".into(), master.into()),
+        ("MASTER_PORT".into(), port.to_string()),
+        ("CAUSEWAY_TIMEOUT".into(), "120s".into()),
+        ("CAUSEWAY_RENDEZVOUS_TIMEOUT".into(), "120s".into()),
+    ]
 }
