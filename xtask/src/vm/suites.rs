@@ -51,6 +51,7 @@ const SELECTIONS: &[Selection] = &[
             "clock_stamp_testrun::",
             "gcra_testrun::",
             "edt_testrun::",
+            "steer_testrun::crafted_frames_are_steered_by_flow_and_path_state",
             "xdp_testrun::crafted_frames_are_classified_and_counted",
             "xdp_testrun::object_declares_every_shared_map",
             "admission_testrun::",

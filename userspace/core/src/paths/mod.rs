@@ -14,6 +14,8 @@
 //! - [`split`]: the fluid optimum (each path gets bytes while its one-way
 //!   delay plus queued/rate is below the others'), and [`split::Weights`],
 //!   which follows it smoothly, without flapping, and drops a dead path at once.
+//! - [`steer`]: the reference model of the kernel's per-flow path steering
+//!   (`ebpf/src/steer.rs`: flow → path → `skb->mark`).
 //!
 //! Pure and deterministic: every input, "now" included, comes in as an
 //! argument (nanoseconds on any monotonic timescale); nothing here reads a
@@ -21,6 +23,7 @@
 
 pub mod estimator;
 pub mod split;
+pub mod steer;
 
 #[cfg(test)]
 mod estimator_tests;
