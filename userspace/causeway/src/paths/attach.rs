@@ -176,6 +176,13 @@ pub fn detach(layout: &Layout, scope: &NetnsScope, iface: &str) -> Result<(), St
         })?;
     }
     remove_pins(&dirs)?;
+    // The `steer` roots go with their last attachment (only when empty).
+    for root in [dirs.scope_dir.parent(), dirs.state_scope_dir.parent()]
+        .into_iter()
+        .flatten()
+    {
+        let _ = std::fs::remove_dir(root);
+    }
     Ok(())
 }
 
