@@ -91,3 +91,7 @@ pub const PATHS_SHOW: &str = exit_help!(
     "Examples:\n  causeway --netns d0gw paths show\n  causeway paths show --iface br0 --flows --json",
     "no steering attached, or its maps could not be read"
 );
+pub const PATHS_MONITOR: &str = exit_help!(
+    "Example:\n  causeway --netns d0gw paths monitor --iface br0 --probe 0=10.200.0.2:7360 --probe 1=10.200.1.2:7360",
+    "steering not attached, a probed path without a mark, a socket could not be\n       bound, or a map write failed; it runs until interrupted (130 on Ctrl-C)"
+);

@@ -6,7 +6,11 @@
 use anyhow::{bail, Context as _, Result};
 use clap::Subcommand;
 
-use causeway::paths::{self, parse_flow, FlowSpec, PathMaps, PathRow};
+use causeway::paths::{
+    self,
+    monitor::{self, MonitorConfig, PathHealth},
+    parse_flow, FlowSpec, PathMaps, PathRow,
+};
 
 use super::{exit, table, Context};
 
@@ -91,8 +95,39 @@ pub enum PathsCommand {
         #[arg(long)]
         down: bool,
     },
-    /// Per path: mark, state, flows on it, frames and bytes it carried;
-    /// and the frames left unsteered.
+    /// The steering controller: probe every path (a socket marked with the
+    /// path's mark, to an address over it that answers: another monitor's
+    /// --listen), declare a path down after --down-after without a reply,
+    /// move its flows to the live path with the lowest RTT, and home again
+    /// once it is back (3 replies in a row). Prints one JSON line per event
+    /// and a report per second; runs until interrupted (or --duration).
+    #[command(
+        after_help = "Examples:\n  causeway --netns d1gw paths monitor --listen 0.0.0.0:7360\n  causeway --netns d0gw paths monitor --iface br0 --probe 0=10.200.0.2:7360 --probe 1=10.200.1.2:7360 --listen 0.0.0.0:7360",
+        after_long_help = exit::PATHS_MONITOR
+    )]
+    Monitor {
+        /// Interface whose steering to drive. Optional with --listen alone.
+        #[arg(long, value_name = "IF", requires = "probes")]
+        iface: Option<String>,
+        /// A path to probe as ID=ADDR:PORT (an address answering over it);
+        /// repeat per path. Requires --iface.
+        #[arg(long = "probe", value_name = "ID=ADDR:PORT", value_parser = probe_arg, requires = "iface")]
+        probes: Vec<(u32, std::net::SocketAddr)>,
+        /// Answer other monitors' probes on ADDR:PORT. Optional.
+        #[arg(long, value_name = "ADDR:PORT")]
+        listen: Option<std::net::SocketAddr>,
+        /// Probe period, e.g. 100ms. Optional; default 100ms.
+        #[arg(long, value_name = "DURATION", default_value = "100ms", value_parser = super::args::interval_arg)]
+        interval: std::time::Duration,
+        /// No reply for this long: the path is down. Optional; default 1s.
+        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = super::args::interval_arg)]
+        down_after: std::time::Duration,
+        /// Stop after this long. Optional; default: run until interrupted.
+        #[arg(long, value_name = "DURATION", value_parser = super::args::interval_arg)]
+        duration: Option<std::time::Duration>,
+    },
+    /// Per path: mark, state, flows on it, frames and bytes it carried, and
+    /// the monitor's RTT and loss when one runs; the frames left unsteered.
     #[command(
         after_help = "Examples:\n  causeway --netns d0gw paths show\n  causeway --netns d0gw paths show --iface br0 --flows --json",
         after_long_help = exit::PATHS_SHOW
@@ -123,6 +158,22 @@ fn mark_arg(s: &str) -> Result<u32, String> {
     Ok(v)
 }
 
+/// `ID=ADDR:PORT`.
+fn probe_arg(s: &str) -> Result<(u32, std::net::SocketAddr), String> {
+    let (id, addr) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: a probe is ID=ADDR:PORT, e.g. 1=10.200.1.2:7360"))?;
+    let id = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("{id:?} is not a path id (0-15)"))?;
+    let addr = addr
+        .trim()
+        .parse()
+        .map_err(|_| format!("{addr:?} is not ADDR:PORT (IPv6 as [addr]:port)"))?;
+    Ok((id, addr))
+}
+
 /// `ID=MARK`.
 fn path_mark_arg(s: &str) -> Result<(u32, u32), String> {
     let (id, mark) = s
@@ -144,6 +195,9 @@ struct IfacePaths {
     unsteered_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     flows: Option<Vec<FlowRow>>,
+    /// The monitor's estimates, when one has written them in the last 5 s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    monitor: Option<Vec<PathHealth>>,
 }
 
 #[derive(serde::Serialize)]
@@ -230,9 +284,65 @@ pub fn run(ctx: &Context, cmd: PathsCommand) -> Result<()> {
             println!("{iface}: path {path} mark {mark:#x} {state}");
         }
         PathsCommand::Show { iface, flows, json } => show(ctx, iface.as_deref(), flows, json)?,
+        PathsCommand::Monitor {
+            iface,
+            probes,
+            listen,
+            interval,
+            down_after,
+            duration,
+        } => monitor(ctx, iface, probes, listen, interval, down_after, duration)?,
     }
     Ok(())
 }
+
+fn monitor(
+    ctx: &Context,
+    iface: Option<String>,
+    probes: Vec<(u32, std::net::SocketAddr)>,
+    listen: Option<std::net::SocketAddr>,
+    interval: std::time::Duration,
+    down_after: std::time::Duration,
+    duration: Option<std::time::Duration>,
+) -> Result<()> {
+    let (maps, state_file) = match &iface {
+        Some(i) => {
+            let maps = open(ctx, i)?;
+            for (p, _) in &probes {
+                if maps.path(*p)?.mark == 0 {
+                    bail!("path {p} is not configured on {i} (it has no mark)");
+                }
+            }
+            let dirs = ctx.layout.steer(&ctx.scope, i)?;
+            (Some(maps), Some(dirs.state_dir.join(MONITOR_FILE)))
+        }
+        None => (None, None),
+    };
+    // Stopped by --duration, or by a signal's default action.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cfg = MonitorConfig {
+        maps,
+        state_file,
+        probes,
+        listen,
+        interval,
+        estimator: causeway_core::paths::EstimatorConfig {
+            down_after_ns: down_after.as_nanos() as u64,
+            ..Default::default()
+        },
+        duration,
+    };
+    monitor::run(cfg, stop, |e| {
+        if let Ok(line) = serde_json::to_string(e) {
+            println!("{line}");
+        }
+    })
+    .context("the path monitor stopped")?;
+    Ok(())
+}
+
+/// The monitor's latest estimates, in the interface's steering state dir.
+const MONITOR_FILE: &str = "monitor.json";
 
 fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Result<()> {
     let ifaces: Vec<String> = match iface {
@@ -268,7 +378,22 @@ fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Res
         } else {
             None
         };
+        let dirs = ctx.layout.steer(&ctx.scope, &iface)?;
+        let file = dirs.state_dir.join(MONITOR_FILE);
+        let fresh = std::fs::metadata(&file)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age < std::time::Duration::from_secs(5));
+        let monitor = if fresh {
+            causeway::datapath::state::read_json::<Vec<PathHealth>>(&file)
+                .ok()
+                .flatten()
+        } else {
+            None
+        };
         report.push(IfacePaths {
+            monitor,
             paths: maps.rows()?,
             unsteered_packets: unsteered.packets,
             unsteered_bytes: unsteered.bytes,
@@ -283,6 +408,7 @@ fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Res
     let mut rows = Vec::new();
     for r in &report {
         for p in &r.paths {
+            let h = r.monitor.iter().flatten().find(|h| h.path == p.path);
             rows.push(vec![
                 r.iface.clone(),
                 p.path.to_string(),
@@ -291,6 +417,9 @@ fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Res
                 p.flows.to_string(),
                 p.packets.to_string(),
                 p.bytes.to_string(),
+                table::opt(h.map(|h| format!("{:.1}", h.srtt_ms))),
+                table::opt(h.map(|h| format!("{:.1}%", h.loss * 100.0))),
+                table::opt(h.map(|h| h.state.clone())),
             ]);
         }
         rows.push(vec![
@@ -301,12 +430,18 @@ fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Res
             "-".into(),
             r.unsteered_packets.to_string(),
             r.unsteered_bytes.to_string(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
         ]);
     }
     print!(
         "{}",
         table::render(
-            &["IFACE", "PATH", "MARK", "STATE", "FLOWS", "PACKETS", "BYTES"],
+            &[
+                "IFACE", "PATH", "MARK", "STATE", "FLOWS", "PACKETS", "BYTES", "SRTT_MS", "LOSS",
+                "PROBED",
+            ],
             &rows
         )
     );

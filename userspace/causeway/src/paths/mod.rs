@@ -4,10 +4,13 @@
 //! path's mark and up/down state, is one map update, so re-routing never
 //! touches a connection. The kernel side and the map layout are described
 //! in `bpf_maps::paths`; the reference model is `causeway_core::paths::steer`.
+//! [`monitor`] is the controller: it probes the paths and moves flows off a
+//! path that dies, and back when it returns.
 
 pub mod attach;
 pub mod flow;
 pub mod maps;
+pub mod monitor;
 
 pub use attach::{attach, detach, is_attached, SteerAttached, SteerError};
 pub use flow::{parse_flow, FlowSpec, FlowSpecError};
