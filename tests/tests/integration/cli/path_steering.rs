@@ -199,7 +199,10 @@ fn a_live_flow_moves_between_paths_by_map_updates_alone() {
     assert_eq!(br0["paths"][1]["flows"], 1, "{shown}");
     assert_eq!(br0["paths"][1]["up"], true, "{shown}");
     // Frames reach `br0` GRO-merged: count bytes (more than 1 s at 100 Mbit/s).
-    assert!(br0["paths"][1]["bytes"].as_u64() > Some(10 << 20), "{shown}");
+    assert!(
+        br0["paths"][1]["bytes"].as_u64() > Some(10 << 20),
+        "{shown}"
+    );
     assert_eq!(
         br0["paths"][0]["packets"], 0,
         "nothing was put on path 0: {shown}"
