@@ -314,7 +314,7 @@ fn monitor(
                 }
             }
             let dirs = ctx.layout.steer(&ctx.scope, i)?;
-            (Some(maps), Some(dirs.state_dir.join(MONITOR_FILE)))
+            (Some(maps), Some(dirs.state_dir.join(paths::MONITOR_FILE)))
         }
         None => (None, None),
     };
@@ -340,9 +340,6 @@ fn monitor(
     .context("the path monitor stopped")?;
     Ok(())
 }
-
-/// The monitor's latest estimates, in the interface's steering state dir.
-const MONITOR_FILE: &str = "monitor.json";
 
 fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Result<()> {
     let ifaces: Vec<String> = match iface {
@@ -379,7 +376,7 @@ fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Res
             None
         };
         let dirs = ctx.layout.steer(&ctx.scope, &iface)?;
-        let file = dirs.state_dir.join(MONITOR_FILE);
+        let file = dirs.state_dir.join(paths::MONITOR_FILE);
         let fresh = std::fs::metadata(&file)
             .and_then(|m| m.modified())
             .ok()

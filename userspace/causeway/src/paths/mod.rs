@@ -15,3 +15,7 @@ pub mod monitor;
 pub use attach::{attach, detach, is_attached, SteerAttached, SteerError};
 pub use flow::{parse_flow, FlowSpec, FlowSpecError};
 pub use maps::{PathMaps, PathMapsError, PathRow};
+
+/// The controller's latest estimates, in the steered interface's state
+/// directory (`causeway paths show` reads them).
+pub const MONITOR_FILE: &str = "monitor.json";
