@@ -375,20 +375,7 @@ fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Res
         } else {
             None
         };
-        let dirs = ctx.layout.steer(&ctx.scope, &iface)?;
-        let file = dirs.state_dir.join(paths::MONITOR_FILE);
-        let fresh = std::fs::metadata(&file)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age < std::time::Duration::from_secs(5));
-        let monitor = if fresh {
-            causeway::datapath::state::read_json::<Vec<PathHealth>>(&file)
-                .ok()
-                .flatten()
-        } else {
-            None
-        };
+        let monitor = paths::read_monitor(&ctx.layout.steer(&ctx.scope, &iface)?);
         report.push(IfacePaths {
             monitor,
             paths: maps.rows()?,

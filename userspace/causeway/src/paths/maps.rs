@@ -51,7 +51,7 @@ impl From<OpenMapError> for PathMapsError {
 }
 
 /// One path as `causeway paths show` prints it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PathRow {
     pub path: u32,
     pub mark: u32,

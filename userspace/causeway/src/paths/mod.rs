@@ -19,3 +19,19 @@ pub use maps::{PathMaps, PathMapsError, PathRow};
 /// The controller's latest estimates, in the steered interface's state
 /// directory (`causeway paths show` reads them).
 pub const MONITOR_FILE: &str = "monitor.json";
+
+/// The controller's estimates of `dirs`' interface, when it wrote them in
+/// the last 5 s (an older file belongs to a controller that stopped).
+pub fn read_monitor(dirs: &crate::datapath::IfacePaths) -> Option<Vec<monitor::PathHealth>> {
+    let file = dirs.state_dir.join(MONITOR_FILE);
+    let age = std::fs::metadata(&file)
+        .ok()?
+        .modified()
+        .ok()?
+        .elapsed()
+        .ok()?;
+    if age > std::time::Duration::from_secs(5) {
+        return None;
+    }
+    crate::datapath::state::read_json(&file).ok().flatten()
+}
