@@ -97,12 +97,8 @@ impl Communicator {
                 return Err(e);
             }
         };
-        let wan_bulk = std::mem::take(
-            &mut *joined
-                .wan_bulk
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        let wan_bulk =
+            std::mem::take(&mut *joined.wan_bulk.lock().unwrap_or_else(|p| p.into_inner()));
         let wan = crate::estimates::Sampler::start(id.rank, wan_bulk);
         let seat = Seat::new(
             &id,

@@ -11,12 +11,16 @@
 //!   feeds it to `causeway_core::paths::PathEstimator` (a windowed max filter),
 //!   with `tcpi_rtt` as RTT samples; the minimum RTT is the kernel's
 //!   `tcpi_min_rtt`. A sample counts only when it may raise the estimate if it
-//!   was app-limited, taken while a connection idled, or held at the pacing
-//!   cap: such a sample says "at least this", not "this".
+//!   was app-limited or held at the pacing cap: such a sample says "at least
+//!   this", not "this".
 //! - Every rank of a domain sends across the WAN at once (hierarchical
-//!   allreduce), so after start-up a rank's own sample is scaled by the ranks
-//!   in its domain ([`LinkEstimator::set_sharers`]); during the start-up probe
-//!   only one pair sends and the scale is 1.
+//!   allreduce), so after start-up a rank's own full sample is scaled by the
+//!   ranks in its domain ([`LinkEstimator::set_sharers`]); during the start-up
+//!   probe only one pair sends and the scale is 1. A limited sample (app- or
+//!   pacing-limited) is never scaled: a rank alone at its probing cap would
+//!   otherwise claim the others' share too. So with several ranks per domain
+//!   a faster path is found only by the start-up probe (or a fixed rate);
+//!   with one rank per domain the gain cycle finds it.
 //! - [`Pacer`] (pure) turns the estimate into each bulk socket's cap: the
 //!   domain's ranks together aim at [`PACING_TARGET`] of the rate, each
 //!   rank's share split among its busy connections (one chunk travels on
@@ -100,8 +104,11 @@ pub struct LinkEstimator {
     /// `tcpi_delivered` of each socket at the previous sample.
     delivered: Vec<Option<u32>>,
     sharers: f64,
-    /// Sum of the sockets' pacing caps, payload bytes/s.
-    cap: Option<f64>,
+    /// Sums of the sockets' pacing caps (payload bytes/s) and since when,
+    /// oldest first: a delivery-rate sample reflects what was sent about
+    /// one RTT earlier, so it is compared with the largest cap in force
+    /// within the last RTT.
+    caps: std::collections::VecDeque<(u64, f64)>,
     min_rtt_us: Option<u32>,
     mss: u32,
     samples: u64,
@@ -114,7 +121,7 @@ impl LinkEstimator {
             path: PathEstimator::new(EstimatorConfig::default()),
             delivered: vec![None; sockets],
             sharers: 1.0,
-            cap: None,
+            caps: Default::default(),
             min_rtt_us: None,
             mss: 1448,
             samples: 0,
@@ -127,9 +134,21 @@ impl LinkEstimator {
         self.sharers = ranks.max(1) as f64;
     }
 
-    /// The sum of this rank's pacing caps (payload bytes/s), or `None`.
-    pub fn set_cap(&mut self, bytes_per_s: Option<f64>) {
-        self.cap = bytes_per_s;
+    /// The sum of this rank's pacing caps (payload bytes/s) from `now_ns` on.
+    pub fn set_cap(&mut self, bytes_per_s: f64, now_ns: u64) {
+        self.caps.push_back((now_ns, bytes_per_s));
+    }
+
+    /// The largest cap in force within the last RTT (plus two sampling
+    /// intervals) before `now_ns`.
+    fn recent_cap(&mut self, now_ns: u64) -> Option<f64> {
+        let rtt = u64::from(self.min_rtt_us.unwrap_or(0)) * 1000;
+        let since = now_ns.saturating_sub(rtt + 2 * SAMPLE_EVERY.as_nanos() as u64);
+        // Drop caps replaced before `since`; the one in force then stays.
+        while self.caps.len() > 1 && self.caps[1].0 <= since {
+            self.caps.pop_front();
+        }
+        self.caps.iter().map(|&(_, c)| c).reduce(f64::max)
     }
 
     /// A rate known from elsewhere (the start-up probe every rank agreed on),
@@ -152,7 +171,10 @@ impl LinkEstimator {
                 self.mss = i.snd_mss;
             }
             if i.min_rtt_us > 0 && i.min_rtt_us != u32::MAX {
-                self.min_rtt_us = Some(self.min_rtt_us.map_or(i.min_rtt_us, |m| m.min(i.min_rtt_us)));
+                self.min_rtt_us = Some(
+                    self.min_rtt_us
+                        .map_or(i.min_rtt_us, |m| m.min(i.min_rtt_us)),
+                );
             }
             let is_fresh = last.is_some_and(|d| d != i.delivered);
             *last = Some(i.delivered);
@@ -170,14 +192,16 @@ impl LinkEstimator {
         if fresh == 0 {
             return;
         }
-        let idle_peers = fresh < infos.iter().filter(|i| i.is_some()).count();
-        let at_cap = self.cap.is_some_and(|c| sum >= AT_CAP * c);
+        let at_cap = self.recent_cap(now_ns).is_some_and(|c| sum >= AT_CAP * c);
         self.samples += 1;
-        self.path.delivery_sample(
-            sum * self.sharers,
-            app_limited || idle_peers || at_cap,
-            now_ns,
-        );
+        if app_limited || at_cap {
+            // "At least this much", and only for this rank: the other ranks
+            // of the domain may have been idle meanwhile, so the sample is
+            // not scaled by the sharers (it could only overestimate).
+            self.path.delivery_sample(sum, true, now_ns);
+        } else {
+            self.path.delivery_sample(sum * self.sharers, false, now_ns);
+        }
     }
 
     /// The estimate at `now_ns`, `None` before the first rate sample.
@@ -278,7 +302,7 @@ impl Control {
             return None;
         }
         self.applied = Some(cap);
-        self.est.set_cap(Some(cap as f64 * busy.max(1) as f64));
+        self.est.set_cap(cap as f64 * busy.max(1) as f64, now_ns);
         Some(cap)
     }
 

@@ -56,10 +56,20 @@ impl Path {
     }
 
     /// Runs `control` until `until` ns; returns the caps applied meanwhile.
+    /// A reading shows the rate of what was sent one RTT earlier, under the
+    /// cap in force then (as the kernel's delivery-rate samples do).
     fn run(&mut self, c: &mut Control, until: u64) -> Vec<u64> {
         let mut caps = Vec::new();
+        let lag = (u64::from(self.rtt_us) * 1000 / TICK) as usize;
+        let mut history = std::collections::VecDeque::new();
         while self.now < until {
-            let infos = self.read(c.applied, 1.0, false);
+            history.push_back(c.applied);
+            let sent_under = if history.len() > lag {
+                history.pop_front().flatten()
+            } else {
+                *history.front().expect("pushed")
+            };
+            let infos = self.read(sent_under, 1.0, false);
             if let Some(cap) = c.tick(self.now, &infos) {
                 caps.push(cap);
             }
@@ -119,18 +129,33 @@ fn pacing_at_the_estimate_holds_it_and_keeps_the_domain_below_the_rate() {
     );
 }
 
+/// A rank alone on the path (its domain's other ranks idle) delivers up to
+/// its probing cap, above its share: that must not raise the domain's
+/// estimate by the sharers' factor.
+#[test]
+fn a_lone_rank_at_its_probing_cap_does_not_raise_the_domain_estimate() {
+    let mut p = Path::new(25.0 * MB, 40, 2, 1);
+    let mut c = Control::new(2);
+    c.started(0, 2, Some(20.0 * MB), Some((2, None)));
+    p.run(&mut c, 10 * S);
+    // Its own samples are lower bounds of the path (25 MB/s) and may raise
+    // the estimate up to it; scaled by the sharers they would claim 2×.
+    let g = goodput(&mut c, p.now);
+    assert!(g <= 25.0 * MB * 1.01, "{g}");
+}
+
 #[test]
 fn the_estimate_follows_a_rate_drop_and_a_rise_back() {
-    let mut p = Path::new(25.0 * MB, 40, 2, 2);
+    let mut p = Path::new(25.0 * MB, 40, 2, 1);
     let mut c = Control::new(2);
-    c.started(0, 2, Some(25.0 * MB), Some((2, None)));
+    c.started(0, 1, Some(25.0 * MB), Some((1, None)));
     p.run(&mut c, 5 * S);
     p.rate = 12.5 * MB;
     p.run(&mut c, 8 * S);
     let g = goodput(&mut c, p.now);
     assert!(within(g, 12.5 * MB, 0.10), "after the drop: {g}");
     let cap = c.applied.expect("paced") as f64;
-    assert!(cap <= 12.5 * MB * 1.25 / 4.0, "the caps follow: {cap}");
+    assert!(cap <= 12.5 * MB * 1.25 / 2.0, "the caps follow: {cap}");
     p.rate = 25.0 * MB;
     p.run(&mut c, 12 * S);
     let g = goodput(&mut c, p.now);
@@ -175,7 +200,10 @@ fn idle_and_unreadable_connections_add_no_sample() {
     // One of two connections delivered: the sum is a lower bound only.
     let moved = TcpInfo { delivered: 9, ..i };
     c.tick(3 * TICK, &[Some(moved), Some(i)]);
-    c.tick(4 * TICK, &[Some(moved), Some(TcpInfo { delivered: 6, ..i })]);
+    c.tick(
+        4 * TICK,
+        &[Some(moved), Some(TcpInfo { delivered: 6, ..i })],
+    );
     let e = c.estimate(4 * TICK).expect("a lower bound that raised it");
     assert_eq!(e.goodput_bps, 8e6);
     assert_eq!(e.samples, 2);
@@ -202,11 +230,17 @@ fn the_gain_cycle_is_one_min_rtt_up_one_down_six_level() {
     assert_eq!(&gains[..8], &[1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
     assert_eq!(&gains[..8], &gains[8..]);
     assert_eq!(p.gain(5, 0), 1.0, "no RTT yet: no cycle");
-    assert_eq!(p.per_socket(4e6, 2, 3 * rtt, rtt), (4e6 * PACING_TARGET / 4.0) as u64);
+    assert_eq!(
+        p.per_socket(4e6, 2, 3 * rtt, rtt),
+        (4e6 * PACING_TARGET / 4.0) as u64
+    );
     assert_eq!(
         p.per_socket(4e6, 1, 3 * rtt, rtt),
         (4e6 * PACING_TARGET / 2.0) as u64,
         "one busy connection takes the rank's whole share"
     );
-    assert_eq!(p.per_socket(4e6, 0, 3 * rtt, rtt), p.per_socket(4e6, 1, 3 * rtt, rtt));
+    assert_eq!(
+        p.per_socket(4e6, 0, 3 * rtt, rtt),
+        p.per_socket(4e6, 1, 3 * rtt, rtt)
+    );
 }

@@ -351,7 +351,10 @@ fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, latency: b
     }
     if wan {
         if let Ok(dup) = s.try_clone() {
-            j.wan_bulk.lock().unwrap_or_else(|p| p.into_inner()).push(dup);
+            j.wan_bulk
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(dup);
         }
     }
     if let (true, true, Some(rate_bps)) = (wan, opts.wan_pacing, opts.wan_rate_bps) {

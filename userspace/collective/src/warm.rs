@@ -8,9 +8,9 @@
 //! congestion windows. Runs after pacing started, so the bulk exchange does
 //! not overflow the bottleneck queue.
 
+use crate::error::Rank;
 use crate::schedule::{Action, Lane, Plan, Span};
 use crate::topology::Topology;
-use crate::error::Rank;
 
 /// Bytes of the warm-up's working buffer for [`warm_plan`].
 pub fn warm_len(bulk: usize, latency: usize) -> usize {
@@ -50,7 +50,10 @@ pub fn warm_plan(topo: &Topology, me: Rank, bulk: usize, latency: usize, rounds:
         });
     }
     if latency > 0 && rounds > 0 {
-        let (out, inn) = (Span::new(2 * bulk, latency), Span::new(2 * bulk + latency, latency));
+        let (out, inn) = (
+            Span::new(2 * bulk, latency),
+            Span::new(2 * bulk + latency, latency),
+        );
         plan.lanes.push(Lane {
             steps: (0..rounds).map(|_| both(out, inn)).collect(),
         });
@@ -78,7 +81,11 @@ mod tests {
             }
             assert_eq!(p.lanes[1].steps[0][0].span().len, lat);
         }
-        assert!(warm_plan(&Topology::flat(4), 0, bulk, lat, 3).lanes.is_empty());
-        assert!(warm_plan(&Topology::grid(3, 1), 0, bulk, lat, 3).lanes.is_empty());
+        assert!(warm_plan(&Topology::flat(4), 0, bulk, lat, 3)
+            .lanes
+            .is_empty());
+        assert!(warm_plan(&Topology::grid(3, 1), 0, bulk, lat, 3)
+            .lanes
+            .is_empty());
     }
 }
