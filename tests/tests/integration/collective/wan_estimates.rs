@@ -29,7 +29,10 @@ fn estimates_within_ten_percent(profile: Profile, port: u16) {
     while rows < 2 {
         let (r, v) = next(&w, deadline);
         if r == 0 && v["event"].is_null() && v["bytes"].is_u64() {
-            eprintln!("{} bytes: {} s, link {}", v["bytes"], v["median_s"], v["link_estimate"]);
+            eprintln!(
+                "{} bytes: {} s, link {}",
+                v["bytes"], v["median_s"], v["link_estimate"]
+            );
             last = Some(v["link_estimate"].clone());
             rows += 1;
         }
