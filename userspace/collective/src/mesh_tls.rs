@@ -153,6 +153,7 @@ mod tests {
             rdma: vec![None, None],
             listener,
             tls: Some(tls),
+            wan_bulk: Default::default(),
         }
     }
 

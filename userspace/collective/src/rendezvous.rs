@@ -27,6 +27,9 @@ pub(crate) struct Joined {
     pub listener: TcpListener,
     /// This rank's TLS identity, when `CAUSEWAY_TLS` is not `off`.
     pub tls: Option<Arc<TlsContext>>,
+    /// Copies of this rank's bulk WAN connections, filled by the mesh: the
+    /// WAN estimates read them and pace them (`estimates`).
+    pub wan_bulk: std::sync::Mutex<Vec<std::net::TcpStream>>,
 }
 
 /// The bootstrap store: this rank's connection, and the server when this rank hosts it.
@@ -189,6 +192,7 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
         rdma: entries.iter().map(|e| e.rdma.clone()).collect(),
         listener,
         tls,
+        wan_bulk: Default::default(),
     };
     Ok((joined, boot))
 }
