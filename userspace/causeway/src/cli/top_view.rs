@@ -319,24 +319,32 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_screen_shows_classes_rates_shaping_and_peers() {
-        let (before, now) = (obs(1_000_000), obs(3_500_000));
+    /// The screen `draw` paints, 120 columns by `rows`, as one string.
+    pub(super) fn render(
+        before: Option<(&Observation, f64)>,
+        now: &Observation,
+        rows: u16,
+    ) -> String {
         let view = View {
             title: "causeway top".into(),
-            now: &now,
-            before: Some((&before, 2.0)),
+            now,
+            before,
             agent_note: None,
         };
-        let mut t = Terminal::new(TestBackend::new(120, 30)).expect("terminal");
+        let mut t = Terminal::new(TestBackend::new(120, rows)).expect("terminal");
         t.draw(|f| draw(f, &view)).expect("draw");
-        let screen: String = t
-            .backend()
+        t.backend()
             .buffer()
             .content()
             .iter()
             .map(|c| c.symbol())
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn the_screen_shows_classes_rates_shaping_and_peers() {
+        let (before, now) = (obs(1_000_000), obs(3_500_000));
+        let screen = render(Some((&before, 2.0)), &now, 30);
         // 2.5 MB in 2 s is 10 Mbit/s, in the classes and the shaping table.
         for want in [
             "gradient", "3500000", "10.00", "150.00", "196.00", "ecn", "dc2", "kernel", "-2500.0",
@@ -350,11 +358,10 @@ mod tests {
 
 #[cfg(test)]
 mod path_tests {
-    use ratatui::{backend::TestBackend, Terminal};
-
     use causeway::agent::observe::SteeringObservation;
     use causeway::paths::{monitor::PathHealth, PathRow};
 
+    use super::tests::render;
     use super::*;
 
     fn obs(bytes: u64, up: bool) -> Observation {
@@ -389,21 +396,7 @@ mod path_tests {
     #[test]
     fn steered_paths_get_a_table_of_their_own() {
         let (before, now) = (obs(1_000_000, true), obs(26_000_000, false));
-        let view = View {
-            title: "causeway top".into(),
-            now: &now,
-            before: Some((&before, 1.0)),
-            agent_note: None,
-        };
-        let mut t = Terminal::new(TestBackend::new(120, 36)).expect("terminal");
-        t.draw(|f| draw(f, &view)).expect("draw");
-        let screen: String = t
-            .backend()
-            .buffer()
-            .content()
-            .iter()
-            .map(|c| c.symbol())
-            .collect();
+        let screen = render(Some((&before, 1.0)), &now, 36);
         // 25 MB in 1 s is 200 Mbit/s.
         for want in [
             "WAN paths",
@@ -416,20 +409,7 @@ mod path_tests {
         ] {
             assert!(screen.contains(want), "no {want:?} on screen:\n{screen}");
         }
-        let without = Observation::default();
-        let view = View {
-            now: &without,
-            before: None,
-            ..view
-        };
-        t.draw(|f| draw(f, &view)).expect("draw");
-        let screen: String = t
-            .backend()
-            .buffer()
-            .content()
-            .iter()
-            .map(|c| c.symbol())
-            .collect();
+        let screen = render(None, &Observation::default(), 36);
         assert!(!screen.contains("WAN paths"), "no steering, no table");
     }
 }
