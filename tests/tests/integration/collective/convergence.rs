@@ -61,14 +61,7 @@ fn training_converges_with_each_codec_across_two_domains() {
                 _ => panic!("{codec}: rank {r}: {v}"),
             }
         }
-        for (r, c) in w.ranks.into_iter().enumerate() {
-            let out = c.expect("running").wait_output().expect("wait");
-            assert!(
-                out.status.success(),
-                "{codec} rank {r}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        w.finish(&format!("{codec} "));
         let first = done[0].clone().expect("rank 0");
         for (r, d) in done.iter().enumerate() {
             assert_eq!(

@@ -95,6 +95,21 @@ pub(super) fn start(tb: &Testbed, bin: &Path, port: u16, args: &[&str]) -> World
     World { ranks, lines }
 }
 
+impl World {
+    /// Waits for every rank to exit and asserts each succeeded (`what`
+    /// prefixes the failure: which run it was).
+    pub(super) fn finish(self, what: &str) {
+        for (r, c) in self.ranks.into_iter().enumerate() {
+            let out = c.expect("running").wait_output().expect("wait");
+            assert!(
+                out.status.success(),
+                "{what}rank {r}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
 pub(super) fn next(w: &World, deadline: Instant) -> (usize, Value) {
     w.lines
         .recv_timeout(deadline.saturating_duration_since(Instant::now()))
@@ -128,14 +143,7 @@ fn allreduce_across_two_domains_and_a_killed_rank_is_named() {
             _ => panic!("rank {r}: {v}"),
         }
     }
-    for (r, c) in w.ranks.into_iter().enumerate() {
-        let out = c.expect("running").wait_output().expect("wait");
-        assert!(
-            out.status.success(),
-            "rank {r}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    w.finish("");
     eprintln!("checked run took {:?}", t.elapsed());
 
     // 2. Kill rank 3 (domain 1) mid-stream.
