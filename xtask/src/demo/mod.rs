@@ -40,7 +40,7 @@ use crate::{cmd, setup, testbed};
 
 #[derive(Args)]
 pub struct DemoArgs {
-    /// WAN profile of the testbed: wan40 (RTT 40 ms, 200 Mbit/s), lossy80, dual.
+    /// WAN profile of the testbed: wan40 (RTT 40 ms, 200 Mbit/s), lossy80, lossy120, gig10, dual.
     #[arg(long, default_value = "wan40")]
     pub profile: String,
     /// Training steps (one gradient allreduce each).

@@ -27,7 +27,7 @@ pub struct UpArgs {
     /// Hosts per domain.
     #[arg(long, default_value_t = 2)]
     pub hosts: usize,
-    /// WAN profile: wan40, lossy80, dual, lan.
+    /// WAN profile: wan40, lossy80, lossy120, gig10, dual, lan.
     #[arg(long, default_value = "wan40")]
     pub profile: Profile,
     /// Explicit path instead of the profile (repeat for several paths per domain
