@@ -51,7 +51,7 @@ fn mark_of(frame: &ParsedFrame) -> Option<(u32, u32)> {
     }
     let key = flow_key(frame);
     // SAFETY: a hash lookup; the value is copied out at once.
-    let path = unsafe { PATH_FLOWS.get(&key) }.copied()?;
+    let path = unsafe { PATH_FLOWS.get(key) }.copied()?;
     if path >= MAX_PATHS {
         return None;
     }
