@@ -33,14 +33,31 @@ pub(crate) struct Conn {
     pub transport: Box<dyn Transport>,
     pub data: bool,
     pub latency: bool,
+    /// A bulk connection of a striped peer: its WAN path and a handle on
+    /// its socket (for `TCP_INFO`), see [`crate::stripe`].
+    pub path: Option<(usize, TcpStream)>,
+}
+
+/// WAN paths `me` and `q` stripe over (1: no striping).
+fn paths(j: &Joined, me: Rank, q: Rank) -> usize {
+    if j.topology.class(me, q) != LinkClass::InterDomain {
+        return 1;
+    }
+    crate::stripe::shared_paths(&j.paths, me, q).max(1)
 }
 
 /// Whether connection `index` between `me` and `q` is the latency connection:
-/// across domains, the one after the bulk streams.
+/// across domains, the one after the bulk streams (of every path).
 fn is_latency(j: &Joined, opts: &Options, me: Rank, q: Rank, index: usize) -> bool {
     opts.wan_latency_stream
         && j.topology.class(me, q) == LinkClass::InterDomain
-        && index == opts.streams_wan
+        && index == opts.streams_wan * paths(j, me, q)
+}
+
+/// The path of bulk connection `index` of a striped pair (path-major).
+fn path_of(j: &Joined, opts: &Options, me: Rank, q: Rank, index: usize) -> Option<usize> {
+    let n = paths(j, me, q);
+    (n > 1 && index < opts.streams_wan * n).then(|| index / opts.streams_wan)
 }
 
 /// How many connections `me` and `q` open between them, and whether via shared memory.
@@ -56,7 +73,7 @@ fn shape(j: &Joined, opts: &Options, me: Rank, q: Rank, rdma: bool) -> (bool, us
     match j.topology.class(me, q) {
         LinkClass::InterDomain => (
             false,
-            opts.streams_wan + usize::from(opts.wan_latency_stream),
+            opts.streams_wan * paths(j, me, q) + usize::from(opts.wan_latency_stream),
         ),
         _ => (false, opts.streams_lan),
     }
@@ -172,11 +189,13 @@ pub(crate) fn connect_all(
                     transport: Box::new(ShmTransport::new(tx, rx)),
                     data: true,
                     latency: false,
+                    path: None,
                 });
                 conns[q].push(Conn {
                     transport: mesh_tls::transport(secured, stream, q)?,
                     data: false,
                     latency: false,
+                    path: None,
                 });
             }
             (ConnRole::RdmaControl, None) => {
@@ -189,18 +208,27 @@ pub(crate) fn connect_all(
                     transport: t,
                     data: true,
                     latency: false,
+                    path: None,
                 });
                 conns[q].push(Conn {
                     transport: mesh_tls::transport(secured, stream, q)?,
                     data: false,
                     latency: false,
+                    path: None,
                 });
             }
-            (ConnRole::TcpData, None) => conns[q].push(Conn {
-                transport: mesh_tls::transport(secured, stream, q)?,
-                data: true,
-                latency: is_latency(j, opts, me, q, i),
-            }),
+            (ConnRole::TcpData, None) => {
+                let path = match path_of(j, opts, me, q, i) {
+                    Some(p) => Some((p, clone_for_info(&stream, q)?)),
+                    None => None,
+                };
+                conns[q].push(Conn {
+                    transport: mesh_tls::transport(secured, stream, q)?,
+                    data: true,
+                    latency: is_latency(j, opts, me, q, i),
+                    path,
+                })
+            }
             _ => {
                 return Err(CollectiveError::Rendezvous(format!(
                     "rank {q} sent an inconsistent hello"
@@ -236,16 +264,20 @@ fn dial_peer(
         role,
         shm,
     };
-    let dial = |h: Hello| -> Result<Box<dyn Transport>> {
+    let dial = |h: Hello| -> Result<(Box<dyn Transport>, Option<(usize, TcpStream)>)> {
         let latency = is_latency(j, opts, me, q, h.index as usize);
         let cc: &[&str] = if latency {
             &tcp::LATENCY_CONGESTION
         } else {
             &[]
         };
-        let mut s = tcp::connect(j.addrs[q], tuning, Duration::from_secs(10), cc).map_err(|e| {
-            CollectiveError::io(format!("connect to rank {q} at {}", j.addrs[q]), e)
-        })?;
+        // A striped pair's bulk connection goes to the peer's address on its path.
+        let to = match path_of(j, opts, me, q, h.index as usize) {
+            Some(p) => std::net::SocketAddr::new(j.paths[q][p], j.addrs[q].port()),
+            None => j.addrs[q],
+        };
+        let mut s = tcp::connect(to, tuning, Duration::from_secs(10), cc)
+            .map_err(|e| CollectiveError::io(format!("connect to rank {q} at {to}"), e))?;
         tag(&s, tagging::kind_of(h.role, latency))?;
         let p = h.encode();
         let hello = FrameHeader::control(FrameKind::Hello, p.len() as u32);
@@ -262,7 +294,11 @@ fn dial_peer(
             }
         };
         tune(j, opts, me, q, &s, latency);
-        Ok(t)
+        let path = match path_of(j, opts, me, q, h.index as usize) {
+            Some(p) => Some((p, clone_for_info(&s, q)?)),
+            None => None,
+        };
+        Ok((t, path))
     };
     if shm {
         let (tx_path, rx_path) = (ring_path(j.session, me, q), ring_path(j.session, q, me));
@@ -271,36 +307,41 @@ fn dial_peer(
         let tx = ShmRing::create(&tx_path, opts.shm_ring_bytes).map_err(shm_err)?;
         let rx = ShmRing::create(&rx_path, opts.shm_ring_bytes).map_err(shm_err)?;
         let paths = (tx_path.display().to_string(), rx_path.display().to_string());
-        let t = dial(hello(0, ConnRole::TcpControl, Some(paths)))?;
+        let (t, _) = dial(hello(0, ConnRole::TcpControl, Some(paths)))?;
         out.push(Conn {
             transport: Box::new(ShmTransport::new(tx, rx)),
             data: true,
             latency: false,
+            path: None,
         });
         out.push(Conn {
             transport: t,
             data: false,
             latency: false,
+            path: None,
         });
     } else if let Some(qp) = rdma {
-        let t = dial(hello(0, ConnRole::RdmaControl, None))?;
+        let (t, _) = dial(hello(0, ConnRole::RdmaControl, None))?;
         out.push(Conn {
             transport: qp,
             data: true,
             latency: false,
+            path: None,
         });
         out.push(Conn {
             transport: t,
             data: false,
             latency: false,
+            path: None,
         });
     } else {
         for i in 0..n {
-            let t = dial(hello(i as u32, ConnRole::TcpData, None))?;
+            let (t, path) = dial(hello(i as u32, ConnRole::TcpData, None))?;
             out.push(Conn {
                 transport: t,
                 data: true,
                 latency: is_latency(j, opts, me, q, i),
+                path,
             });
         }
     }
@@ -373,6 +414,11 @@ pub(crate) fn wan_pacing_share(rate_bps: u64, ranks_in_domain: usize, streams: u
 
 /// Fraction of the WAN rate the paced flows of a domain aim at together.
 pub(crate) const WAN_PACING_TARGET: f64 = 0.96;
+
+fn clone_for_info(s: &TcpStream, q: Rank) -> Result<TcpStream> {
+    s.try_clone()
+        .map_err(|e| CollectiveError::io(format!("socket to rank {q}"), e))
+}
 
 fn tag(s: &TcpStream, kind: tagging::TrafficKind) -> Result<()> {
     tagging::tag(s, kind).map_err(|e| CollectiveError::io(format!("tag a {kind:?} connection"), e))
