@@ -30,9 +30,12 @@ pub(crate) const TICK: Duration = Duration::from_millis(5);
 /// A path with bytes in flight and no ACK for this long is Down.
 pub(crate) const DOWN_AFTER: Duration = Duration::from_millis(400);
 /// In-flight allowance of a path nothing is known about yet.
-const INITIAL_CAP: u64 = 4 << 20;
-/// Smallest in-flight allowance of a usable path.
-const MIN_CAP: u64 = 512 << 10;
+const INITIAL_CAP: u64 = 8 << 20;
+/// Smallest budget of all paths together: several chunks per connection, so
+/// a path never waits chunk by chunk (shared by weight, like the budget).
+const MIN_BUDGET: f64 = 16.0 * 1024.0 * 1024.0;
+/// Smallest in-flight allowance of a path with a weight.
+const MIN_CAP: u64 = 1 << 20;
 /// The budget is this many bandwidth-delay products of all paths.
 const BUDGET_BDPS: f64 = 2.0;
 
@@ -63,6 +66,8 @@ struct ConnState {
     retained: VecDeque<Retained>,
     /// Bytes in flight at the last sample.
     in_flight: u64,
+    /// Since when the socket has held unacknowledged bytes (ns), if it does.
+    busy_since: Option<u64>,
     last: Option<sock::TcpSample>,
 }
 
@@ -295,6 +300,11 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
     // Per path: (bytes in flight, any ACK recently while in flight, delivery rate sum,
     // all samples app-limited, max RTT µs).
     let mut agg = vec![(0u64, false, 0u64, true, 0u32); paths];
+    // Per path: a connection stalled (bytes unacknowledged for DOWN_AFTER and no
+    // ACK in that time), and whether every connection is healthy again.
+    let mut stalled = vec![false; paths];
+    let mut healthy = vec![true; paths];
+    let down_ms = DOWN_AFTER.as_millis() as u32;
     for (i, c) in sh.conns.iter().enumerate() {
         let written = c.written.load(Ordering::Acquire);
         let outq = sock::unacked(&c.sock).unwrap_or(0);
@@ -302,6 +312,11 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
         let queued = cs.dispatched.saturating_sub(written);
         cs.in_flight = queued + outq;
         let acked = written.saturating_sub(outq);
+        cs.busy_since = match (outq > 0, cs.busy_since) {
+            (false, _) => None,
+            (true, None) => Some(now),
+            (true, b) => b,
+        };
         while cs.retained.front().is_some_and(|r| r.end <= acked) {
             cs.retained.pop_front();
         }
@@ -312,9 +327,16 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
             continue;
         };
         cs.last = Some(info);
+        let busy_for = cs.busy_since.map_or(0, |b| now.saturating_sub(b));
+        if busy_for >= DOWN_AFTER.as_nanos() as u64 && info.last_ack_recv_ms >= down_ms {
+            stalled[c.path] = true;
+        }
+        if outq > 0 && info.last_ack_recv_ms >= down_ms / 4 {
+            healthy[c.path] = false;
+        }
         let a = &mut agg[c.path];
         a.0 += cs.in_flight;
-        if outq > 0 && u64::from(info.last_ack_recv_ms) * 1_000_000 < 4 * TICK.as_nanos() as u64 {
+        if outq > 0 && info.last_ack_recv_ms < (info.rtt_us / 1000).max(20) {
             a.1 = true;
         }
         a.2 += info.delivery_rate;
@@ -327,20 +349,32 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
     let mut ests = Vec::with_capacity(paths);
     for (p, &(in_flight, acked, rate, app_limited, rtt_us)) in agg.iter().enumerate() {
         let ps = &mut st.paths[p];
-        if in_flight > 0 {
+        // The kernel's RTT of an acknowledged flight is the probe reply: the
+        // estimator keeps RTT and bandwidth; up/down is decided from the
+        // sockets below (an idle path sends nothing to be acknowledged).
+        if in_flight > 0 && acked && rtt_us > 0 {
             ps.seq += 1;
             let rtt = u64::from(rtt_us) * 1000;
-            if acked {
-                ps.est.probe_sent(ps.seq, now.saturating_sub(rtt));
-                ps.est.probe_reply(ps.seq, now);
-            } else {
-                ps.est.probe_sent(ps.seq, now);
-            }
+            ps.est.probe_sent(ps.seq, now.saturating_sub(rtt));
+            ps.est.probe_reply(ps.seq, now);
         }
         if rate > 0 {
             ps.est.delivery_sample(rate as f64, app_limited, now);
         }
-        ests.push(ps.est.estimate(now));
+        let mut e = ps.est.estimate(now);
+        if ps.down && !stalled[p] && healthy[p] {
+            tracing::info!(peer = sh.peer, path = p, "WAN path is back");
+            super::TOTALS.path_up.fetch_add(1, Ordering::Relaxed);
+            ps.down = false;
+        }
+        e.state = if stalled[p] || ps.down {
+            PathState::Down { replies: 0 }
+        } else if e.srtt_ns > 0.0 {
+            PathState::Up
+        } else {
+            PathState::Unknown
+        };
+        ests.push(e);
     }
     // Fail over what a dead path holds.
     for (p, e) in ests.iter().enumerate() {
@@ -373,10 +407,6 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
                 st.pending
                     .push_front((r.h, PooledBuf::unpooled(r.copy), None));
             }
-        } else if !dead && st.paths[p].down && e.state == PathState::Up {
-            tracing::info!(peer = sh.peer, path = p, "WAN path is back");
-            super::TOTALS.path_up.fetch_add(1, Ordering::Relaxed);
-            st.paths[p].down = false;
         }
     }
     // Caps: the budget (a few BDPs of every known path) split by weight.
@@ -387,7 +417,8 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
         .iter()
         .filter(|e| e.is_usable())
         .map(|e| BUDGET_BDPS * e.bw_bytes_per_s * e.srtt_ns.max(e.min_rtt_ns as f64) / 1e9)
-        .sum();
+        .sum::<f64>()
+        .max(MIN_BUDGET);
     for (p, e) in ests.iter().enumerate() {
         let ps = &mut st.paths[p];
         ps.cap = if ps.down {
