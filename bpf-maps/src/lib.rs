@@ -21,6 +21,7 @@ pub mod clock;
 pub mod counters;
 pub mod gcra;
 pub mod log;
+pub mod paths;
 pub mod programs;
 pub mod shaper;
 

@@ -17,6 +17,9 @@ pub const XDP_PASS: &str = "causeway_xdp_pass";
 pub const TC_EGRESS: &str = "causeway_tc_egress";
 /// Benchmark baseline: a TC program that passes every frame.
 pub const TC_PASS: &str = "causeway_tc_pass";
+/// The WAN path steering program (TC ingress of a gateway's LAN side: sets
+/// `skb->mark` per flow, see `crate::paths`).
+pub const TC_STEER: &str = "causeway_tc_steer";
 
 /// The kernel program type of a program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -61,12 +64,20 @@ pub const TC_PASS_SPEC: ProgramSpec = ProgramSpec {
     attached: false,
 };
 
+/// [`TC_STEER`]'s entry.
+pub const TC_STEER_SPEC: ProgramSpec = ProgramSpec {
+    name: TC_STEER,
+    kind: ProgramKind::SchedClassifier,
+    attached: true,
+};
+
 /// Every program in the object, and nothing else.
 pub const ALL: &[ProgramSpec] = &[
     XDP_CLASSIFIER_SPEC,
     XDP_PASS_SPEC,
     TC_EGRESS_SPEC,
     TC_PASS_SPEC,
+    TC_STEER_SPEC,
 ];
 
 /// The table entry of `name`.

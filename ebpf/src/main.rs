@@ -15,6 +15,7 @@ mod log;
 mod maps;
 mod parse;
 mod shaper;
+mod steer;
 mod tc_egress;
 #[cfg(feature = "verifier-reject-test")]
 mod verifier_reject;
@@ -40,6 +41,12 @@ pub fn causeway_xdp_pass(_ctx: XdpContext) -> u32 {
 #[aya_ebpf::macros::classifier]
 pub fn causeway_tc_egress(ctx: aya_ebpf::programs::TcContext) -> i32 {
     tc_egress::tc_egress(&ctx)
+}
+
+/// WAN path steering at a gateway's LAN-side ingress: `skb->mark` per flow.
+#[aya_ebpf::macros::classifier]
+pub fn causeway_tc_steer(ctx: aya_ebpf::programs::TcContext) -> i32 {
+    steer::tc_steer(&ctx)
 }
 
 /// Benchmark baseline: a TC program that passes every frame

@@ -1,10 +1,10 @@
-//! Every map of the classifier and its counters. Names are the `MAP_*`
+//! Every map of the classifier, its counters and the path steering. Names are the `MAP_*`
 //! constants of `bpf_maps` (the `#[map]` attribute needs a literal; the
 //! userspace test `object_declares_every_shared_map` checks they agree).
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, LpmTrie, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, LpmTrie, LruHashMap, PerCpuArray},
 };
 use bpf_maps::{
     classifier::{
@@ -13,6 +13,9 @@ use bpf_maps::{
         ADMISSION_PORT_WORDS, LPM_MAX_ENTRIES, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
     },
     counters::{IngressCounters, COUNTER_SLOTS, REASON_SLOTS},
+    paths::{
+        FlowKey, PathCounters, PathEntry, MAX_PATHS, PATH_COUNTER_SLOTS, PATH_FLOW_ENTRIES,
+    },
 };
 
 /// Single entry: the active rule set.
@@ -79,3 +82,16 @@ pub static ADMISSION_PORTS: Array<u32> =
 #[map(name = "CW_ADM_FRAG")]
 pub static ADMISSION_FRAGMENTS: LruHashMap<FragmentKey, u64> =
     LruHashMap::with_max_entries(ADMISSION_FRAG_ENTRIES, 0);
+
+/// WAN path steering (`steer.rs`): flow → path id.
+#[map(name = "CW_PATH_FLOWS")]
+pub static PATH_FLOWS: HashMap<FlowKey, u32> = HashMap::with_max_entries(PATH_FLOW_ENTRIES, 0);
+
+/// Path id → mark and state.
+#[map(name = "CW_PATH_TABLE")]
+pub static PATH_TABLE: Array<PathEntry> = Array::with_max_entries(MAX_PATHS, 0);
+
+/// Per-CPU frames and bytes steered onto each path, plus the unsteered slot.
+#[map(name = "CW_PATH_COUNT")]
+pub static PATH_COUNT: PerCpuArray<PathCounters> =
+    PerCpuArray::with_max_entries(PATH_COUNTER_SLOTS, 0);

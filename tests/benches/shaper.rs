@@ -27,7 +27,7 @@ use causeway::{
     },
 };
 use causeway_test_support::{
-    bpf::{self, SkbCtx, TC_EGRESS, TC_PASS},
+    bpf::{self, SkbCtx, TC_EGRESS, TC_PASS, TC_STEER},
     frames::*,
     root_or_skip,
 };
@@ -100,7 +100,7 @@ fn cost() {
     let ebpf = bpf::load(
         causeway::ebpf_object::EBPF_OBJECT,
         &[],
-        &[TC_EGRESS, TC_PASS],
+        &[TC_EGRESS, TC_PASS, TC_STEER],
     );
     ClassifierMaps::from_ebpf(&ebpf)
         .expect("classifier maps")
@@ -171,4 +171,41 @@ fn cost() {
         );
     }
     println!("(with repeat, the kernel reruns one skb: a rewrite writes the frame once, later runs find it done)");
+    steer_cost(&ebpf, &frame, repeat);
+}
+
+/// The path-steering program (TC ingress) on the same frame: a flow not in
+/// the table, and one that is (mark set), with 10,000 other flows listed.
+fn steer_cost(ebpf: &Ebpf, frame: &[u8], repeat: u32) {
+    use bpf_maps::paths::FlowKey;
+    let mut maps = causeway::paths::PathMaps::from_ebpf(ebpf).expect("path maps");
+    maps.set_path(1, 0x1001, true).expect("path");
+    for i in 0..10_000u32 {
+        let [a, b, c, d] = i.to_be_bytes();
+        let key = FlowKey::v4([10, a, b, c], [10, 9, 9, d], 6, 40_000, 5201);
+        maps.route(&key, 1).expect("route");
+    }
+    // The frame's own flow (see `frame`): 10.1.0.1:5000 → 10.1.0.2:7007, UDP.
+    let own = FlowKey::v4([10, 1, 0, 1], [10, 1, 0, 2], 17, 5000, 7007);
+    println!();
+    println!("TC ingress path steering cost per frame (same frame, 10,000 flows listed)");
+    println!(
+        "{:<34} {:>12} {:>14} {:>7}",
+        "path", "pass ns", "steer ns", "ratio"
+    );
+    for (name, listed) in [("flow not listed", false), ("flow listed, mark set", true)] {
+        if listed {
+            maps.route(&own, 1).expect("route");
+        }
+        let (mut base, mut steer) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            base.push(run(ebpf, TC_PASS, frame, repeat));
+            steer.push(run(ebpf, TC_STEER, frame, repeat));
+        }
+        let (b, s) = (median(base), median(steer));
+        println!(
+            "{name:<34} {b:>12} {s:>14} {:>6.2}x",
+            s as f64 / b.max(1) as f64
+        );
+    }
 }

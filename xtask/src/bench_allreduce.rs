@@ -33,10 +33,11 @@ pub fn run(extra: &[String]) -> Result<()> {
         let profiles: Vec<String> = extra.iter().filter(|a| *a != "--ebpf").cloned().collect();
         return crate::bench_allreduce_ebpf::run(&profiles);
     }
+    let (sizes, iters, extra) = sizes_and_iters(extra)?;
     let profiles: Vec<String> = if extra.is_empty() {
         vec!["wan40".into(), "lossy80".into()]
     } else {
-        extra.to_vec()
+        extra
     };
     let python = gloo::python()?;
     cmd::build_wan_bench_bins()?;
@@ -57,7 +58,7 @@ pub fn run(extra: &[String]) -> Result<()> {
         let drops = bed.queue_drops();
         let c = run_world(&bed, |_| {
             let mut c = Command::new(&ours);
-            c.args(["--sizes", SIZES, "--iters", "5", "--warmup", "1"]);
+            c.args(["--sizes", &sizes, "--iters", &iters, "--warmup", "1"]);
             c
         })?;
         let c_drops = bed
@@ -68,7 +69,7 @@ pub fn run(extra: &[String]) -> Result<()> {
         progress::say(&bar, &format!("bench: profile {profile}: gloo"));
         bar.set_message(format!("{profile}: gloo, 4 ranks"));
         let drops = bed.queue_drops();
-        let g = run_world(&bed, |_| gloo_command(&python, &script))?;
+        let g = run_world(&bed, |_| gloo_command(&python, &script, &sizes, &iters))?;
         let g_drops = bed
             .queue_drops()
             .zip(drops)
@@ -83,6 +84,20 @@ pub fn run(extra: &[String]) -> Result<()> {
                     first["init_s"].as_f64().unwrap_or(f64::NAN),
                     first["wan_probe_mbit"].as_f64().unwrap_or(f64::NAN),
                     bed.rate_mbit
+                );
+            }
+            if let Some(e) = c.last().map(|row| &row["link_estimate"]).filter(|e| !e.is_null()) {
+                let f = |k: &str| e[k].as_f64().unwrap_or(f64::NAN);
+                println!(
+                    "causeway link estimate (rank 0's kernel, after the last size): {:.1} Mbit/s on the wire ({:+.1} % of the path), RTT {:.1} ms, min RTT {:.1} ms ({:+.1} % of {:.0} ms), {} retransmits, paced at {} per connection",
+                    f("rate_mbit"),
+                    (f("rate_mbit") / bed.rate_mbit - 1.0) * 100.0,
+                    f("rtt_ms"),
+                    f("min_rtt_ms"),
+                    (f("min_rtt_ms") / (2.0 * bed.delay_ms) - 1.0) * 100.0,
+                    2.0 * bed.delay_ms,
+                    e["retransmits"],
+                    e["pacing_mbit_per_conn"].as_f64().map_or("no cap".into(), |p| format!("{p:.1} Mbit/s")),
                 );
             }
             println!(
@@ -121,11 +136,29 @@ pub(crate) fn tune_hosts(bed: &Testbed) -> Result<()> {
     Ok(())
 }
 
-fn gloo_command(python: &Path, script: &Path) -> Command {
+fn gloo_command(python: &Path, script: &Path, sizes: &str, iters: &str) -> Command {
     let mut c = Command::new(python);
     c.arg(script)
-        .args(["--sizes", SIZES, "--iters", "5", "--warmup", "1"]);
+        .args(["--sizes", sizes, "--iters", iters, "--warmup", "1"]);
     c
+}
+
+/// `--sizes LIST` (default [`SIZES`]) and `--iters N` (default 5) out of the
+/// bench's arguments; the rest are profiles.
+fn sizes_and_iters(extra: &[String]) -> Result<(String, String, Vec<String>)> {
+    let (mut sizes, mut iters, mut rest) = (SIZES.to_string(), "5".to_string(), Vec::new());
+    let mut it = extra.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--sizes" => sizes = it.next().context("--sizes needs a list, e.g. 64K,64M")?.clone(),
+            "--iters" => iters = it.next().context("--iters needs a number")?.clone(),
+            "--help" | "-h" => bail!(
+                "usage: cargo xtask bench allreduce [--ebpf] [--sizes {SIZES}] [--iters 5] [PROFILE...] (default wan40 lossy80)"
+            ),
+            _ => rest.push(a.clone()),
+        }
+    }
+    Ok((sizes, iters, rest))
 }
 
 /// Runs one rank per host (the program, arguments and environment of

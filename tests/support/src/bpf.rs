@@ -13,12 +13,14 @@ use aya::{
 use bpf_maps::counters::{IngressCounters, COUNTER_SLOTS, MAP_INGRESS_COUNTERS};
 
 // Program names come from the one table in `bpf-maps`.
-pub use bpf_maps::programs::{TC_EGRESS, TC_PASS, XDP_CLASSIFIER, XDP_PASS};
+pub use bpf_maps::programs::{TC_EGRESS, TC_PASS, TC_STEER, XDP_CLASSIFIER, XDP_PASS};
 
 /// `sizeof(struct __sk_buff)` on 6.x kernels.
 pub const SKB_CTX_LEN: usize = 192;
 /// Offset of `priority` in `struct __sk_buff`.
 const SKB_PRIORITY: usize = 32;
+/// Offset of `mark` in `struct __sk_buff`.
+const SKB_MARK: usize = 8;
 /// Offset of `wire_len` in `struct __sk_buff`.
 const SKB_WIRE_LEN: usize = 160;
 /// Offset of `tstamp` in `struct __sk_buff`.
@@ -130,6 +132,16 @@ impl SkbCtx {
         self
     }
 
+    pub fn mark(&self) -> u32 {
+        self.u32_at(SKB_MARK)
+    }
+
+    /// `skb->mark` as the frame arrives.
+    pub fn with_mark(mut self, mark: u32) -> Self {
+        self.0[SKB_MARK..SKB_MARK + 4].copy_from_slice(&mark.to_ne_bytes());
+        self
+    }
+
     /// The qdisc's length of the frame (0: the frame length).
     pub fn with_wire_len(mut self, len: u32) -> Self {
         self.0[SKB_WIRE_LEN..SKB_WIRE_LEN + 4].copy_from_slice(&len.to_ne_bytes());
@@ -163,20 +175,32 @@ pub fn run_tc(
     ctx: &SkbCtx,
     repeat: u32,
 ) -> (TestRunResult, Vec<u8>, SkbCtx) {
+    try_run_tc(ebpf, name, frame, ctx, repeat)
+        .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN of {name}: {e:?}"))
+}
+
+/// [`run_tc`], returning the kernel's refusal instead of panicking (newer
+/// kernels refuse to build an skb from a frame too short for its
+/// ethertype's header, with `EINVAL`).
+pub fn try_run_tc(
+    ebpf: &Ebpf,
+    name: &str,
+    frame: &[u8],
+    ctx: &SkbCtx,
+    repeat: u32,
+) -> Result<(TestRunResult, Vec<u8>, SkbCtx), aya::programs::ProgramError> {
     let mut out = vec![0u8; frame.len() + 64];
     let mut ctx_out = SkbCtx::default();
-    let r = tc(ebpf, name)
-        .test_run(TestRunOptions {
-            data_in: Some(frame),
-            data_out: Some(&mut out),
-            ctx_in: Some(&ctx.0),
-            ctx_out: Some(&mut ctx_out.0),
-            repeat,
-            ..Default::default()
-        })
-        .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN of {name}: {e:?}"));
+    let r = tc(ebpf, name).test_run(TestRunOptions {
+        data_in: Some(frame),
+        data_out: Some(&mut out),
+        ctx_in: Some(&ctx.0),
+        ctx_out: Some(&mut ctx_out.0),
+        repeat,
+        ..Default::default()
+    })?;
     out.truncate(r.data_size_out as usize);
-    (r, out, ctx_out)
+    Ok((r, out, ctx_out))
 }
 
 /// The XDP ingress counters per slot, summed over CPUs.

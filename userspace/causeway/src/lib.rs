@@ -13,6 +13,7 @@ pub mod ebpf_object;
 pub mod kernel_log;
 pub mod library_policy;
 mod map_handles;
+pub mod paths;
 pub mod shaper;
 pub mod stats;
 

@@ -52,6 +52,8 @@ pub struct Communicator {
     metrics: Option<crate::metrics_http::Serving>,
     /// This rank's timeline (`CAUSEWAY_TRACE`).
     tracer: Option<Arc<crate::trace::Tracer>>,
+    /// Samples and paces this rank's bulk WAN connections (`estimates`).
+    wan: Option<crate::estimates::Sampler>,
 }
 
 impl Communicator {
@@ -95,6 +97,9 @@ impl Communicator {
                 return Err(e);
             }
         };
+        let wan_bulk =
+            std::mem::take(&mut *joined.wan_bulk.lock().unwrap_or_else(|p| p.into_inner()));
+        let wan = crate::estimates::Sampler::start(id.rank, wan_bulk);
         let seat = Seat::new(
             &id,
             &opts,
@@ -166,12 +171,33 @@ impl Communicator {
             seat,
             metrics: metrics.map(|(_, s)| s),
             tracer,
+            wan,
         };
         if opts.probe && id.world > 1 {
             comm.model = crate::probe::measure(&comm, &opts)?;
             if let Some(spec) = &opts.cost_overrides {
                 comm.model.apply_overrides(spec)?;
             }
+        }
+        if let Some(wan) = &comm.wan {
+            // Start-up is over: every rank of the domain sends at once from now
+            // on, from the rate every rank agreed on.
+            let mine = comm.topo.domain_of(id.rank);
+            let ranks = (0..id.world)
+                .filter(|&r| comm.topo.domain_of(r) == mine)
+                .count();
+            let seed = (opts.probe || opts.cost_overrides.is_some())
+                .then(|| 1.0 / comm.model.inter_domain.beta);
+            let pace = opts
+                .wan_pacing
+                .then(|| (ranks, opts.wan_rate_bps.map(|b| b as f64 / 8.0)));
+            wan.started(ranks, seed, pace);
+        }
+        if opts.wan_warm_bytes > 0 && id.world > 1 {
+            let (bulk, lat) = (opts.wan_warm_bytes, opts.latency_bytes);
+            let plan = crate::warm::warm_plan(&comm.topo, id.rank, bulk, lat, 3);
+            use crate::probe::ProbeLink;
+            comm.run_plan(plan, crate::warm::warm_len(bulk, lat))?;
         }
         let model = comm.model;
         comm.submit::<u8, ()>(JobKind::SetCost(model), ReduceOp::Sum, Vec::new(), |_| ())
@@ -203,6 +229,13 @@ impl Communicator {
     /// The link costs the algorithm choice uses (probed or configured).
     pub fn cost_model(&self) -> CostModel {
         self.model
+    }
+    /// What this rank's bulk connections across domains tell of the WAN path
+    /// now (rate, RTT, the pacing applied: [`crate::estimates`]); `None`
+    /// without such connections or before their first delivery-rate sample.
+    /// The cost model keeps the start-up value every rank agreed on.
+    pub fn link_estimates(&self) -> Option<crate::LinkEstimate> {
+        self.wan.as_ref()?.estimate()
     }
     /// Chunk buffers allocated so far (they are pooled: this stops growing once warm).
     pub fn buffer_allocations(&self) -> usize {
@@ -453,6 +486,9 @@ impl crate::probe::ProbeLink for Communicator {
     }
     fn lookup(&self, key: &str, timeout: std::time::Duration) -> Result<Vec<u8>> {
         Ok(self.store()?.get(key, timeout)?)
+    }
+    fn wan_goodput(&self) -> Option<f64> {
+        self.link_estimates().map(|e| e.goodput_bps / 8.0)
     }
 }
 

@@ -72,6 +72,14 @@ pub struct Options {
     /// Rate of the WAN path between two domains, bit/s per direction, when known:
     /// connections across domains are paced to share just below it.
     pub wan_rate_bps: Option<u64>,
+    /// Pace the bulk connections across domains to their share of the
+    /// estimated (or configured) WAN rate (`CAUSEWAY_WAN_PACING`, 1 = default;
+    /// see [`crate::estimates`]).
+    pub wan_pacing: bool,
+    /// Bytes each rank exchanges both ways with its counterpart across the
+    /// WAN at start-up to warm the connections (`CAUSEWAY_WARM_BYTES`,
+    /// `4mb`; 0 = off; see [`crate::warm`]).
+    pub wan_warm_bytes: usize,
     /// One more connection to each peer in another domain, loss-based and
     /// unpaced, for transfers of at most `latency_bytes`.
     pub wan_latency_stream: bool,
@@ -121,6 +129,8 @@ impl Default for Options {
             wan_socket_buffer: Some(8 << 20),
             wan_congestion: Some("bbr".into()),
             wan_rate_bps: None,
+            wan_pacing: true,
+            wan_warm_bytes: 4 << 20,
             wan_latency_stream: true,
             latency_bytes: 256 << 10,
             wan_codec: crate::codec::CodecSpec::None,
@@ -270,10 +280,12 @@ impl Options {
             Some(_) => o.wan_socket_buffer = size("CAUSEWAY_SOCKET_BUFFER")?,
             None => {}
         }
+        o.wan_pacing = parse_var::<u8>("CAUSEWAY_WAN_PACING")?.map_or(o.wan_pacing, |v| v != 0);
         o.wan_latency_stream = parse_var::<u8>("CAUSEWAY_LATENCY_STREAM")?
             .map(|v| v != 0)
             .unwrap_or(o.wan_latency_stream);
         o.latency_bytes = size("CAUSEWAY_LATENCY_BYTES")?.unwrap_or(o.latency_bytes);
+        o.wan_warm_bytes = size("CAUSEWAY_WARM_BYTES")?.unwrap_or(o.wan_warm_bytes);
         if let Some(bps) = unit_var("CAUSEWAY_WAN_RATE", parse_rate_bps)? {
             o.wan_rate_bps = Some(bps);
         }

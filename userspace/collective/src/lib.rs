@@ -43,7 +43,9 @@
 //! | `CAUSEWAY_TCP_CC` | congestion control across domains (`bbr`; `default` keeps the system's) |
 //! | `CAUSEWAY_SOCKET_BUFFER` | SO_SNDBUF/SO_RCVBUF across domains (`8mb` when `net.core.rmem_max` allows; `auto` = the kernel's autotuning) |
 //! | `CAUSEWAY_LATENCY_STREAM`, `CAUSEWAY_LATENCY_BYTES` | one more, loss-based and unpaced connection per remote peer across domains (1), for transfers up to this size (`256kb`) |
-//! | `CAUSEWAY_WAN_RATE` | WAN rate per direction when known, e.g. `200mbit`: the bulk streams of a domain are paced (SO_MAX_PACING_RATE) to share 96 % of it (unset = not paced) |
+//! | `CAUSEWAY_WAN_RATE` | WAN rate per direction when known, e.g. `200mbit`: the bulk streams of a domain are paced (SO_MAX_PACING_RATE) to share 96 % of it (unset: paced to the live estimate, `estimates`) |
+//! | `CAUSEWAY_WAN_PACING` | pace the bulk streams across domains (1, default) or not (0): 96 % of the WAN rate per domain, with a probing gain cycle when the rate is estimated |
+//! | `CAUSEWAY_WARM_BYTES` | bytes each rank exchanges both ways with its WAN counterpart at start-up (with 3 latency-sized transfers) so the first operation finds warm connections (`4mb`; 0 = off) |
 //! | `CAUSEWAY_PORT_BASE`, `CAUSEWAY_PORT_COUNT` | a rank accepts its peers on the first free port of this range (29600, 400; base 0 = any port). Every connection is tagged for the kernel: DSCP and `SO_PRIORITY` per kind (bulk AF11/0, latency AF21/4, control and the store CS5/6: [`transport::tagging`]); `causeway policy example` classifies them |
 //! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |
 //! | `CAUSEWAY_TRANSPORT` | `auto` (default), `tcp` or `rdma`: pairs of one domain on different hosts use RDMA queue pairs when both ranks' addresses are on an active RDMA device ([`transport::rdma`], cargo feature `rdma`); `auto` keeps TCP otherwise (logged with the reason), `rdma` fails set-up naming the pair; under TLS and across domains it is always TCP |
@@ -91,7 +93,7 @@
 //! I/O: [`store`] and the rendezvous, the mesh of [`transport`]s, one reader and one
 //! writer thread per connection, and one engine thread per communicator that runs
 //! operations in submission order, driving the same executor over the connections. `unsafe` lives only in [`transport::shm`], in `engine::lent` (the blocking calls lend the caller's slice to the engine thread),
-//! in one setsockopt of [`transport::tcp`] (the pacing cap) and in one read-only
+//! in two socket options of [`transport::tcp`] (the pacing cap, `TCP_INFO`) and in one read-only
 //! `BPF_OBJ_GET` of `peer_clock`.
 //!
 //! `peer_clock` (cargo feature `peer-clock`, on by default) reads the peer clock
@@ -112,6 +114,7 @@ pub mod cost;
 pub mod dtype;
 mod engine;
 pub mod error;
+pub mod estimates;
 pub mod exec;
 mod handle;
 mod links;
@@ -141,6 +144,7 @@ mod test_pki;
 pub mod topology;
 pub mod trace;
 pub mod transport;
+pub mod warm;
 pub mod wire;
 
 pub use builder::CommunicatorBuilder;
@@ -152,6 +156,7 @@ pub use cost::CostModel;
 pub use dtype::{DType, Element, ReduceOp};
 pub use engine::Progress;
 pub use error::{CollectiveError, ConfigError, Rank, Result, StoreError, TlsError};
+pub use estimates::LinkEstimate;
 pub use handle::Handle;
 pub use membership::Membership;
 pub use schedule::Algorithm;

@@ -390,7 +390,15 @@ fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, latency: b
             tracing::debug!(cc, "congestion control not available; keeping the default");
         }
     }
-    if let (true, Some(rate_bps)) = (wan, opts.wan_rate_bps) {
+    if wan {
+        if let Ok(dup) = s.try_clone() {
+            j.wan_bulk
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(dup);
+        }
+    }
+    if let (true, true, Some(rate_bps)) = (wan, opts.wan_pacing, opts.wan_rate_bps) {
         let mine = j.topology.domain_of(me);
         let ranks = (0..j.topology.world())
             .filter(|&r| j.topology.domain_of(r) == mine)

@@ -155,6 +155,7 @@ fn pairs(
         store.set(&rdma::info_key(j.session, me, q), &p.info().encode())?;
         pending.push((q, p));
     }
+    let mut connected = Vec::new();
     for (q, p) in pending {
         let b = wait_key(store, &rdma::info_key(j.session, q, me), opts)?;
         let remote = rdma::ConnInfo::decode(&b).map_err(|reason| {
@@ -168,6 +169,13 @@ fn pairs(
         })?;
         let t = p
             .connect(remote, format!("rank {q}"))
+            .map_err(|e| err(q, e))?;
+        connected.push((q, t));
+    }
+    // Every QP of this rank is at RTS before any handshake, so a peer
+    // handshaking with us waits at most for our reaching this point.
+    for (q, t) in connected {
+        t.handshake(opts.rendezvous_timeout)
             .map_err(|e| err(q, e))?;
         tracing::debug!(
             rank = me,

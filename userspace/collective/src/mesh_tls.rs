@@ -154,6 +154,7 @@ mod tests {
             listener,
             paths: Vec::new(),
             tls: Some(tls),
+            wan_bulk: Default::default(),
         }
     }
 

@@ -74,6 +74,11 @@ pub(crate) trait ProbeLink {
     fn publish(&self, key: &str, value: &[u8]) -> Result<()>;
     /// Waits (up to `timeout`) for `key` in the bootstrap store.
     fn lookup(&self, key: &str, timeout: Duration) -> Result<Vec<u8>>;
+    /// The WAN rate this rank's kernel saw on its bulk connections (payload
+    /// bytes/s, `estimates`), if any.
+    fn wan_goodput(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// The first pair (a < b) whose link is of `class`.
@@ -150,7 +155,22 @@ pub(crate) fn measure(comm: &impl ProbeLink, opts: &Options) -> Result<CostModel
             }
         };
         if me == a {
-            let beta = ((last.secs - 2.0 * alpha) / (last.bytes - 1) as f64).max(1e-12);
+            let timed_beta = ((last.secs - 2.0 * alpha) / (last.bytes - 1) as f64).max(1e-12);
+            // Across the WAN the kernel's delivery-rate samples of the rounds
+            // (only this pair sent) measure the path itself; the rounds'
+            // times are the fallback.
+            let kernel = (class == LinkClass::InterDomain)
+                .then(|| comm.wan_goodput())
+                .flatten()
+                .filter(|g| g.is_finite() && *g > 0.0);
+            if let Some(g) = kernel {
+                tracing::info!(
+                    kernel_mbit_s = g * 8e-6,
+                    timed_mbit_s = 8e-6 / timed_beta,
+                    "WAN probe: the kernel's delivery rate sets β"
+                );
+            }
+            let beta = kernel.map_or(timed_beta, |g| 1.0 / g);
             tracing::info!(
                 ?class,
                 alpha_us = alpha * 1e6,

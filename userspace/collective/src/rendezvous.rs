@@ -29,6 +29,9 @@ pub(crate) struct Joined {
     pub paths: Vec<Vec<IpAddr>>,
     /// This rank's TLS identity, when `CAUSEWAY_TLS` is not `off`.
     pub tls: Option<Arc<TlsContext>>,
+    /// Copies of this rank's bulk WAN connections, filled by the mesh: the
+    /// WAN estimates read them and pace them (`estimates`).
+    pub wan_bulk: std::sync::Mutex<Vec<std::net::TcpStream>>,
 }
 
 /// The bootstrap store: this rank's connection, and the server when this rank hosts it.
@@ -195,6 +198,7 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
         listener,
         paths: Vec::new(),
         tls,
+        wan_bulk: Default::default(),
     };
     if !opts.wan_paths.is_empty() {
         let t = &joined.topology;

@@ -51,6 +51,7 @@ const SELECTIONS: &[Selection] = &[
             "clock_stamp_testrun::",
             "gcra_testrun::",
             "edt_testrun::",
+            "steer_testrun::crafted_frames_are_steered_by_flow_and_path_state",
             "xdp_testrun::crafted_frames_are_classified_and_counted",
             "xdp_testrun::object_declares_every_shared_map",
             "admission_testrun::",
@@ -118,7 +119,7 @@ const ONE_KERNEL: &[(&str, KernelLine)] = &[
         KernelLine::V6_12,
     ),
     // The RDMA transport's long checks (every op × size up to 64 MiB;
-    // 1,000 allreduces) on one kernel each; the killed peer and the
+    // 1,000 allreduces; a 4-rank mixed RDMA/TCP world) on one kernel each; the killed peer and the
     // zero-copy stream, which exercise rxe itself, on every kernel.
     (
         "rdma::every_op_and_size_is_correct_over_rdma",
@@ -127,6 +128,11 @@ const ONE_KERNEL: &[(&str, KernelLine)] = &[
     (
         "rdma::registrations_and_queue_pairs_do_not_grow_over_1000_allreduces",
         KernelLine::V6_1,
+    ),
+    // 4 ranks: RDMA inside both domains, TCP across (two rxe pairs).
+    (
+        "rdma::a_mixed_world_uses_rdma_inside_domains_and_tcp_across",
+        KernelLine::V6_12,
     ),
 ];
 

@@ -6,3 +6,4 @@ mod peer_clock;
 mod tagging;
 mod testbed;
 mod trace_clock;
+mod wan_estimates;

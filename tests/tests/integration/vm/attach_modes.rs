@@ -109,18 +109,7 @@ fn tc_egress_is_tcx_from_6_6_and_clsact_before_and_detach_removes_it() {
         "/sys/fs/bpf/causeway/netns-{}/{iface}/prog/causeway_tc_egress",
         ns.name()
     );
-    // bpftool runs outside the namespace: `ip netns exec` mounts a fresh
-    // /sys without the bpffs that holds the pins.
-    let prog = root_json(&["bpftool", "-j", "prog", "show", "pinned", &pin])["id"]
-        .as_u64()
-        .expect("the pinned TC program has an id");
-    let links = root_json(&["bpftool", "-j", "link", "show"]);
-    const BPF_LINK_TYPE_TCX: u64 = 11;
-    let as_tcx = links.as_array().is_some_and(|a| {
-        a.iter().any(|l| {
-            l["prog_id"].as_u64() == Some(prog) && l["type"].as_u64() == Some(BPF_LINK_TYPE_TCX)
-        })
-    });
+    let (prog, as_tcx, links) = pinned_tc_program(&pin);
     let as_filter = egress_filter_runs(&ns, &iface, prog);
     assert_eq!(
         (as_tcx, as_filter),
@@ -135,7 +124,13 @@ fn tc_egress_is_tcx_from_6_6_and_clsact_before_and_detach_removes_it() {
         !egress_filter_runs(&ns, &iface, prog),
         "the filter stays after detach"
     );
-    let qdiscs = json(&ns, &["tc", "-j", "qdisc", "show", "dev", &iface]);
+    assert_gone(&ns, &iface, prog);
+}
+
+/// After a TC detach: no clsact qdisc left on `iface`, and program `prog`
+/// unloaded within 10 s.
+fn assert_gone(ns: &Netns, iface: &str, prog: u64) {
+    let qdiscs = json(ns, &["tc", "-j", "qdisc", "show", "dev", iface]);
     let clsact_left = qdiscs
         .as_array()
         .is_some_and(|a| a.iter().any(|q| q["kind"] == "clsact"));
@@ -154,12 +149,77 @@ fn tc_egress_is_tcx_from_6_6_and_clsact_before_and_detach_removes_it() {
     }
 }
 
+/// The id of the TC program pinned at `pin`, whether a TCX link runs it,
+/// and every link (for messages). bpftool runs outside the namespace: `ip
+/// netns exec` mounts a fresh /sys without the bpffs that holds the pins.
+fn pinned_tc_program(pin: &str) -> (u64, bool, Value) {
+    let prog = root_json(&["bpftool", "-j", "prog", "show", "pinned", pin])["id"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("the program pinned at {pin} has an id"));
+    let links = root_json(&["bpftool", "-j", "link", "show"]);
+    const BPF_LINK_TYPE_TCX: u64 = 11;
+    let as_tcx = links.as_array().is_some_and(|a| {
+        a.iter().any(|l| {
+            l["prog_id"].as_u64() == Some(prog) && l["type"].as_u64() == Some(BPF_LINK_TYPE_TCX)
+        })
+    });
+    (prog, as_tcx, links)
+}
+
 fn egress_filter_runs(ns: &Netns, iface: &str, prog: u64) -> bool {
-    let filters = json(ns, &["tc", "-j", "filter", "show", "dev", iface, "egress"]);
+    filter_runs(ns, iface, "egress", prog)
+}
+
+/// Whether a `bpf` filter running `prog` is on `iface`'s `hook` (egress, ingress).
+fn filter_runs(ns: &Netns, iface: &str, hook: &str, prog: u64) -> bool {
+    let filters = json(ns, &["tc", "-j", "filter", "show", "dev", iface, hook]);
     filters.as_array().is_some_and(|a| {
         a.iter()
             .any(|f| f["options"]["prog"]["id"].as_u64() == Some(prog))
     })
+}
+
+/// The path-steering program (`causeway paths attach`) at TC ingress: a
+/// TCX link from 6.6, a clsact ingress filter before; detach removes it,
+/// its qdisc and its pins.
+#[test]
+fn path_steering_attaches_at_ingress_as_tcx_or_clsact_and_detach_removes_it() {
+    require_root!();
+    let (ns, iface) = veth_host();
+    let tcx = kernel_version() >= (6, 6);
+    let out = causeway_ok(&[
+        "--netns",
+        ns.name(),
+        "paths",
+        "attach",
+        "--iface",
+        &iface,
+        "--path",
+        "0=0x1000",
+        "--path",
+        "1=0x1001",
+    ]);
+    let want = if tcx { "tcx" } else { "clsact" };
+    assert!(out.contains(want), "{out}");
+    fact("tc-ingress-steer-mode", want);
+    let pin = format!(
+        "/sys/fs/bpf/causeway/steer/netns-{}/{iface}/prog/causeway_tc_steer",
+        ns.name()
+    );
+    let (prog, as_tcx, links) = pinned_tc_program(&pin);
+    assert_eq!(
+        (as_tcx, filter_runs(&ns, &iface, "ingress", prog)),
+        (tcx, !tcx),
+        "prog {prog}: links {links}"
+    );
+    verifier_counts(&[prog]);
+    let shown = causeway_ok(&["--netns", ns.name(), "paths", "show", "--json"]);
+    assert!(shown.contains("\"mark\": 4097"), "{shown}");
+
+    causeway_ok(&["--netns", ns.name(), "paths", "detach", "--iface", &iface]);
+    assert!(!filter_runs(&ns, &iface, "ingress", prog));
+    assert!(!std::path::Path::new(&pin).exists(), "pin left: {pin}");
+    assert_gone(&ns, &iface, prog);
 }
 
 /// Prints translated/jited sizes and verified instructions of the programs

@@ -33,6 +33,9 @@
 //! drift_ppb = -50000
 //! epoch_ns = 1790000000000000000    # optional: where drift is zero (raw
 //!                                   # CLOCK_TAI); default: agent start
+//!
+//! [steering]                        # optional: the path-steering controller
+//! iface = "br0"                     # (see `super::steering` for the keys)
 //! ```
 
 use std::{
@@ -91,6 +94,7 @@ struct FileConfig {
     #[serde(default)]
     interfaces: Vec<FileIface>,
     clock: FileClock,
+    steering: Option<super::steering::FileSteering>,
 }
 
 /// A group by id or by name.
@@ -160,6 +164,8 @@ pub struct AgentConfig {
     pub peers: Vec<PeerSpec>,
     pub clock: SyncClock,
     pub estimator: EstimatorConfig,
+    /// The path-steering controller (`[steering]`, [`super::steering`]).
+    pub steering: Option<super::steering::SteeringConfig>,
 }
 
 impl AgentConfig {
@@ -296,6 +302,10 @@ impl AgentConfig {
             peers,
             clock,
             estimator: EstimatorConfig::default(),
+            steering: f
+                .steering
+                .map(super::steering::SteeringConfig::validate)
+                .transpose()?,
         })
     }
 }

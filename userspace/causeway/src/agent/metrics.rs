@@ -11,6 +11,9 @@
 //! | `causeway_shaper_over_limit_packets_total` | `iface`, `class`, `outcome` (`dropped`, `marked`, `demoted`, `passed`) |
 //! | `causeway_clock_offset_seconds`, `causeway_clock_error_bound_seconds` | `peer`, `addr`, `source` |
 //! | `causeway_clock_samples` | `peer`, `addr`, `source` |
+//! | `causeway_path_packets_total`, `causeway_path_bytes_total` | `iface`, `path` (frames steered onto it) |
+//! | `causeway_path_up` | `iface`, `path` (1 up, 0 down in the steering map) |
+//! | `causeway_path_rtt_seconds`, `causeway_path_loss_ratio` | `iface`, `path` (the controller's probes, when it runs) |
 //!
 //! The values are read at each scrape (a fresh registry each time): the maps
 //! hold totals since attach, which is what a counter is.
@@ -178,10 +181,49 @@ pub fn encode_observation(o: &Observation) -> String {
         bound.get_or_create(&l).set(b / 1e9);
         samples.get_or_create(&l).set(p.samples as f64);
     }
+    encode_steering(&mut reg, o);
     let mut text = String::new();
     // Writing to a String cannot fail.
     let _ = encode(&mut text, &reg);
     text
+}
+
+fn encode_steering(reg: &mut Registry, o: &Observation) {
+    let packets = counter(reg, "path_packets", "Frames steered onto a WAN path", None);
+    let bytes = counter(
+        reg,
+        "path",
+        "Bytes steered onto a WAN path",
+        Some(Unit::Bytes),
+    );
+    let up = gauge(
+        reg,
+        "path_up",
+        "1 when the path is up in the steering map",
+        None,
+    );
+    let rtt = gauge(
+        reg,
+        "path_rtt",
+        "Smoothed probe RTT of a WAN path",
+        Some(Unit::Seconds),
+    );
+    let loss = gauge(reg, "path_loss_ratio", "Fraction of probes lost", None);
+    for s in &o.steering {
+        for p in &s.paths {
+            let id = p.path.to_string();
+            let l = labels(&[("iface", &s.iface), ("path", &id)]);
+            packets.get_or_create(&l).inc_by(p.packets);
+            bytes.get_or_create(&l).inc_by(p.bytes);
+            up.get_or_create(&l).set(if p.up { 1.0 } else { 0.0 });
+        }
+        for h in s.monitor.iter().flatten() {
+            let id = h.path.to_string();
+            let l = labels(&[("iface", &s.iface), ("path", &id)]);
+            rtt.get_or_create(&l).set(h.srtt_ms / 1e3);
+            loss.get_or_create(&l).set(h.loss);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -245,6 +287,29 @@ mod tests {
                     ..PeerObservation::default()
                 },
             ],
+            steering: vec![super::super::observe::SteeringObservation {
+                iface: "br0".into(),
+                paths: vec![crate::paths::PathRow {
+                    path: 1,
+                    mark: 0x1001,
+                    up: false,
+                    flows: 2,
+                    packets: 7,
+                    bytes: 9_000,
+                }],
+                unsteered_bytes: 100,
+                monitor: Some(vec![crate::paths::monitor::PathHealth {
+                    path: 1,
+                    probe: "10.200.1.2:7360".parse().expect("addr"),
+                    state: "down".into(),
+                    srtt_ms: 60.5,
+                    rttvar_ms: 1.0,
+                    min_rtt_ms: 60.0,
+                    loss: 0.25,
+                    sent: 40,
+                    replies: 30,
+                }]),
+            }],
         }
     }
 
@@ -267,6 +332,11 @@ mod tests {
             r#"causeway_clock_error_bound_seconds{peer="dc2",addr="10.1.0.2:7339",source="kernel"} 0.000012"#,
             r#"causeway_clock_probes_refused_total{peer="dc2",addr="10.1.0.2:7339",reason="forged"} 4"#,
             r#"causeway_clock_probes_refused_total{peer="dc2",addr="10.1.0.2:7339",reason="replayed"} 2"#,
+            r#"causeway_path_bytes_total{iface="br0",path="1"} 9000"#,
+            r#"causeway_path_packets_total{iface="br0",path="1"} 7"#,
+            r#"causeway_path_up{iface="br0",path="1"} 0.0"#,
+            r#"causeway_path_rtt_seconds{iface="br0",path="1"} 0.0605"#,
+            r#"causeway_path_loss_ratio{iface="br0",path="1"} 0.25"#,
             "# EOF",
         ] {
             assert!(

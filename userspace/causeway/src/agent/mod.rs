@@ -12,6 +12,7 @@ pub mod metrics_http;
 pub mod observe;
 mod probe_keys;
 pub mod report;
+pub mod steering;
 
 use std::path::PathBuf;
 
@@ -54,6 +55,8 @@ pub enum AgentError {
     },
     #[error("clock session: {0}")]
     Session(#[from] SessionError),
+    #[error(transparent)]
+    Steering(#[from] steering::SteeringError),
     #[error("control socket: {0}")]
     Control(#[from] control::ControlError),
     #[error("metrics address {addr}: {source}")]
@@ -185,6 +188,11 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         ),
         None => None,
     };
+    let steering_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let steering_task = match &cfg.steering {
+        Some(s) => Some(steering::start(s, &layout, &scope, steering_stop.clone())?),
+        None => None,
+    };
     let mut sigterm = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(AgentError::Signal)?;
 
@@ -245,6 +253,14 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         }
     };
     let _ = stop_tx.send(true);
+    steering_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(t) = steering_task {
+        match tokio::task::spawn_blocking(move || t.join()).await {
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the path-steering controller failed"),
+            Ok(Err(_)) | Err(_) => tracing::warn!("the path-steering controller panicked"),
+            Ok(Ok(Ok(()))) => {}
+        }
+    }
     if !session_task.is_finished() {
         let _ = session_task.await;
     }

@@ -1,13 +1,14 @@
 //! One reading of everything the agent can show: per-class ingress counters
 //! and the live shaping of each interface (from the pinned maps and the
-//! applied-policy records), and the clock estimate per peer (from the
-//! session). Plain data, so the Prometheus encoding ([`super::metrics`]) and
+//! applied-policy records), the clock estimate per peer (from the
+//! session), and the WAN paths of path steering (its maps and controller). Plain data, so the Prometheus encoding ([`super::metrics`]) and
 //! `causeway top` are pure functions of it.
 
 use serde::{Deserialize, Serialize};
 
 use crate::{
     datapath::{Layout, NetnsScope, RecordedPolicy},
+    paths::{monitor::PathHealth, PathMaps, PathRow},
     shaper::{live, maps::ShaperMaps},
     stats::{self, InterfaceStats},
 };
@@ -20,6 +21,19 @@ use crate::{clock::auth::AuthCounters, shaper::config::OverAction};
 pub struct Observation {
     pub interfaces: Vec<IfaceObservation>,
     pub peers: Vec<PeerObservation>,
+    /// Interfaces with WAN path steering (`causeway paths`).
+    #[serde(default)]
+    pub steering: Vec<SteeringObservation>,
+}
+
+/// One interface's path steering: per path its state and what it carried,
+/// and the controller's estimates when one runs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SteeringObservation {
+    pub iface: String,
+    pub paths: Vec<PathRow>,
+    pub unsteered_bytes: u64,
+    pub monitor: Option<Vec<PathHealth>>,
 }
 
 /// One interface: its ingress classes, and its egress shaping when the
@@ -89,6 +103,31 @@ pub fn observe(
     }
     if let Some(report) = report {
         out.peers = peers(report);
+    }
+    out.steering = steering(layout, scope);
+    out
+}
+
+/// Every interface of `scope` with path steering; one whose maps cannot be
+/// read is left out (logged).
+fn steering(layout: &Layout, scope: &NetnsScope) -> Vec<SteeringObservation> {
+    let ifaces = layout.steer_attachments(Some(scope)).unwrap_or_default();
+    let mut out = Vec::new();
+    for (_, iface) in ifaces {
+        let read = || -> Result<SteeringObservation, Box<dyn std::error::Error>> {
+            let dirs = layout.steer(scope, &iface)?;
+            let maps = PathMaps::open_pinned(&dirs.maps_dir)?;
+            Ok(SteeringObservation {
+                paths: maps.rows()?,
+                unsteered_bytes: maps.unsteered()?.bytes,
+                monitor: crate::paths::read_monitor(&dirs),
+                iface: iface.clone(),
+            })
+        };
+        match read() {
+            Ok(o) => out.push(o),
+            Err(e) => tracing::debug!(iface = %iface, error = %e, "no path steering counters"),
+        }
     }
     out
 }

@@ -108,6 +108,12 @@ pub enum Command {
     )]
     Log(super::log_cmd::LogArgs),
 
+    /// WAN path steering on a gateway: per-flow `skb->mark` at the
+    /// LAN-facing interface's ingress, chosen from maps; re-routing a flow
+    /// or taking a path down is one map update.
+    #[command(subcommand)]
+    Paths(super::paths_cmd::PathsCommand),
+
     /// A live view of the attached interfaces: per-class ingress counters
     /// and rates, egress shaping (rate, ceiling, sent, over-limit), and the
     /// agent's clock peers (offset, bound, source), redrawn in place.

@@ -71,3 +71,27 @@ pub const LOG: &str = exit_help!(
     "Examples:\n  causeway --netns dc1 log --on --iface veth0\n  causeway --netns dc1 log --iface veth0 --follow\n  causeway log --off",
     "nothing attached, or the log buffer or the switch could not be reached;\n       --follow runs until interrupted (130 on Ctrl-C)"
 );
+pub const PATHS_ATTACH: &str = exit_help!(
+    "Example:\n  causeway --netns d0gw paths attach --iface br0 --path 0=0x1000 --path 1=0x1001",
+    "not attached: a bad path list, no such interface, already attached, or the\n       kernel refused the program; nothing new is left behind"
+);
+pub const PATHS_DETACH: &str = exit_help!(
+    "Example:\n  causeway --netns d0gw paths detach --iface br0",
+    "not attached there, or the filter or a pin could not be removed"
+);
+pub const PATHS_ROUTE: &str = exit_help!(
+    "Example:\n  causeway --netns d0gw paths route --iface br0 --path 1 --flow 'tcp 10.0.0.10:40000 10.1.0.10:5201'",
+    "a bad flow (nothing written), steering not attached, a path with no mark,\n       or a map write failed"
+);
+pub const PATHS_SET: &str = exit_help!(
+    "Example:\n  causeway --netns d0gw paths set --iface br0 --path 1 --down",
+    "steering not attached, a path out of range, a new path without --mark, or\n       the map write failed"
+);
+pub const PATHS_SHOW: &str = exit_help!(
+    "Examples:\n  causeway --netns d0gw paths show\n  causeway paths show --iface br0 --flows --json",
+    "no steering attached, or its maps could not be read"
+);
+pub const PATHS_MONITOR: &str = exit_help!(
+    "Example:\n  causeway --netns d0gw paths monitor --iface br0 --probe 0=10.200.0.2:7360 --probe 1=10.200.1.2:7360",
+    "steering not attached, a probed path without a mark, a socket could not be\n       bound, or a map write failed; it runs until interrupted (130 on Ctrl-C)"
+);

@@ -8,6 +8,7 @@ mod clock_cmd;
 mod exit;
 mod interfaces;
 mod log_cmd;
+mod paths_cmd;
 mod policy_cmd;
 mod policy_show;
 mod shaper;
@@ -78,8 +79,12 @@ pub fn run(cli: Cli) -> Result<()> {
             // The pins of a deleted namespace can still be listed and
             // removed: nothing else about them needs the namespace.
             Err(e)
-                if matches!(cli.command, Command::Detach(_) | Command::Status(_))
-                    && !Path::new(netns::NETNS_RUN_DIR).join(name).exists() =>
+                if matches!(
+                    cli.command,
+                    Command::Detach(_)
+                        | Command::Status(_)
+                        | Command::Paths(paths_cmd::PathsCommand::Detach { .. })
+                ) && !Path::new(netns::NETNS_RUN_DIR).join(name).exists() =>
             {
                 eprintln!("warning: {e}; working on its pins only");
                 netns_gone = true;
@@ -105,6 +110,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Agent(a) => agent_cmd::run(&ctx, &a),
         Command::Clock(c) => clock_cmd::run(&ctx, &c),
         Command::Log(l) => log_cmd::run(&ctx, &l),
+        Command::Paths(p) => paths_cmd::run(&ctx, p),
         Command::Top(t) => top::run(&ctx, &t),
         Command::Certs(c) => certs::run(&c),
     }

@@ -1,6 +1,6 @@
 //! `causeway top`: a live terminal view of the attached interfaces' classes
-//! and shaping (read from the pinned maps) and the agent's clock peers (from
-//! its control socket), redrawn in place every --interval until `q`, Esc or
+//! and shaping (read from the pinned maps), the agent's clock peers (from
+//! its control socket) and the WAN paths of path steering, redrawn in place every --interval until `q`, Esc or
 //! Ctrl-C.
 
 use std::{
@@ -50,7 +50,12 @@ fn read(
 }
 
 pub fn run(ctx: &Context, args: &TopArgs) -> Result<()> {
-    let ifaces = ctx.targets(args.iface.as_deref())?;
+    // A gateway with path steering and no classifier has paths to show.
+    let steering = !ctx.layout.steer_attachments(Some(&ctx.scope))?.is_empty();
+    let ifaces = match ctx.targets(args.iface.as_deref()) {
+        Err(_) if steering && args.iface.is_none() => Vec::new(),
+        other => other?,
+    };
     let socket = args
         .socket
         .clone()

@@ -62,13 +62,16 @@ fn shaped_bytes(o: &Observation, iface: &str, class: &str) -> Option<u64> {
 }
 
 pub fn draw(frame: &mut Frame, view: &View) {
-    let areas = Layout::vertical([
+    let mut parts = vec![
         Constraint::Length(1),
         Constraint::Fill(2),
         Constraint::Fill(1),
         Constraint::Fill(1),
-    ])
-    .split(frame.area());
+    ];
+    if !view.now.steering.is_empty() {
+        parts.push(Constraint::Fill(1));
+    }
+    let areas = Layout::vertical(parts).split(frame.area());
     frame.render_widget(Line::from(view.title.as_str()), areas[0]);
 
     let mut classes = Vec::new();
@@ -204,6 +207,67 @@ pub fn draw(frame: &mut Frame, view: &View) {
             ),
         areas[3],
     );
+    if let Some(area) = areas.get(4) {
+        draw_paths(frame, view, *area);
+    }
+}
+
+/// Bytes per second steered onto `path` of `iface` since the last reading.
+fn path_rate(view: &View, iface: &str, path: u32, bytes: u64) -> String {
+    let Some((before, secs)) = view.before else {
+        return "-".into();
+    };
+    let old = before
+        .steering
+        .iter()
+        .find(|s| s.iface == iface)
+        .and_then(|s| s.paths.iter().find(|p| p.path == path))
+        .map(|p| p.bytes);
+    match old {
+        Some(old) if secs > 0.0 && bytes >= old => mbit((bytes - old) as f64 / secs),
+        _ => "-".into(),
+    }
+}
+
+fn draw_paths(frame: &mut Frame, view: &View, area: ratatui::layout::Rect) {
+    let mut rows = Vec::new();
+    for s in &view.now.steering {
+        for p in &s.paths {
+            let h = s.monitor.iter().flatten().find(|h| h.path == p.path);
+            rows.push(Row::new([
+                s.iface.clone(),
+                p.path.to_string(),
+                format!("{:#x}", p.mark),
+                if p.up { "up" } else { "down" }.to_string(),
+                p.flows.to_string(),
+                path_rate(view, &s.iface, p.path, p.bytes),
+                h.map_or("-".into(), |h| format!("{:.1}", h.srtt_ms)),
+                h.map_or("-".into(), |h| format!("{:.1}", h.loss * 100.0)),
+            ]));
+        }
+    }
+    let widths = [
+        Constraint::Length(16),
+        Constraint::Length(6),
+        Constraint::Length(8),
+        Constraint::Length(6),
+        Constraint::Length(7),
+        Constraint::Length(10),
+        Constraint::Length(9),
+        Constraint::Length(8),
+    ];
+    frame.render_widget(
+        Table::new(rows, widths)
+            .header(header(&[
+                "IFACE", "PATH", "MARK", "STATE", "FLOWS", "MBIT/S", "SRTT ms", "LOSS %",
+            ]))
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(" WAN paths (steering) "),
+            ),
+        area,
+    );
 }
 
 #[cfg(test)]
@@ -251,6 +315,7 @@ mod tests {
                 samples: 40,
                 ..PeerObservation::default()
             }],
+            steering: Vec::new(),
         }
     }
 
@@ -280,5 +345,91 @@ mod tests {
             assert!(screen.contains(want), "no {want:?} on screen:\n{screen}");
         }
         assert_eq!(screen.matches("10.00").count(), 2, "{screen}");
+    }
+}
+
+#[cfg(test)]
+mod path_tests {
+    use ratatui::{backend::TestBackend, Terminal};
+
+    use causeway::agent::observe::SteeringObservation;
+    use causeway::paths::{monitor::PathHealth, PathRow};
+
+    use super::*;
+
+    fn obs(bytes: u64, up: bool) -> Observation {
+        Observation {
+            steering: vec![SteeringObservation {
+                iface: "br0".into(),
+                paths: vec![PathRow {
+                    path: 1,
+                    mark: 0x1001,
+                    up,
+                    flows: 3,
+                    packets: bytes / 1500,
+                    bytes,
+                }],
+                unsteered_bytes: 0,
+                monitor: Some(vec![PathHealth {
+                    path: 1,
+                    probe: "10.200.1.2:7360".parse().expect("addr"),
+                    state: if up { "up" } else { "down" }.into(),
+                    srtt_ms: 60.25,
+                    rttvar_ms: 1.0,
+                    min_rtt_ms: 60.0,
+                    loss: 0.125,
+                    sent: 80,
+                    replies: 70,
+                }]),
+            }],
+            ..Observation::default()
+        }
+    }
+
+    #[test]
+    fn steered_paths_get_a_table_of_their_own() {
+        let (before, now) = (obs(1_000_000, true), obs(26_000_000, false));
+        let view = View {
+            title: "causeway top".into(),
+            now: &now,
+            before: Some((&before, 1.0)),
+            agent_note: None,
+        };
+        let mut t = Terminal::new(TestBackend::new(120, 36)).expect("terminal");
+        t.draw(|f| draw(f, &view)).expect("draw");
+        let screen: String = t
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
+        // 25 MB in 1 s is 200 Mbit/s.
+        for want in [
+            "WAN paths",
+            "br0",
+            "0x1001",
+            "down",
+            "200.00",
+            "60.2",
+            "12.5",
+        ] {
+            assert!(screen.contains(want), "no {want:?} on screen:\n{screen}");
+        }
+        let without = Observation::default();
+        let view = View {
+            now: &without,
+            before: None,
+            ..view
+        };
+        t.draw(|f| draw(f, &view)).expect("draw");
+        let screen: String = t
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .map(|c| c.symbol())
+            .collect();
+        assert!(!screen.contains("WAN paths"), "no steering, no table");
     }
 }

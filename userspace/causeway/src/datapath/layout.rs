@@ -13,6 +13,8 @@
 //! <state root>/<scope>/<ifname>/shaping-overrides.json  `set-rate` changes
 //! <state root>/lock                                serialises changes
 //! ```
+//! The path-steering program (`causeway paths attach`) has the same tree
+//! under `<pin root>/steer/` and `<state root>/steer/` ([`Layout::steer`]).
 //! `<scope>` is `root`, `netns-<NAME>` or `netns-ino-<inode>`
 //! ([`NetnsScope::dir_name`]), so equal interface names in two namespaces
 //! do not clash.
@@ -24,6 +26,9 @@ use bpf_maps::programs::XDP_CLASSIFIER;
 
 /// Default pin root.
 pub use bpf_maps::DEFAULT_PIN_ROOT;
+/// The directory (under each root) of the path-steering attachments.
+const STEER_DIR: &str = "steer";
+
 /// Default state root.
 pub const DEFAULT_STATE_ROOT: &str = "/run/causeway";
 
@@ -99,6 +104,32 @@ impl Layout {
             pin_dir,
             state_scope_dir,
         })
+    }
+
+    /// Paths of the path-steering program on `iface` (`causeway paths
+    /// attach`): a tree of its own, `<pin root>/steer/<scope>/<iface>/` and
+    /// `<state root>/steer/<scope>/<iface>/`, so that an interface can carry
+    /// it beside (or without) the classifier. `steer` is no scope name, so
+    /// [`Layout::attachments`] does not list it.
+    pub fn steer(&self, scope: &NetnsScope, iface: &str) -> Result<IfacePaths, DatapathError> {
+        Layout {
+            pin_root: self.pin_root.join(STEER_DIR),
+            state_root: self.state_root.join(STEER_DIR),
+        }
+        .iface(scope, iface)
+    }
+
+    /// Every (scope, interface) with path steering attached; only `scope`
+    /// when given.
+    pub fn steer_attachments(
+        &self,
+        scope: Option<&NetnsScope>,
+    ) -> Result<Vec<(NetnsScope, String)>, DatapathError> {
+        Layout {
+            pin_root: self.pin_root.join(STEER_DIR),
+            state_root: self.state_root.join(STEER_DIR),
+        }
+        .attachments(scope)
     }
 
     /// The lock file serialising changes.

@@ -30,6 +30,20 @@ pub(crate) enum Hook {
     /// TC egress on the interface: a TCX link on Linux 6.6+, else a
     /// `bpf` filter on a `clsact` qdisc (see [`tc_uses_tcx`]).
     TcEgress { ifindex: u32 },
+    /// TC ingress on the interface (the path steering program), attached
+    /// the same two ways as [`Hook::TcEgress`].
+    TcIngress { ifindex: u32 },
+}
+
+impl Hook {
+    /// The TC direction of a TC hook.
+    fn tc_direction(self) -> Option<TcAttachType> {
+        match self {
+            Self::TcEgress { .. } => Some(TcAttachType::Egress),
+            Self::TcIngress { .. } => Some(TcAttachType::Ingress),
+            Self::Xdp { .. } => None,
+        }
+    }
 }
 
 /// Whether TC programs attach as TCX links (Linux 6.6+, as aya decides):
@@ -50,6 +64,19 @@ pub struct ClsactFilter {
     pub handle: u32,
     /// The `clsact` qdisc was added for this filter (and goes with it).
     pub added_qdisc: bool,
+    /// On the ingress hook (records written before it existed are egress).
+    #[serde(default)]
+    pub ingress: bool,
+}
+
+impl ClsactFilter {
+    fn direction(&self) -> TcAttachType {
+        if self.ingress {
+            TcAttachType::Ingress
+        } else {
+            TcAttachType::Egress
+        }
+    }
 }
 
 /// What the sequence attached: a pinned bpf_link, or a clsact filter.
@@ -230,7 +257,13 @@ pub(crate) fn load_pin_attach(
             FdLink::try_from(link)
                 .map_err(|_| fail(LoadStep::TakeLink)(LoadCause::NotBpfLink { needs: "5.9" }))?
         }
-        (ProgramKind::SchedClassifier, Hook::TcEgress { ifindex }) => {
+        (
+            ProgramKind::SchedClassifier,
+            Hook::TcEgress { ifindex } | Hook::TcIngress { ifindex },
+        ) => {
+            let direction = hook
+                .tc_direction()
+                .ok_or_else(|| fail(LoadStep::FindProgram)(LoadCause::MissingProgram))?;
             let p: &mut SchedClassifier = program
                 .try_into()
                 .map_err(|_| fail(LoadStep::FindProgram)(LoadCause::MissingProgram))?;
@@ -241,12 +274,12 @@ pub(crate) fn load_pin_attach(
                 .map_err(pin_cause)
                 .map_err(fail(LoadStep::PinProgram))?;
             if !tc_uses_tcx() {
-                return attach_clsact(p, iface, ifindex)
+                return attach_clsact(p, iface, ifindex, direction)
                     .map(Attached::Clsact)
                     .map_err(|(step, cause)| fail(step)(cause));
             }
             let id = p
-                .attach(iface, TcAttachType::Egress)
+                .attach(iface, direction)
                 .map_err(program_cause)
                 .map_err(fail(LoadStep::Attach))?;
             let link = p
@@ -267,12 +300,13 @@ pub(crate) fn load_pin_attach(
     Ok(Attached::Link(state))
 }
 
-/// Attaches `p` as a `bpf` filter on the egress hook of `iface`'s clsact
-/// qdisc, adding the qdisc if it is not there.
+/// Attaches `p` as a `bpf` filter on the `direction` hook of `iface`'s
+/// clsact qdisc, adding the qdisc if it is not there.
 fn attach_clsact(
     p: &mut SchedClassifier,
     iface: &str,
     ifindex: u32,
+    direction: TcAttachType,
 ) -> Result<ClsactFilter, (LoadStep, LoadCause)> {
     let has_clsact = super::tc::has_clsact(iface);
     if !has_clsact {
@@ -291,7 +325,7 @@ fn attach_clsact(
         .map(|i| i.id())
         .map_err(|e| undo_qdisc(LoadStep::Attach, program_cause(e)))?;
     let id = p
-        .attach(iface, TcAttachType::Egress)
+        .attach(iface, direction)
         .map_err(|e| undo_qdisc(LoadStep::Attach, program_cause(e)))?;
     let link = p
         .take_link(id)
@@ -309,6 +343,7 @@ fn attach_clsact(
         priority,
         handle,
         added_qdisc: !has_clsact,
+        ingress: matches!(direction, TcAttachType::Ingress),
     })
 }
 
@@ -318,7 +353,7 @@ fn attach_clsact(
 pub(crate) fn detach_clsact(iface: &str, f: &ClsactFilter) -> Result<(), LoadCause> {
     let Ok(link) = tc::SchedClassifierLink::attached(
         iface,
-        TcAttachType::Egress,
+        f.direction(),
         f.priority,
         tc::TcHandle::from(f.handle),
         None,
@@ -330,7 +365,7 @@ pub(crate) fn detach_clsact(iface: &str, f: &ClsactFilter) -> Result<(), LoadCau
         super::tc::remove_clsact(iface);
     }
     match detached {
-        Err(e) if super::tc::filter_present(iface, f.prog_id) => {
+        Err(e) if super::tc::filter_present(iface, f.prog_id, f.ingress) => {
             Err(LoadCause::Program(Box::new(e)))
         }
         _ => Ok(()),
@@ -342,7 +377,7 @@ pub(crate) fn detach_clsact(iface: &str, f: &ClsactFilter) -> Result<(), LoadCau
 fn read_link(link: &FdLink, path: &Path, hook: Hook) -> Result<LinkState, DatapathError> {
     match hook {
         Hook::Xdp { .. } => super::link::read(link, path),
-        Hook::TcEgress { ifindex } => {
+        Hook::TcEgress { ifindex } | Hook::TcIngress { ifindex } => {
             let info = link.info().map_err(|source| DatapathError::Link {
                 what: format!("reading the link info of {}", path.display()),
                 source: Box::new(source),

@@ -201,9 +201,11 @@ pub(crate) fn remove_clsact(iface: &str) {
         .output();
 }
 
-/// Whether a `bpf` filter running program `prog_id` is on `iface`'s egress hook.
-pub(crate) fn filter_present(iface: &str, prog_id: u32) -> bool {
-    tc_json(&["filter", "show", "dev", iface, "egress"])
+/// Whether a `bpf` filter running program `prog_id` is on `iface`'s egress
+/// (or, with `ingress`, ingress) hook.
+pub(crate) fn filter_present(iface: &str, prog_id: u32, ingress: bool) -> bool {
+    let hook = if ingress { "ingress" } else { "egress" };
+    tc_json(&["filter", "show", "dev", iface, hook])
         .is_some_and(|v| filters_run_program(&v, prog_id))
 }
 

@@ -17,6 +17,7 @@ mod policy_apply_undo;
 mod policy_audit;
 mod probe_codec;
 mod program_table;
+mod steer_testrun;
 mod tc_testrun;
 mod xdp_differential;
 mod xdp_testrun;

@@ -58,5 +58,5 @@ fn names_are_unique_and_fit_a_pin_name() {
         assert!(spec.name.starts_with("causeway_"), "{}", spec.name);
         assert_eq!(bpf_maps::programs::spec(spec.name), Some(spec));
     }
-    assert!(ALL.iter().filter(|p| p.attached).count() == 2);
+    assert!(ALL.iter().filter(|p| p.attached).count() == 3);
 }

@@ -9,7 +9,7 @@
 //! Reproduce a failure with the seed it prints:
 //! `CAUSEWAY_DIFF_SEED=<seed> cargo test -p causeway --test integration xdp_differential::`.
 
-mod gen;
+pub(crate) mod gen;
 
 use bpf_maps::counters::{
     IngressCounters, COUNTER_SLOTS, MAP_INGRESS_COUNTERS, MAP_REASON_COUNTERS, REASON_ADM_FRAGMENT,

@@ -168,7 +168,11 @@ fn object_declares_every_shared_map() {
     // Maps only: no program is verified (under TCG each XDP verification
     // takes tens of seconds).
     let ebpf = causeway_test_support::bpf::load(causeway::ebpf_object::EBPF_OBJECT, &[], &[]);
-    use bpf_maps::{classifier::*, counters::MAP_INGRESS_COUNTERS};
+    use bpf_maps::{
+        classifier::*,
+        counters::MAP_INGRESS_COUNTERS,
+        paths::{MAP_PATH_COUNT, MAP_PATH_FLOWS, MAP_PATH_TABLE},
+    };
     for name in [
         MAP_CLASSIFIER_CONFIG,
         MAP_SRC_V4,
@@ -182,6 +186,9 @@ fn object_declares_every_shared_map() {
         MAP_ADDR_CACHE,
         MAP_TRIE_DEFAULTS,
         MAP_INGRESS_COUNTERS,
+        MAP_PATH_FLOWS,
+        MAP_PATH_TABLE,
+        MAP_PATH_COUNT,
     ] {
         assert!(
             ebpf.map(name).is_some(),

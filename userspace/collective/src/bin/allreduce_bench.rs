@@ -105,8 +105,17 @@ fn run() -> Result<()> {
             "cpu_s": cpu_s}),
         )?;
         if r == 0 {
+            // What the kernel says of the WAN path after this size (rank 0's
+            // bulk connections; `Communicator::link_estimates`).
+            let link = comm.link_estimates().map(|e| {
+                json!({
+                "rate_mbit": e.rate_bps / 1e6, "goodput_mbit": e.goodput_bps / 1e6,
+                "rtt_ms": e.rtt.as_secs_f64() * 1e3, "min_rtt_ms": e.min_rtt.as_secs_f64() * 1e3,
+                "samples": e.samples, "retransmits": e.retransmits,
+                "pacing_mbit_per_conn": e.pacing_per_socket.map(|p| p as f64 * 8e-6)})
+            });
             cli::outln(
-                json!({"impl": "causeway", "world": n, "bytes": elems * 4, "dtype": "float32", "iters": iters,
+                json!({"impl": "causeway", "world": n, "bytes": elems * 4, "link_estimate": link, "dtype": "float32", "iters": iters,
                 "median_s": median, "min_s": times.first(), "max_s": times.last(),
                 "algbw_GBps": algbw, "busbw_GBps": busbw, "times_s": in_order, "checked": checked,
                 "init_s": init_s, "wan_probe_mbit": wan_probe_mbit,

@@ -99,7 +99,7 @@ fn allreduces(
         let t = Instant::now();
         if let Err(e) = comm.allreduce(&mut v, op) {
             cli::outln(
-                json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64()}),
+                json!({"event": "error", "rank": r, "iter": it, "error": e.to_string(), "peer": e.peer(), "after_s": t.elapsed().as_secs_f64(), "rdma": rdma_states()}),
             )?;
             return Ok(Some(e));
         }
@@ -125,6 +125,19 @@ fn allreduces(
         )?;
     }
     Ok(None)
+}
+
+/// The state of each RDMA connection (empty without the `rdma` feature or
+/// RDMA links): what a stalled transfer was waiting for.
+fn rdma_states() -> Vec<String> {
+    #[cfg(feature = "rdma")]
+    {
+        causeway_collective::transport::rdma::states()
+    }
+    #[cfg(not(feature = "rdma"))]
+    {
+        Vec::new()
+    }
 }
 
 /// The process's peak resident set (`VmHWM` of /proc/self/status), when readable.

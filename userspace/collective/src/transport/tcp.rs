@@ -165,3 +165,150 @@ impl Transport for TcpTransport {
         Ok((Box::new(r), Box::new(self.stream), Arc::new(TcpCloser(c))))
     }
 }
+
+/// What one `getsockopt(TCP_INFO)` says about a connection (the fields the
+/// WAN estimates use; times in µs, rates in bytes/s, the kernel's units).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpInfo {
+    /// Smoothed RTT (`tcpi_rtt`).
+    pub rtt_us: u32,
+    /// The kernel's windowed minimum RTT (`tcpi_min_rtt`).
+    pub min_rtt_us: u32,
+    /// Rate of the most recent delivery-rate sample (`tcpi_delivery_rate`).
+    pub delivery_rate: u64,
+    /// Whether that sample was taken while the sender ran out of data.
+    pub app_limited: bool,
+    /// Segments delivered so far (`tcpi_delivered`): tells a fresh sample
+    /// from one already seen.
+    pub delivered: u32,
+    /// Payload bytes acknowledged so far (`tcpi_bytes_acked`).
+    pub bytes_acked: u64,
+    /// Whether the connection has data in flight or queued unsent
+    /// (`tcpi_unacked`, `tcpi_notsent_bytes`).
+    pub busy: bool,
+    /// Segments retransmitted so far (`tcpi_total_retrans`).
+    pub total_retrans: u32,
+    /// Maximum segment size (`tcpi_snd_mss`).
+    pub snd_mss: u32,
+    /// The kernel's current pacing rate and its cap (`tcpi_pacing_rate`,
+    /// `tcpi_max_pacing_rate`; the cap is `u64::MAX` when none is set).
+    pub pacing_rate: u64,
+    pub max_pacing_rate: u64,
+}
+
+/// `struct tcp_info` (linux/tcp.h) up to `tcpi_delivered_ce`; the kernel
+/// copies as much of its own as fits and says how much.
+#[repr(C)]
+#[derive(Default)]
+struct RawTcpInfo {
+    /// state, ca_state, retransmits, probes, backoff, options,
+    /// snd/rcv_wscale, then `delivery_rate_app_limited` in bit 0 of byte 7.
+    bytes: [u8; 8],
+    u32s_a: [u32; 24], // rto … total_retrans (offsets 8..104)
+    pacing_rate: u64,
+    max_pacing_rate: u64,
+    bytes_acked: u64,
+    bytes_received: u64,
+    u32s_b: [u32; 6], // segs_out, segs_in, notsent_bytes, min_rtt, data_segs_in, data_segs_out
+    delivery_rate: u64,
+    busy_time: u64,
+    rwnd_limited: u64,
+    sndbuf_limited: u64,
+    delivered: u32,
+    delivered_ce: u32,
+}
+
+/// Offset of `tcpi_delivered` + 4: a kernel that copies less has no
+/// delivery-rate sampling (before 4.18) and gets an error.
+const TCP_INFO_NEEDED: usize = 196;
+
+/// Reads `TCP_INFO` of a connection.
+#[allow(unsafe_code)]
+pub fn tcp_info(s: &TcpStream) -> io::Result<TcpInfo> {
+    use std::os::fd::AsRawFd;
+    let mut raw = RawTcpInfo::default();
+    let mut len = std::mem::size_of::<RawTcpInfo>() as libc::socklen_t;
+    // SAFETY: the fd is a live socket owned by `s`; `raw` is a plain-old-data
+    // `repr(C)` struct valid for `len` bytes, which the kernel writes at most
+    // (it copies min(len, its size) and stores the count in `len`).
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut raw as *mut RawTcpInfo).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if (len as usize) < TCP_INFO_NEEDED {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("TCP_INFO of {len} bytes has no delivery-rate fields"),
+        ));
+    }
+    Ok(TcpInfo {
+        rtt_us: raw.u32s_a[15],
+        min_rtt_us: raw.u32s_b[3],
+        delivery_rate: raw.delivery_rate,
+        app_limited: raw.bytes[7] & 1 != 0,
+        busy: raw.u32s_a[4] > 0 || raw.u32s_b[2] > 0,
+        delivered: raw.delivered,
+        bytes_acked: raw.bytes_acked,
+        total_retrans: raw.u32s_a[23],
+        snd_mss: raw.u32s_a[2],
+        pacing_rate: raw.pacing_rate,
+        max_pacing_rate: raw.max_pacing_rate,
+    })
+}
+
+/// Caps the bytes a connection keeps queued unsent (TCP_NOTSENT_LOWAT): the
+/// writer blocks instead of piling data behind a paced socket.
+pub fn set_notsent_lowat(s: &TcpStream, bytes: u32) -> io::Result<()> {
+    SockRef::from(s).set_tcp_notsent_lowat(bytes)
+}
+
+#[cfg(test)]
+mod info_tests {
+    use super::*;
+
+    #[test]
+    fn the_raw_layout_matches_linux_tcp_info() {
+        assert_eq!(std::mem::offset_of!(RawTcpInfo, pacing_rate), 104);
+        assert_eq!(std::mem::offset_of!(RawTcpInfo, bytes_acked), 120);
+        assert_eq!(std::mem::offset_of!(RawTcpInfo, delivery_rate), 160);
+        assert_eq!(std::mem::offset_of!(RawTcpInfo, delivered), 192);
+        assert_eq!(std::mem::size_of::<RawTcpInfo>(), 200);
+    }
+
+    /// A loopback connection that carried data reports an RTT, a delivery
+    /// rate and the pacing cap it was given.
+    #[test]
+    fn tcp_info_of_a_loopback_connection() {
+        use std::io::{Read, Write};
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (mut b, _) = l.accept().expect("accept");
+        set_max_pacing_rate(&a, 1 << 30).expect("pacing cap");
+        let t = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut n = 0;
+            while n < 4 << 20 {
+                n += b.read(&mut buf).expect("read");
+            }
+        });
+        let chunk = vec![7u8; 1 << 20];
+        for _ in 0..4 {
+            a.write_all(&chunk).expect("write");
+        }
+        t.join().expect("reader");
+        let i = tcp_info(&a).expect("TCP_INFO");
+        assert!(i.bytes_acked > 0 && i.delivered > 0, "{i:?}");
+        assert!(i.delivery_rate > 0, "{i:?}");
+        assert!(i.rtt_us > 0 && i.min_rtt_us > 0, "{i:?}");
+        assert_eq!(i.max_pacing_rate, 1 << 30, "{i:?}");
+        assert!(i.snd_mss > 0);
+    }
+}

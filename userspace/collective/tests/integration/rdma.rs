@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use causeway_collective::pool::BufferPool;
 use causeway_collective::store::StoreServer;
+use causeway_collective::topology::LinkClass;
 use causeway_collective::transport::rdma::{self, TransportChoice};
 use causeway_collective::transport::Transport;
 use causeway_collective::{Communicator, Options, ReduceOp};
@@ -88,6 +89,26 @@ impl Place {
     }
 }
 
+impl Place {
+    /// `sh -c CMD` here, its stdout and stderr (never panics: diagnostics).
+    fn sh(&self, cmd: &str) -> String {
+        let out = match &self.ns {
+            Some(ns) => Command::new("ip")
+                .args(["netns", "exec", ns.name(), "sh", "-c", cmd])
+                .output(),
+            None => Command::new("sh").args(["-c", cmd]).output(),
+        };
+        match out {
+            Ok(o) => format!(
+                "$ {cmd}\n{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => format!("$ {cmd}\n{e}\n"),
+        }
+    }
+}
+
 impl Drop for Place {
     fn drop(&mut self) {
         if self.ns.is_some() {
@@ -104,26 +125,55 @@ impl Drop for Place {
     }
 }
 
-/// Two rxe devices on the two ends of a veth pair (see [`Place`]); removed
-/// on drop (also when the test panics).
+/// Two rxe devices on the two ends of a veth pair per address pair (see
+/// [`Place`]); removed on drop (also when the test panics).
 struct Rxe {
-    devs: [String; 2],
+    devs: Vec<String>,
     ns: Place,
 }
 
 impl Rxe {
     fn new() -> Self {
+        Self::with_pairs(&[(A, B)])
+    }
+
+    /// One veth pair, with an rxe device on each end, per `(x, y)`.
+    fn with_pairs(pairs: &[(Ipv4Addr, Ipv4Addr)]) -> Self {
         for m in ["rdma_rxe", "ib_uverbs"] {
             assert!(
                 std::path::Path::new(&format!("/sys/module/{m}")).exists(),
                 "module {m} is not loaded: Soft-RoCE tests need the VM stage's kernels"
             );
         }
-        let mut ns = Place::new();
+        let mut rxe = Rxe {
+            devs: Vec::new(),
+            ns: Place::new(),
+        };
+        for (i, &(a, b)) in pairs.iter().enumerate() {
+            rxe.add_pair(a, b, 100 + 2 * i);
+        }
+        // The GID table fills in from the addresses shortly after.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for ip in pairs.iter().flat_map(|(a, b)| [*a, *b]) {
+            while rdma::find_gid(std::path::Path::new("/sys/class/infiniband"), ip).is_err() {
+                assert!(
+                    Instant::now() < deadline,
+                    "no RoCE v2 GID for {ip} after 10 s"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        rxe
+    }
+
+    /// A veth pair with `a` and `b` on its ends, routing tables `table` and
+    /// `table + 1`, and an rxe device on each end.
+    fn add_pair(&mut self, a: Ipv4Addr, b: Ipv4Addr, table: usize) {
+        let ns = &mut self.ns;
         let (va, vb) = (unique_name("va"), unique_name("vb"));
         ns.ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]);
         ns.links.push(va.clone());
-        for (v, ip) in [(&va, A), (&vb, B)] {
+        for (v, ip) in [(&va, a), (&vb, b)] {
             ns.ip(&["addr", "add", &format!("{ip}/24"), "dev", v]);
             ns.ip(&["link", "set", v, "up"]);
         }
@@ -137,9 +187,9 @@ impl Rxe {
                 &format!("net.ipv4.conf.{key}.accept_local=1"),
             ]);
         }
-        for (to, via, src, table) in [(B, &va, A, "100"), (A, &vb, B, "101")] {
-            let to = to.to_string();
-            let rule: Vec<String> = ["pref", "10", "iif", "lo", "to", &to, "lookup", table]
+        for (to, via, src, table) in [(b, &va, a, table), (a, &vb, b, table + 1)] {
+            let (to, table) = (to.to_string(), table.to_string());
+            let rule: Vec<String> = ["pref", "10", "iif", "lo", "to", &to, "lookup", &table]
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
@@ -148,26 +198,15 @@ impl Rxe {
             ns.ip(&add);
             ns.rules.push(rule);
             let src = src.to_string();
-            ns.ip(&["route", "add", &to, "dev", via, "src", &src, "table", table]);
+            ns.ip(&[
+                "route", "add", &to, "dev", via, "src", &src, "table", &table,
+            ]);
         }
-        let devs = [unique_name("rxa"), unique_name("rxb")];
-        let rxe = Rxe { devs, ns };
-        for (d, v) in rxe.devs.iter().zip([&va, &vb]) {
-            rxe.ns
-                .exec(&["rdma", "link", "add", d, "type", "rxe", "netdev", v]);
+        for v in [&va, &vb] {
+            let d = unique_name(if v == &va { "rxa" } else { "rxb" });
+            ns.exec(&["rdma", "link", "add", &d, "type", "rxe", "netdev", v]);
+            self.devs.push(d);
         }
-        // The GID table fills in from the addresses shortly after.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for ip in [A, B] {
-            while rdma::find_gid(std::path::Path::new("/sys/class/infiniband"), ip).is_err() {
-                assert!(
-                    Instant::now() < deadline,
-                    "no RoCE v2 GID for {ip} after 10 s"
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        rxe
     }
 }
 
@@ -177,6 +216,20 @@ impl Drop for Rxe {
             let _ = Command::new("rdma").args(["link", "delete", d]).status();
         }
     }
+}
+
+/// What rxe and the link saw (counters, neighbours, drops): for failures.
+fn diag(rxe: &Rxe) -> String {
+    let mut out = String::new();
+    for d in &rxe.devs {
+        out += &rxe.ns.sh(&format!("rdma statistic show link {d}/1"));
+    }
+    out += &rxe.ns.sh("rdma resource show qp");
+    out += &rxe
+        .ns
+        .sh("ip -s link; ip neigh; cat /proc/net/softnet_stat");
+    out += &rxe.ns.sh("nstat -as | grep -iv ' 0 ' ; dmesg | tail -n 20");
+    out
 }
 
 /// Lines of `rdma resource show KIND` naming one of our devices.
@@ -204,17 +257,29 @@ fn two_ranks<R: Send + 'static>(
     opts: Options,
     f: impl Fn(&Communicator) -> R + Send + Sync + Clone + 'static,
 ) -> Vec<R> {
+    ranks(rxe, vec![(A, "d0"), (B, "d0")], opts, f)
+}
+
+/// Runs `f` on one rank per `(address, domain)` (threads inside the
+/// namespace, each on its own host).
+fn ranks<R: Send + 'static>(
+    rxe: &Rxe,
+    members: Vec<(Ipv4Addr, &'static str)>,
+    opts: Options,
+    f: impl Fn(&Communicator) -> R + Send + Sync + Clone + 'static,
+) -> Vec<R> {
     rxe.ns.in_ns(move || {
         let server = StoreServer::bind("127.0.0.1:0".parse().expect("addr")).expect("store");
+        let n = members.len();
         std::thread::scope(|s| {
-            let hs: Vec<_> = [A, B]
+            let hs: Vec<_> = members
                 .iter()
                 .enumerate()
-                .map(|(r, ip)| {
-                    let b = Communicator::builder(r, 2)
+                .map(|(r, (ip, domain))| {
+                    let b = Communicator::builder(r, n)
                         .master(server.addr())
                         .host_store(false)
-                        .domain("d0")
+                        .domain(*domain)
                         .host_id(format!("h{r}"))
                         .listen_ip(IpAddr::V4(*ip))
                         .options(opts.clone());
@@ -441,7 +506,18 @@ fn a_killed_peer_is_a_typed_error_within_the_timeout_and_leaks_no_queue_pair() {
         let (r, v) = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("ranks make progress");
-        assert_ne!(v["event"], "error", "rank {r} before the kill: {v}");
+        if v["event"] == "error" {
+            // The other rank's lines (it fails too, later) and rxe's view.
+            let rest: Vec<String> =
+                std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(10)).ok())
+                    .map(|(r, v)| format!("rank {r}: {v}"))
+                    .take(4)
+                    .collect();
+            panic!(
+                "rank {r} before the kill: {v}\nthen: {rest:?}\n{}",
+                diag(&rxe)
+            );
+        }
         iterated[r] |= v["event"] == "iter";
     }
     ranks.0[1].kill().expect("kill rank 1");
@@ -469,4 +545,69 @@ fn a_killed_peer_is_a_typed_error_within_the_timeout_and_leaks_no_queue_pair() {
         assert!(Instant::now() < deadline, "queue pairs left behind");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+#[ignore = "needs Soft-RoCE (rdma_rxe): runs in the VM stage (cargo xtask vm-test --filter rdma::)"]
+fn a_mixed_world_uses_rdma_inside_domains_and_tcp_across() {
+    require_root!();
+    // Domain d0: ranks 0, 1 on the pair (A, B); d1: ranks 2, 3 on (C, D).
+    const C: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 1);
+    const D: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 2);
+    let rxe = Rxe::with_pairs(&[(A, B), (C, D)]);
+    let devs = rxe.devs.clone();
+    let members = vec![(A, "d0"), (B, "d0"), (C, "d1"), (D, "d1")];
+    let seen = ranks(&rxe, members, rdma_options(), move |c| {
+        let me = c.rank();
+        for q in 0..4 {
+            let want = if q / 2 == me / 2 {
+                LinkClass::IntraDomain
+            } else {
+                LinkClass::InterDomain
+            };
+            if q != me {
+                assert_eq!(c.topology().class(me, q), want, "rank {me} to {q}");
+            }
+        }
+        all_ops::<f32>(c, 1001, 17).unwrap_or_else(|e| panic!("rank {me}: {e}"));
+        let mut v = vec![(me + 1) as f32; 1 << 18];
+        c.allreduce(&mut v, ReduceOp::Sum).expect("1 MiB allreduce");
+        assert!(v.iter().all(|x| *x == 10.0), "rank {me}: wrong sum");
+        // Every rank is connected now: look at the links while they live.
+        c.barrier().expect("barrier");
+        let seen = (me == 0).then(|| {
+            let qps = String::from_utf8_lossy(&run("rdma", &["resource", "show", "qp"]).stdout)
+                .into_owned();
+            let per_dev: Vec<usize> = devs
+                .iter()
+                .map(|d| {
+                    qps.lines()
+                        .filter(|l| l.contains(d.as_str()) && l.contains("type RC"))
+                        .count()
+                })
+                .collect();
+            let mut peers: Vec<String> = rdma::states()
+                .iter()
+                .map(|s| s.split(" qp ").next().unwrap_or_default().to_string())
+                .collect();
+            peers.sort();
+            (per_dev, peers)
+        });
+        c.barrier().expect("barrier");
+        seen
+    });
+    let (per_dev, peers) = seen.into_iter().flatten().next().expect("rank 0 looked");
+    report(&format!(
+        "mixed world: RC QPs per rxe device {per_dev:?}, RDMA connections to {peers:?}"
+    ));
+    assert_eq!(
+        per_dev,
+        [1, 1, 1, 1],
+        "one RC QP per device: each rank's only RDMA peer is the other rank of its domain"
+    );
+    assert_eq!(
+        peers,
+        ["rank 0", "rank 1", "rank 2", "rank 3"],
+        "four RDMA connections, all inside a domain (cross-domain pairs are TCP)"
+    );
 }

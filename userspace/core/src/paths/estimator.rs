@@ -184,6 +184,15 @@ impl PathEstimator {
         self.bw.push_back((now, bytes_per_s));
     }
 
+    /// An RTT measured elsewhere (e.g. the kernel's smoothed RTT of a live
+    /// connection, `tcpi_rtt`) at `now`: updates the smoothed RTT and the
+    /// windowed minimum as a probe reply would, without touching loss or state.
+    pub fn rtt_observed(&mut self, rtt_ns: u64, now: u64) {
+        if rtt_ns > 0 {
+            self.rtt_sample(rtt_ns, now);
+        }
+    }
+
     /// A packet train of `frames` frames of `frame_bytes` whose first and
     /// last arrivals were `dispersion_ns` apart: a bandwidth sample.
     pub fn train_sample(&mut self, frames: u32, frame_bytes: u32, dispersion_ns: u64, now: u64) {

@@ -202,3 +202,17 @@ fn late_and_duplicate_replies_are_not_counted() {
     assert_eq!(est.probe_reply(2, 900 * MS), None);
     assert_eq!(est.estimate(900 * MS).loss, lost);
 }
+
+#[test]
+fn rtts_observed_elsewhere_feed_the_smoothed_rtt_and_minimum_only() {
+    let mut est = PathEstimator::new(EstimatorConfig::default());
+    for k in 0..20 {
+        est.rtt_observed(if k == 10 { 60 * MS } else { 40 * MS }, k * 10 * MS);
+    }
+    est.rtt_observed(0, 200 * MS);
+    let e = est.estimate(200 * MS);
+    assert_eq!(e.min_rtt_ns, 40 * MS);
+    assert!((e.srtt_ns / (40 * MS) as f64 - 1.0).abs() < 0.05, "{e:?}");
+    assert_eq!(e.loss, 0.0);
+    assert_eq!(e.state, PathState::Unknown, "no probe reply: state unknown");
+}

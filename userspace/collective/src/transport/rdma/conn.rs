@@ -8,8 +8,8 @@ use std::io::{self, Read, Write};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use super::error::{status_name, RdmaError};
 use super::verbs::{Completion, Device, Endpoint, Local, Region};
@@ -64,6 +64,50 @@ pub fn counters() -> Counters {
         registrations: REGISTRATIONS.load(Ordering::Relaxed),
         cache_misses: MISSES.load(Ordering::Relaxed),
     }
+}
+
+/// `CAUSEWAY_RDMA_TRACE=1`: one stderr line per write and per sleep of the
+/// progress thread (investigation only).
+fn tracing_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("CAUSEWAY_RDMA_TRACE").is_ok_and(|v| v == "1"))
+}
+
+fn t0() -> std::time::Instant {
+    static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *T0.get_or_init(std::time::Instant::now)
+}
+
+/// Every live connection of the process, for [`states`].
+static LIVE: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// One line per live RDMA connection of this process: the peer, the QP and
+/// its byte and work-request counters (what a stalled transfer waits for).
+pub fn states() -> Vec<String> {
+    let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+    live.retain(|w| w.strong_count() > 0);
+    live.iter()
+        .filter_map(Weak::upgrade)
+        .map(|s| {
+            let g = s.lock();
+            format!(
+                "{} qp {}: in arrived {} consumed {} unreported {} fin {}; out head {} credit {} writes {}/{} done, ctl {}/{} done; error {:?}",
+                s.peer,
+                s.ep.qpn(),
+                g.arrived,
+                g.consumed,
+                g.unreported,
+                g.fin,
+                g.head,
+                g.credit,
+                g.data_done,
+                g.data_posted,
+                g.ctl_done,
+                g.ctl_posted,
+                g.error.as_ref().map(ToString::to_string)
+            )
+        })
+        .collect()
 }
 
 /// A registration counted in [`Counters::registrations`].
@@ -152,7 +196,7 @@ impl Pending {
     /// Connects to `remote` (RTR, RTS). `peer` names it in errors.
     pub fn connect(self, remote: ConnInfo, peer: String) -> Result<RdmaTransport, RdmaError> {
         self.ep.connect(&self.info, &remote)?;
-        Ok(RdmaTransport {
+        let t = RdmaTransport {
             shared: Arc::new(Shared {
                 dev: self.dev,
                 ep: self.ep,
@@ -166,7 +210,11 @@ impl Pending {
                 closed: AtomicBool::new(false),
                 halves: AtomicUsize::new(2),
             }),
-        })
+        };
+        LIVE.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::downgrade(&t.shared));
+        Ok(t)
     }
 }
 
@@ -178,6 +226,8 @@ struct State {
     /// Read but not yet given back as credit.
     unreported: u64,
     fin: bool,
+    /// The peer's hello arrived (see [`RdmaTransport::handshake`]).
+    hello: bool,
     /// Bytes we wrote into the peer's ring / it gave back.
     head: u64,
     credit: u64,
@@ -264,6 +314,7 @@ impl Shared {
                     Some(Imm::Data(n)) => g.arrived += u64::from(n),
                     Some(Imm::Credit(n)) => g.credit += u64::from(n),
                     Some(Imm::Fin) => g.fin = true,
+                    Some(Imm::Hello) => g.hello = true,
                     None => {
                         drop(g);
                         return self.fail(RdmaError::BadInfo {
@@ -319,7 +370,17 @@ impl Shared {
                 return self.fail(e);
             }
             if got.is_empty() {
-                self.ep.wait(Duration::from_millis(100));
+                let t = std::time::Instant::now();
+                let ev = self.ep.wait(Duration::from_millis(100));
+                if tracing_on() {
+                    eprintln!(
+                        "rdmatrace {:.4} pid {} {} slept {:.1} ms event {ev}",
+                        t0().elapsed().as_secs_f64(),
+                        std::process::id(),
+                        self.peer,
+                        t.elapsed().as_secs_f64() * 1e3
+                    );
+                }
             } else {
                 got.iter().for_each(|c| self.handle(c));
             }
@@ -394,6 +455,7 @@ impl Shared {
         };
         let cap = u64::from(self.remote.ring_len);
         let mut off = 0usize;
+        let started = std::time::Instant::now();
         let mut g = self.lock();
         while off < n {
             let free = cap - (g.head - g.credit);
@@ -436,11 +498,22 @@ impl Shared {
             g.head += k;
             off += k as usize;
         }
+        let posted = started.elapsed();
         while g.data_done < g.data_posted {
             if let Some(e) = self.closed_error(&g) {
                 return Err(e);
             }
             g = self.wait(g);
+        }
+        if tracing_on() {
+            eprintln!(
+                "rdmatrace {:.4} pid {} {} write {n} B posted in {:.1} ms, done in {:.1} ms",
+                t0().elapsed().as_secs_f64(),
+                std::process::id(),
+                self.peer,
+                posted.as_secs_f64() * 1e3,
+                started.elapsed().as_secs_f64() * 1e3
+            );
         }
         Ok(n)
     }
@@ -498,6 +571,49 @@ pub struct RdmaTransport {
 }
 
 impl RdmaTransport {
+    /// Proves the path both ways before the connection is used: sends a
+    /// hello and waits until the peer acknowledged it (its QP is ready to
+    /// receive) and its own hello arrived (ours is, and so is its sender).
+    /// Until then a write could reach a peer QP that is not yet at RTR,
+    /// which drops it silently and leaves the retry to the ACK timeout.
+    /// Polls the CQ itself: the progress thread starts only at `split`.
+    pub fn handshake(&self, timeout: Duration) -> Result<(), RdmaError> {
+        let s = &self.shared;
+        s.send_ctl(&mut s.lock(), Imm::Hello)?;
+        let deadline = Instant::now() + timeout;
+        let mut got = Vec::with_capacity(16);
+        loop {
+            {
+                let g = s.lock();
+                if let Some(e) = &g.error {
+                    return Err(e.clone());
+                }
+                if g.hello && g.ctl_done == g.ctl_posted {
+                    return Ok(());
+                }
+            }
+            got.clear();
+            s.ep.poll(&mut got, 16)?;
+            got.iter().for_each(|c| s.handle(c));
+            if got.is_empty() {
+                if Instant::now() >= deadline {
+                    let g = s.lock();
+                    return Err(RdmaError::Setup(format!(
+                        "{}: no hello over the queue pair within {timeout:?} (ours {}, theirs {})",
+                        s.peer,
+                        if g.ctl_done == g.ctl_posted {
+                            "acknowledged"
+                        } else {
+                            "not acknowledged"
+                        },
+                        if g.hello { "arrived" } else { "did not arrive" },
+                    )));
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+
     /// The address of the registration that would carry a send of `buf`
     /// (`None`: it would be copied): the zero-copy check of the tests.
     pub fn registered_start(&self, buf: &[u8]) -> Option<usize> {

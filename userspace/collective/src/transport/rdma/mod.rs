@@ -33,7 +33,7 @@ use std::path::Path;
 pub use error::RdmaError;
 
 #[cfg(feature = "rdma")]
-pub use conn::{counters, open_device, Counters, Pending, RdmaDevice, RdmaTransport};
+pub use conn::{counters, open_device, states, Counters, Pending, RdmaDevice, RdmaTransport};
 
 /// Whether this build has the RDMA transport.
 pub const BUILT: bool = cfg!(feature = "rdma");
@@ -136,6 +136,8 @@ pub enum Imm {
     Credit(u32),
     /// No more data (half-close).
     Fin,
+    /// The connection's first message each way (set-up handshake).
+    Hello,
 }
 
 const IMM_COUNT: u32 = (1 << 30) - 1;
@@ -146,12 +148,14 @@ impl Imm {
             Imm::Data(n) => n & IMM_COUNT,
             Imm::Credit(n) => (2 << 30) | (n & IMM_COUNT),
             Imm::Fin => 3 << 30,
+            Imm::Hello => 1 << 30,
         }
     }
 
     pub fn decode(v: u32) -> Option<Self> {
         match v >> 30 {
             0 => Some(Imm::Data(v & IMM_COUNT)),
+            1 if v & IMM_COUNT == 0 => Some(Imm::Hello),
             2 => Some(Imm::Credit(v & IMM_COUNT)),
             3 => Some(Imm::Fin),
             _ => None,
@@ -265,10 +269,11 @@ mod tests {
             Imm::Data(1 << 20),
             Imm::Credit(4096),
             Imm::Fin,
+            Imm::Hello,
         ] {
             assert_eq!(Imm::decode(m.encode()), Some(m));
         }
-        assert_eq!(Imm::decode(1 << 30), None);
+        assert_eq!(Imm::decode((1 << 30) | 5), None);
     }
 
     #[test]

@@ -384,9 +384,16 @@ impl Endpoint {
         let mut a = ffi::ibv_qp_attr {
             qp_state: ffi::ibv_qp_state::IBV_QPS_RTS,
             sq_psn: local.psn,
-            // 4.096 µs × 2^17 ≈ 0.5 s per try, 7 tries: a dead peer is an
-            // error within seconds, a slow (TCG) one is not.
-            timeout: 17,
+            // Local ACK timeout 4.096 µs × 2^15 ≈ 134 ms: how long a lost
+            // packet (or its ACK) stalls the QP before the retransmission.
+            // At 17 (0.54 s) nine of them in a row on a starved Soft-RoCE
+            // guest were a 5 s stall with nothing lost on the wire but the
+            // nine packets rxe itself dropped (`rdma statistic`:
+            // completer_retry_err 9, sent − peer's rcvd = 9). Below ~14 a
+            // slow-but-alive TCG guest retransmits spuriously. A dead peer
+            // is found by the TCP control connection, not by retries (rxe
+            // treats retry_cnt 7 as "retry forever").
+            timeout: 15,
             retry_cnt: 7,
             // 7: retry forever while the receiver has no receive posted.
             rnr_retry: 7,

@@ -1,0 +1,72 @@
+//! The WAN estimates from the kernel (`Communicator::link_estimates`, issue
+//! 13) on the emulated two-domain testbed: after checked 16 and 64 MiB
+//! allreduces, rank 0's estimate of the path's rate (on the wire) and its
+//! minimum RTT are within ±10 % of what the emulator was configured with, on
+//! the lossless `wan40` and the lossy `lossy80` profile.
+
+use causeway_test_support::require_root;
+use std::time::{Duration, Instant};
+
+use causeway_netsim::Profile;
+use causeway_tests::netsim_support;
+
+use super::testbed::{collective_binary, next, start};
+
+fn estimates_within_ten_percent(profile: Profile, port: u16) {
+    let want = profile.paths()[0].clone();
+    let (rate_mbit, rtt_ms) = (want.rate_bps as f64 / 1e6, 2.0 * want.delay_ns as f64 / 1e6);
+    let bin = collective_binary("causeway-allreduce-bench", true);
+    let tb = netsim_support::testbed(2, 2, profile);
+    let w = start(
+        &tb,
+        &bin,
+        port,
+        &["--sizes", "16M,64M", "--iters", "2", "--warmup", "1"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut last = None;
+    let mut rows = 0;
+    while rows < 2 {
+        let (r, v) = next(&w, deadline);
+        if r == 0 && v["event"].is_null() && v["bytes"].is_u64() {
+            eprintln!(
+                "{} bytes: {} s, link {}",
+                v["bytes"], v["median_s"], v["link_estimate"]
+            );
+            last = Some(v["link_estimate"].clone());
+            rows += 1;
+        }
+    }
+    for (r, c) in w.ranks.into_iter().enumerate() {
+        let out = c.expect("running").wait_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "rank {r}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let e = last.expect("rank 0 reported");
+    let rate = e["rate_mbit"].as_f64().expect("a rate estimate");
+    let min_rtt = e["min_rtt_ms"].as_f64().expect("an RTT estimate");
+    eprintln!("estimate {rate:.1} Mbit/s, min RTT {min_rtt:.1} ms; configured {rate_mbit} Mbit/s, {rtt_ms} ms");
+    assert!(
+        (rate / rate_mbit - 1.0).abs() <= 0.10,
+        "rate {rate:.1} Mbit/s vs {rate_mbit} configured: {e}"
+    );
+    assert!(
+        (min_rtt / rtt_ms - 1.0).abs() <= 0.10,
+        "min RTT {min_rtt:.1} ms vs {rtt_ms} configured: {e}"
+    );
+}
+
+#[test]
+fn wan_estimates_within_ten_percent_on_wan40() {
+    require_root!("wan_estimates_within_ten_percent_on_wan40");
+    estimates_within_ten_percent(Profile::Wan40, 29620);
+}
+
+#[test]
+fn wan_estimates_within_ten_percent_on_lossy80() {
+    require_root!("wan_estimates_within_ten_percent_on_lossy80");
+    estimates_within_ten_percent(Profile::Lossy80, 29630);
+}

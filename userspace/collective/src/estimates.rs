@@ -1,0 +1,434 @@
+//! WAN link estimates from the kernel, and the pacing they drive (issue 13).
+//!
+//! ```text
+//! TCP_INFO of this rank's     ┌───────────────┐ LinkEstimate  ┌───────┐ SO_MAX_PACING_RATE
+//! bulk WAN connections  ────► │ LinkEstimator │ ────────────► │ Pacer │ ─────────────────►
+//! (every 10 ms, sampler)      └───────────────┘               └───────┘ (every bulk socket)
+//! ```
+//!
+//! - [`LinkEstimator`] (pure, time as input) sums the fresh `tcpi_delivery_rate`
+//!   samples of a rank's bulk connections into one sample of the path's rate and
+//!   feeds it to `causeway_core::paths::PathEstimator` (a windowed max filter),
+//!   with `tcpi_rtt` as RTT samples; the minimum RTT is the kernel's
+//!   `tcpi_min_rtt`. A sample counts only when it may raise the estimate if it
+//!   was app-limited or held at the pacing cap: such a sample says "at least
+//!   this", not "this".
+//! - Every rank of a domain sends across the WAN at once (hierarchical
+//!   allreduce), so after start-up a rank's own full sample is scaled by the
+//!   ranks in its domain ([`LinkEstimator::set_sharers`]); during the start-up
+//!   probe only one pair sends and the scale is 1. A limited sample (app- or
+//!   pacing-limited) is never scaled: a rank alone at its probing cap would
+//!   otherwise claim the others' share too. So with several ranks per domain
+//!   a faster path is found only by the start-up probe (or a fixed rate);
+//!   with one rank per domain the gain cycle finds it.
+//! - [`Pacer`] (pure) turns the estimate into each bulk socket's cap: the
+//!   domain's ranks together aim at [`PACING_TARGET`] of the rate, each
+//!   rank's share split among its busy connections (one chunk travels on
+//!   one connection, which may then use the rank's whole share), with a
+//!   BBR-like gain cycle (one min-RTT at [`PROBE_GAIN`], one at
+//!   [`DRAIN_GAIN`], six at 1) so that a path that got faster is found (its
+//!   samples at the higher cap rise above the estimate) while the
+//!   bottleneck queue stays short.
+//! - [`Sampler`] is the thread that reads the sockets and applies the caps.
+
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use causeway_core::paths::{EstimatorConfig, PathEstimator};
+
+use crate::transport::tcp::{self, TcpInfo};
+
+/// Bytes on the wire per segment beyond its payload: Ethernet (14), IPv4
+/// (20), TCP (20) with timestamps (12). `rate_bps` adds them back to the
+/// kernel's payload rates, so it compares with a link's configured rate.
+pub const WIRE_OVERHEAD: u32 = 66;
+/// What the paced flows of a domain aim at together, as a fraction of the
+/// estimated rate.
+pub const PACING_TARGET: f64 = 0.96;
+/// Gain of the probing phase (one min-RTT of eight).
+pub const PROBE_GAIN: f64 = 1.25;
+/// Gain of the phase after it, which drains what the probe queued.
+pub const DRAIN_GAIN: f64 = 0.75;
+/// A sample at or above this fraction of the caps' sum is pacing-limited.
+const AT_CAP: f64 = 0.9;
+/// How often the sampler reads the sockets.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(10);
+
+/// What this rank knows of its WAN path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkEstimate {
+    /// The path's rate, bit/s on the wire (payload rate plus [`WIRE_OVERHEAD`] per segment).
+    pub rate_bps: f64,
+    /// The path's rate for payload (TCP goodput), bit/s.
+    pub goodput_bps: f64,
+    /// Smoothed RTT of the bulk connections (`tcpi_rtt`).
+    pub rtt: Duration,
+    /// The kernel's minimum RTT over the bulk connections (`tcpi_min_rtt`).
+    pub min_rtt: Duration,
+    /// Samples that went into the rate.
+    pub samples: u64,
+    /// Age of the newest sample behind the rate.
+    pub age: Duration,
+    /// Segments retransmitted on the bulk connections so far.
+    pub retransmits: u64,
+    /// The cap each bulk connection is paced to now, bytes/s (`None`: not paced).
+    pub pacing_per_socket: Option<u64>,
+}
+
+impl std::fmt::Display for LinkEstimate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.1} Mbit/s (goodput {:.1}), RTT {:.1} ms (min {:.1} ms), {} samples, {} retransmits",
+            self.rate_bps / 1e6,
+            self.goodput_bps / 1e6,
+            self.rtt.as_secs_f64() * 1e3,
+            self.min_rtt.as_secs_f64() * 1e3,
+            self.samples,
+            self.retransmits
+        )?;
+        if let Some(p) = self.pacing_per_socket {
+            write!(f, ", paced at {:.1} Mbit/s per connection", p as f64 * 8e-6)?;
+        }
+        Ok(())
+    }
+}
+
+/// The estimator of one rank's WAN path from its bulk connections' `TCP_INFO`.
+#[derive(Debug, Clone)]
+pub struct LinkEstimator {
+    path: PathEstimator,
+    /// `tcpi_delivered` of each socket at the previous sample.
+    delivered: Vec<Option<u32>>,
+    sharers: f64,
+    /// Sums of the sockets' pacing caps (payload bytes/s) and since when,
+    /// oldest first: a delivery-rate sample reflects what was sent about
+    /// one RTT earlier, so it is compared with the largest cap in force
+    /// within the last RTT.
+    caps: std::collections::VecDeque<(u64, f64)>,
+    min_rtt_us: Option<u32>,
+    mss: u32,
+    samples: u64,
+    retransmits: u64,
+}
+
+impl LinkEstimator {
+    pub fn new(sockets: usize) -> Self {
+        LinkEstimator {
+            path: PathEstimator::new(EstimatorConfig::default()),
+            delivered: vec![None; sockets],
+            sharers: 1.0,
+            caps: Default::default(),
+            min_rtt_us: None,
+            mss: 1448,
+            samples: 0,
+            retransmits: 0,
+        }
+    }
+
+    /// How many ranks send over this path at once (this one included).
+    pub fn set_sharers(&mut self, ranks: usize) {
+        self.sharers = ranks.max(1) as f64;
+    }
+
+    /// The sum of this rank's pacing caps (payload bytes/s) from `now_ns` on.
+    pub fn set_cap(&mut self, bytes_per_s: f64, now_ns: u64) {
+        self.caps.push_back((now_ns, bytes_per_s));
+    }
+
+    /// The largest cap in force within the last RTT (plus two sampling
+    /// intervals) before `now_ns`.
+    fn recent_cap(&mut self, now_ns: u64) -> Option<f64> {
+        let rtt = u64::from(self.min_rtt_us.unwrap_or(0)) * 1000;
+        let since = now_ns.saturating_sub(rtt + 2 * SAMPLE_EVERY.as_nanos() as u64);
+        // Drop caps replaced before `since`; the one in force then stays.
+        while self.caps.len() > 1 && self.caps[1].0 <= since {
+            self.caps.pop_front();
+        }
+        self.caps.iter().map(|&(_, c)| c).reduce(f64::max)
+    }
+
+    /// A rate known from elsewhere (the start-up probe every rank agreed on),
+    /// payload bytes/s, as one full sample at `now`.
+    pub fn seed(&mut self, bytes_per_s: f64, now_ns: u64) {
+        self.path.delivery_sample(bytes_per_s, false, now_ns);
+    }
+
+    /// One reading of every socket at `now_ns` (`None`: unreadable).
+    pub fn observe(&mut self, now_ns: u64, infos: &[Option<TcpInfo>]) {
+        if self.delivered.len() != infos.len() {
+            self.delivered = vec![None; infos.len()];
+        }
+        let (mut sum, mut fresh, mut app_limited) = (0.0, 0usize, false);
+        let mut retrans = 0u64;
+        for (last, info) in self.delivered.iter_mut().zip(infos) {
+            let Some(i) = info else { continue };
+            retrans += u64::from(i.total_retrans);
+            if i.snd_mss > 0 {
+                self.mss = i.snd_mss;
+            }
+            if i.min_rtt_us > 0 && i.min_rtt_us != u32::MAX {
+                self.min_rtt_us = Some(
+                    self.min_rtt_us
+                        .map_or(i.min_rtt_us, |m| m.min(i.min_rtt_us)),
+                );
+            }
+            let is_fresh = last.is_some_and(|d| d != i.delivered);
+            *last = Some(i.delivered);
+            if !is_fresh {
+                continue;
+            }
+            fresh += 1;
+            sum += i.delivery_rate as f64;
+            app_limited |= i.app_limited;
+            if i.rtt_us > 0 {
+                self.path.rtt_observed(u64::from(i.rtt_us) * 1000, now_ns);
+            }
+        }
+        self.retransmits = retrans;
+        if fresh == 0 {
+            return;
+        }
+        let at_cap = self.recent_cap(now_ns).is_some_and(|c| sum >= AT_CAP * c);
+        self.samples += 1;
+        if app_limited || at_cap {
+            // "At least this much", and only for this rank: the other ranks
+            // of the domain may have been idle meanwhile, so the sample is
+            // not scaled by the sharers (it could only overestimate).
+            self.path.delivery_sample(sum, true, now_ns);
+        } else {
+            self.path.delivery_sample(sum * self.sharers, false, now_ns);
+        }
+    }
+
+    /// The estimate at `now_ns`, `None` before the first rate sample.
+    pub fn estimate(&mut self, now_ns: u64) -> Option<LinkEstimate> {
+        let e = self.path.estimate(now_ns);
+        if e.bw_bytes_per_s <= 0.0 {
+            return None;
+        }
+        let goodput = e.bw_bytes_per_s * 8.0;
+        let wire = goodput * f64::from(self.mss + WIRE_OVERHEAD) / f64::from(self.mss.max(1));
+        Some(LinkEstimate {
+            rate_bps: wire,
+            goodput_bps: goodput,
+            rtt: Duration::from_nanos(e.srtt_ns as u64),
+            min_rtt: Duration::from_micros(self.min_rtt_us.map_or(0, u64::from)),
+            samples: self.samples,
+            age: Duration::from_nanos(e.bw_age_ns),
+            retransmits: self.retransmits,
+            pacing_per_socket: None,
+        })
+    }
+}
+
+/// Each bulk socket's pacing cap from the estimate, with the gain cycle.
+/// A rank's share of the path is split among its busy connections only: a
+/// transfer of one chunk travels on one connection, which then may use the
+/// rank's whole share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pacer {
+    /// Ranks of the domain sending across the WAN at once.
+    pub flows: usize,
+    /// When the cycle started, ns.
+    pub start_ns: u64,
+    /// Whether the gain cycles (off for a configured, known rate).
+    pub probing: bool,
+}
+
+impl Pacer {
+    /// The gain at `now_ns` for a path whose minimum RTT is `min_rtt_ns`.
+    pub fn gain(&self, now_ns: u64, min_rtt_ns: u64) -> f64 {
+        if !self.probing || min_rtt_ns == 0 {
+            return 1.0;
+        }
+        match (now_ns.saturating_sub(self.start_ns) / min_rtt_ns) % 8 {
+            0 => PROBE_GAIN,
+            1 => DRAIN_GAIN,
+            _ => 1.0,
+        }
+    }
+
+    /// One socket's cap, bytes/s, for a path of `goodput_bytes_per_s` when
+    /// `busy` of this rank's connections carry data.
+    pub fn per_socket(
+        &self,
+        goodput_bytes_per_s: f64,
+        busy: usize,
+        now_ns: u64,
+        min_rtt_ns: u64,
+    ) -> u64 {
+        let g = self.gain(now_ns, min_rtt_ns);
+        let flows = (self.flows.max(1) * busy.max(1)) as f64;
+        (goodput_bytes_per_s * PACING_TARGET * g / flows) as u64
+    }
+}
+
+/// The estimator and the pacer together: what the sampler thread runs on
+/// each reading (pure; the tests drive it on virtual time).
+#[derive(Debug, Clone)]
+pub struct Control {
+    pub est: LinkEstimator,
+    /// Pacing, once started, and a configured rate (payload bytes/s) that
+    /// replaces the estimate.
+    pub pacer: Option<(Pacer, Option<f64>)>,
+    /// The cap applied to every socket now, bytes/s.
+    pub applied: Option<u64>,
+}
+
+impl Control {
+    pub fn new(sockets: usize) -> Self {
+        Control {
+            est: LinkEstimator::new(sockets),
+            pacer: None,
+            applied: None,
+        }
+    }
+
+    /// One reading of the sockets at `now_ns`; returns the cap every socket
+    /// must get now, when it changed.
+    pub fn tick(&mut self, now_ns: u64, infos: &[Option<TcpInfo>]) -> Option<u64> {
+        self.est.observe(now_ns, infos);
+        let (pacer, fixed) = self.pacer.clone()?;
+        let last = self.est.estimate(now_ns);
+        let goodput = fixed.or(last.map(|e| e.goodput_bps / 8.0))?;
+        let min_rtt = last.map_or(0, |e| e.min_rtt.as_nanos() as u64);
+        let busy = infos.iter().flatten().filter(|i| i.busy).count();
+        let cap = pacer.per_socket(goodput, busy, now_ns, min_rtt);
+        if self.applied == Some(cap) {
+            return None;
+        }
+        self.applied = Some(cap);
+        self.est.set_cap(cap as f64 * busy.max(1) as f64, now_ns);
+        Some(cap)
+    }
+
+    /// Start-up is over: see [`Sampler::started`].
+    pub fn started(
+        &mut self,
+        now_ns: u64,
+        sharers: usize,
+        seed: Option<f64>,
+        pace: Option<(usize, Option<f64>)>,
+    ) {
+        self.est.set_sharers(sharers);
+        if let Some(b) = seed.filter(|b| b.is_finite() && *b > 0.0) {
+            self.est.seed(b, now_ns);
+        }
+        self.pacer = pace.map(|(flows, fixed)| {
+            (
+                Pacer {
+                    flows,
+                    start_ns: now_ns,
+                    probing: fixed.is_none(),
+                },
+                fixed,
+            )
+        });
+    }
+
+    /// The estimate at `now_ns`, with the cap applied now.
+    pub fn estimate(&mut self, now_ns: u64) -> Option<LinkEstimate> {
+        let applied = self.applied;
+        self.est.estimate(now_ns).map(|e| LinkEstimate {
+            pacing_per_socket: applied,
+            ..e
+        })
+    }
+}
+
+struct Shared {
+    stop: AtomicBool,
+    state: Mutex<Control>,
+    t0: Instant,
+}
+
+/// The thread that samples a rank's bulk WAN connections every
+/// [`SAMPLE_EVERY`] and applies the pacing caps. Stops when dropped.
+pub(crate) struct Sampler {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Sampler {
+    /// `None` when the rank has no WAN connection.
+    pub fn start(rank: usize, sockets: Vec<TcpStream>) -> Option<Sampler> {
+        if sockets.is_empty() {
+            return None;
+        }
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            state: Mutex::new(Control::new(sockets.len())),
+            t0: Instant::now(),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("cw-wan-est-{rank}"))
+            .spawn(move || run(&s, &sockets))
+            .ok()?;
+        Some(Sampler {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.shared.t0.elapsed().as_nanos() as u64
+    }
+
+    /// The estimate now.
+    pub fn estimate(&self) -> Option<LinkEstimate> {
+        let now = self.now_ns();
+        self.lock().estimate(now)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Control> {
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Start-up is over: `sharers` ranks now send at once, the path's rate is
+    /// `seed` (payload bytes/s, agreed by every rank), and, unless `pace` is
+    /// `None`, the bulk connections of the `flows` ranks of the domain are paced — to a
+    /// fixed configured rate (payload bytes/s) or, when that is `None`, to the
+    /// live estimate.
+    pub fn started(&self, sharers: usize, seed: Option<f64>, pace: Option<(usize, Option<f64>)>) {
+        let now = self.now_ns();
+        self.lock().started(now, sharers, seed, pace);
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(shared: &Shared, sockets: &[TcpStream]) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        std::thread::sleep(SAMPLE_EVERY);
+        let infos: Vec<Option<TcpInfo>> = sockets.iter().map(|s| tcp::tcp_info(s).ok()).collect();
+        let now = shared.t0.elapsed().as_nanos() as u64;
+        let cap = shared
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tick(now, &infos);
+        if let Some(cap) = cap {
+            for s in sockets {
+                if let Err(e) = tcp::set_max_pacing_rate(s, cap) {
+                    tracing::debug!(%e, "pacing cap not accepted");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "estimates_tests.rs"]
+mod tests;
