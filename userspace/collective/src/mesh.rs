@@ -174,7 +174,11 @@ pub(crate) fn connect_all(
         }
         seen[q][i] = true;
         expected[q] -= 1;
-        tune(j, opts, me, q, &stream, is_latency(j, opts, me, q, i));
+        let kind = Kind {
+            latency: is_latency(j, opts, me, q, i),
+            striped: path_of(j, opts, me, q, i).is_some(),
+        };
+        tune(j, opts, me, q, &stream, kind);
         tag(
             &stream,
             tagging::kind_of(h.role, is_latency(j, opts, me, q, i)),
@@ -293,7 +297,8 @@ fn dial_peer(
                 tcp_transport(s.try_clone().map_err(sent)?, q)?
             }
         };
-        tune(j, opts, me, q, &s, latency);
+        let striped = path_of(j, opts, me, q, h.index as usize).is_some();
+        tune(j, opts, me, q, &s, Kind { latency, striped });
         let path = match path_of(j, opts, me, q, h.index as usize) {
             Some(p) => Some((p, clone_for_info(&s, q)?)),
             None => None,
@@ -367,6 +372,15 @@ pub(crate) fn read_hello(s: &mut (impl Read + ?Sized), pool: &BufferPool) -> Opt
         .flatten()
 }
 
+/// What a connection to a peer is for, as far as [`tune`] cares.
+#[derive(Clone, Copy)]
+struct Kind {
+    /// The latency connection across domains.
+    latency: bool,
+    /// A bulk connection of a striped pair (on one of several WAN paths).
+    striped: bool,
+}
+
 /// Congestion control and pacing of one TCP connection to `q`. Across domains
 /// the bulk connections get the configured congestion control and, when the WAN
 /// rate is known, a pacing cap (see [`wan_pacing_share`]). The latency connection
@@ -375,8 +389,14 @@ pub(crate) fn read_hello(s: &mut (impl Read + ?Sized), pool: &BufferPool) -> Opt
 /// (app-limited) transfers keep far below the path's rate, and once a connection
 /// ran BBR the kernel keeps pacing it. Other connections accepted from the
 /// listener (which carries the latency choice) get the system default back.
-fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, latency: bool) {
-    if latency {
+///
+/// A striped pair's bulk connections ([`Kind::striped`]) get the congestion
+/// control but no pacing cap and no place in [`Joined::wan_bulk`]: the
+/// estimates sampler and a fixed `wan_rate_bps` describe one path, and a cap
+/// from them would hold the faster path's connections to a share of the sum
+/// of both. The stripe scheduler's per-path in-flight caps regulate them.
+fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, kind: Kind) {
+    if kind.latency {
         return;
     }
     let wan = j.topology.class(me, q) == LinkClass::InterDomain;
@@ -390,7 +410,7 @@ fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, latency: b
             tracing::debug!(cc, "congestion control not available; keeping the default");
         }
     }
-    if wan {
+    if wan && !kind.striped {
         if let Ok(dup) = s.try_clone() {
             j.wan_bulk
                 .lock()
@@ -398,7 +418,9 @@ fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, latency: b
                 .push(dup);
         }
     }
-    if let (true, true, Some(rate_bps)) = (wan, opts.wan_pacing, opts.wan_rate_bps) {
+    if let (true, false, true, Some(rate_bps)) =
+        (wan, kind.striped, opts.wan_pacing, opts.wan_rate_bps)
+    {
         let mine = j.topology.domain_of(me);
         let ranks = (0..j.topology.world())
             .filter(|&r| j.topology.domain_of(r) == mine)
