@@ -249,23 +249,30 @@ fn dispatch(sh: &Shared, st: &mut State) -> bool {
     ok
 }
 
-/// The connection with the most room left under its path's cap.
+/// The connection with the largest fraction of its share of its path's cap
+/// still free (draining: the one with the least in flight). A fraction, not
+/// bytes: a path whose cap is small (unknown yet, or slow) gets its share of a
+/// burst from the start instead of only once the large caps are nearly full.
 fn pick(sh: &Shared, st: &State) -> Option<usize> {
     let per_path = |p: usize| sh.conns.iter().filter(|c| c.path == p).count().max(1) as u64;
     let up = |p: usize| !st.paths[p].down;
-    let mut best: Option<(usize, i64)> = None;
+    let mut best: Option<(usize, f64)> = None;
     for (i, c) in sh.conns.iter().enumerate() {
         if !up(c.path) && !(st.draining && st.paths.iter().all(|p| p.down)) {
             continue;
         }
-        let cap = st.paths[c.path].cap / per_path(c.path);
-        let room = if st.draining {
-            i64::MAX - st.conns[i].in_flight as i64
+        let in_flight = st.conns[i].in_flight as f64;
+        let free = if st.draining {
+            -in_flight
         } else {
-            cap as i64 - st.conns[i].in_flight as i64
+            let cap = (st.paths[c.path].cap / per_path(c.path)) as f64;
+            if cap <= in_flight {
+                continue;
+            }
+            1.0 - in_flight / cap
         };
-        if room > 0 && best.is_none_or(|(_, r)| room > r) {
-            best = Some((i, room));
+        if best.is_none_or(|(_, f)| free > f) {
+            best = Some((i, free));
         }
     }
     best.map(|(i, _)| i)
