@@ -35,8 +35,11 @@ pub(crate) struct Conn {
     pub latency: bool,
     /// A bulk connection of a striped peer: its WAN path and a handle on
     /// its socket (for `TCP_INFO`), see [`crate::stripe`].
-    pub path: Option<(usize, TcpStream)>,
+    pub path: Option<StripedSocket>,
 }
+
+/// A striped bulk connection's path and a handle on its socket.
+pub(crate) type StripedSocket = (usize, TcpStream);
 
 /// WAN paths `me` and `q` stripe over (1: no striping).
 fn paths(j: &Joined, me: Rank, q: Rank) -> usize {
@@ -268,7 +271,7 @@ fn dial_peer(
         role,
         shm,
     };
-    let dial = |h: Hello| -> Result<(Box<dyn Transport>, Option<(usize, TcpStream)>)> {
+    let dial = |h: Hello| -> Result<(Box<dyn Transport>, Option<StripedSocket>)> {
         let latency = is_latency(j, opts, me, q, h.index as usize);
         let cc: &[&str] = if latency {
             &tcp::LATENCY_CONGESTION

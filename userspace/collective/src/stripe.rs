@@ -172,8 +172,11 @@ pub fn counters() -> Counters {
 /// offset); ops far behind the newest are forgotten.
 #[derive(Default)]
 pub(crate) struct Dedup {
-    seen: Mutex<BTreeMap<u64, HashSet<(u32, u32, u64)>>>,
+    seen: Mutex<BTreeMap<u64, HashSet<ChunkId>>>,
 }
+
+/// A data frame within its op: (lane, step, offset).
+type ChunkId = (u32, u32, u64);
 
 /// Ops older than the newest by more than this are forgotten.
 const KEEP_OPS: u64 = 256;
@@ -214,7 +217,7 @@ mod tests {
         assert_eq!(p.len(), 2);
         assert_eq!(p[1].to_string(), "10.0.2.10");
         assert!(parse_paths("10.0.1.10,nope").is_err());
-        assert!(parse_paths(&vec!["1.1.1.1"; 9].join(",")).is_err());
+        assert!(parse_paths(&["1.1.1.1"; 9].join(",")).is_err());
     }
 
     #[test]

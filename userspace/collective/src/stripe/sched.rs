@@ -258,7 +258,9 @@ fn pick(sh: &Shared, st: &State) -> Option<usize> {
     let up = |p: usize| !st.paths[p].down;
     let mut best: Option<(usize, f64)> = None;
     for (i, c) in sh.conns.iter().enumerate() {
-        if !up(c.path) && !(st.draining && st.paths.iter().all(|p| p.down)) {
+        // Down paths take frames only when draining and every path is down.
+        let usable = up(c.path) || (st.draining && st.paths.iter().all(|p| p.down));
+        if !usable {
             continue;
         }
         let in_flight = st.conns[i].in_flight as f64;
