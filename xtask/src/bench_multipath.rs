@@ -27,6 +27,12 @@ const SIZE: f64 = 64.0 * 1024.0 * 1024.0;
 /// Sum of the `dual` profile's path rates, bit/s.
 const SUM_BPS: f64 = 300e6;
 
+/// Environment variables of one variant's ranks.
+type Env = Vec<(String, String)>;
+/// One result: variant, run, median, min and max seconds, load at start,
+/// bytes per path (rank 0).
+type Row = (String, usize, f64, f64, f64, String, String);
+
 pub fn run(extra: &[String]) -> Result<()> {
     if !cmd::is_root() {
         bail!("the multipath bench builds network namespaces: run it as root");
@@ -86,9 +92,9 @@ pub fn run(extra: &[String]) -> Result<()> {
             c
         }
     };
-    let mut rows: Vec<(String, usize, f64, f64, f64, String, String)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     for run in 1..=runs {
-        let variants: Vec<(&str, Vec<(String, String)>, bool)> = vec![
+        let variants: Vec<(&str, Env, bool)> = vec![
             ("causeway single", vec![], false),
             (
                 "causeway multipath",
@@ -136,13 +142,7 @@ pub fn run(extra: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn row(
-    name: &str,
-    run: usize,
-    r: &Value,
-    load: String,
-    stripe: String,
-) -> (String, usize, f64, f64, f64, String, String) {
+fn row(name: &str, run: usize, r: &Value, load: String, stripe: String) -> Row {
     let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
     (
         name.to_string(),
