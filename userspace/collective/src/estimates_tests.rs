@@ -172,8 +172,8 @@ fn losses_and_app_limited_readings_do_not_pull_the_estimate_down() {
         // Every 37th reading is in a loss recovery, every 5th app-limited
         // and small.
         let infos = match k {
-            _ if k % 37 == 0 => p.read(None, 0.5, false),
-            _ if k % 5 == 0 => p.read(None, 0.05, true),
+            _ if k.is_multiple_of(37) => p.read(None, 0.5, false),
+            _ if k.is_multiple_of(5) => p.read(None, 0.05, true),
             _ => p.read(None, 1.0, false),
         };
         c.tick(p.now, &infos);

@@ -13,7 +13,7 @@ use causeway_tests::netsim_support;
 use super::testbed::{collective_binary, next, start};
 
 fn estimates_within_ten_percent(profile: Profile, port: u16) {
-    let want = profile.paths()[0].clone();
+    let want = profile.paths()[0];
     let (rate_mbit, rtt_ms) = (want.rate_bps as f64 / 1e6, 2.0 * want.delay_ns as f64 / 1e6);
     let bin = collective_binary("causeway-allreduce-bench", true);
     let tb = netsim_support::testbed(2, 2, profile);
