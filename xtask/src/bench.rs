@@ -37,6 +37,9 @@ pub enum Which {
     /// RDMA transport vs TCP transport vs `ib_write_bw` on one Soft-RoCE link
     /// in a 7.x qemu guest.
     Rdma,
+    /// 64 MiB allreduce on the `dual` testbed: Causeway striped over both
+    /// paths vs one path vs over MPTCP vs Gloo.
+    Multipath,
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
@@ -50,6 +53,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Which::Torch => crate::bench_torch::run(&args.args),
         Which::Tls => crate::bench_tls::run(&args.args),
         Which::Rdma => crate::bench_rdma_vm::run(&args.args),
+        Which::Multipath => crate::bench_multipath::run(&args.args),
         Which::Netsim => {
             build::package_bin("causeway-netsim", "causeway-netsim", true)?;
             crate::progress::run_child(

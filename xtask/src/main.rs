@@ -7,6 +7,7 @@ mod bench_allreduce;
 mod bench_allreduce_ebpf;
 mod bench_clock;
 mod bench_codecs;
+mod bench_multipath;
 mod bench_rdma_vm;
 mod bench_tls;
 mod bench_tls_vm;

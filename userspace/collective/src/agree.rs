@@ -115,6 +115,15 @@ impl Options {
                 u8::from(self.wan_latency_stream).to_string(),
             ),
             ("CAUSEWAY_LATENCY_BYTES", self.latency_bytes.to_string()),
+            (
+                "CAUSEWAY_WAN_PATHS",
+                if self.wan_paths.is_empty() {
+                    "off"
+                } else {
+                    "on"
+                }
+                .into(),
+            ),
             ("CAUSEWAY_ALGO", algo),
             ("CAUSEWAY_PROBE", u8::from(self.probe).to_string()),
             ("CAUSEWAY_PROBE_BYTES", self.probe_bytes.to_string()),

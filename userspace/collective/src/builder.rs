@@ -65,6 +65,12 @@ impl CommunicatorBuilder {
         self.opts.wan_codec = c;
         self
     }
+    /// This rank's address on each WAN path, in path order (as
+    /// `CAUSEWAY_WAN_PATHS`): bulk chunks to other domains are striped over them.
+    pub fn wan_paths(mut self, ips: Vec<std::net::IpAddr>) -> Self {
+        self.opts.wan_paths = ips;
+        self
+    }
     /// Mutual TLS (as `CAUSEWAY_TLS*`).
     pub fn tls(mut self, t: crate::transport::tls_config::TlsSettings) -> Self {
         self.opts.tls = t;

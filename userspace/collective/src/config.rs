@@ -88,6 +88,10 @@ pub struct Options {
     /// (`CAUSEWAY_WAN_CODEC`; a lossy one applies to allreduce and
     /// reduce-scatter only, see [`crate::CallOptions`]).
     pub wan_codec: crate::codec::CodecSpec,
+    /// This rank's own address on each WAN path to other domains, in path order
+    /// (`CAUSEWAY_WAN_PATHS`, comma-separated; empty: one path). With two or
+    /// more on both ends, bulk chunks are striped over the paths ([`crate::stripe`]).
+    pub wan_paths: Vec<std::net::IpAddr>,
     /// Ports this rank may accept peers on (`CAUSEWAY_PORT_BASE`,
     /// `CAUSEWAY_PORT_COUNT`): the first free one is taken.
     pub ports: causeway_core::traffic::ListenPorts,
@@ -130,6 +134,7 @@ impl Default for Options {
             wan_latency_stream: true,
             latency_bytes: 256 << 10,
             wan_codec: crate::codec::CodecSpec::None,
+            wan_paths: Vec::new(),
             ports: causeway_core::traffic::ListenPorts::default(),
             tls: Default::default(),
             transport: Default::default(),
@@ -300,6 +305,9 @@ impl Options {
                     reason: "expected auto, tcp or rdma".into(),
                 }
             })?;
+        }
+        if let Some(p) = var("CAUSEWAY_WAN_PATHS") {
+            o.wan_paths = crate::stripe::parse_paths(&p)?;
         }
         o.ports = ports_from_env(o.ports)?;
         o.tls = crate::transport::tls_config::TlsSettings::from_env()?;

@@ -136,6 +136,7 @@ pub mod store;
 mod store_client;
 mod store_limits;
 mod store_stream;
+pub mod stripe;
 /// Certificates for the TLS tests (shared with the integration tests).
 #[cfg(test)]
 #[path = "../tests/integration/pki.rs"]

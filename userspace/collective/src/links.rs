@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use crate::error::{CollectiveError, Rank, Result};
 use crate::mesh::Conn;
 use crate::pool::{BufferPool, PooledBuf};
+use crate::stripe::sched::{Stripe, StripeConn, StripeStats};
+use crate::stripe::Dedup;
 use crate::trace::{Chunk, SpanKind, Tracer};
 use crate::transport::{Closer, Reader};
 use crate::wire::{read_frame, write_frame, Frame, FrameHeader, FrameKind, ReadError};
@@ -56,6 +58,8 @@ pub(crate) struct PeerLink {
     /// Connections not yet closed by the peer.
     pub open: usize,
     heard: Arc<Heard>,
+    /// Bulk data over several WAN paths (`crate::stripe`), when striped.
+    stripe: Option<Stripe>,
 }
 
 /// When a frame last arrived on any of one peer's connections.
@@ -86,13 +90,20 @@ impl PeerLink {
         if let (true, Some(l)) = (small, &self.latency) {
             return l.send(Out::Frame(h, payload, queued)).is_ok();
         }
+        if let Some(s) = &self.stripe {
+            return s.send(h, payload, queued);
+        }
         let i = self.next % self.data.len();
         self.next = self.next.wrapping_add(1);
         self.data[i].send(Out::Frame(h, payload, queued)).is_ok()
     }
 
-    /// Queues a control frame on every connection.
+    /// Queues a control frame on every connection (after every data frame
+    /// queued before it).
     pub fn send_control(&self, kind: FrameKind, payload: &[u8]) {
+        if let Some(s) = &self.stripe {
+            s.drain();
+        }
         for s in &self.all {
             let h = FrameHeader::control(kind, payload.len() as u32);
             let _ = s.send(Out::Frame(h, PooledBuf::unpooled(payload.to_vec()), None));
@@ -121,8 +132,17 @@ impl PeerLink {
         self.all.len()
     }
 
+    /// How the bulk data to this peer was striped, if it is.
+    #[allow(dead_code)]
+    pub fn stripe_stats(&self) -> Option<StripeStats> {
+        self.stripe.as_ref().map(Stripe::stats)
+    }
+
     /// Half-closes every connection after its queue drains.
     pub fn close_after_flush(&self) {
+        if let Some(s) = &self.stripe {
+            s.close();
+        }
         for s in &self.all {
             let _ = s.send(Out::Close);
         }
@@ -149,7 +169,18 @@ pub(crate) fn start(
             epoch: Instant::now(),
             nanos: AtomicU64::new(0),
         }),
+        stripe: None,
     };
+    // Striped when the bulk connections span two paths or more.
+    let mut paths: Vec<usize> = conns
+        .iter()
+        .filter_map(|c| Some(c.path.as_ref()?.0))
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    let striped = paths.len() > 1;
+    let dedup = striped.then(|| Arc::new(Dedup::default()));
+    let mut stripe_conns = Vec::new();
     for (i, c) in conns.into_iter().enumerate() {
         let what = c.transport.describe();
         let (r, w, closer) = c
@@ -159,6 +190,21 @@ pub(crate) fn start(
         let (tx, rx) = channel();
         let (ev, ev2, pool, c2) = (events.clone(), events.clone(), pool.clone(), closer.clone());
         let heard = link.heard.clone();
+        let dd = dedup.clone();
+        let written = match (striped && c.data && !c.latency, c.path) {
+            (true, Some((path, sock))) => {
+                let written = Arc::new(AtomicU64::new(0));
+                stripe_conns.push(StripeConn {
+                    path,
+                    tx: tx.clone(),
+                    sock,
+                    written: written.clone(),
+                    closer: closer.clone(),
+                });
+                Some(written)
+            }
+            _ => None,
+        };
         let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
             thread::Builder::new()
                 .name(name)
@@ -167,12 +213,12 @@ pub(crate) fn start(
         };
         spawn(
             format!("cw-rx-{peer}-{i}"),
-            Box::new(move || reader(peer, r, ev, pool, max_frame, c2, &heard)),
+            Box::new(move || reader(peer, r, ev, pool, max_frame, c2, &heard, dd)),
         )?;
         let (c3, tracer) = (closer.clone(), tracer.clone());
         link.writers.push(spawn(
             format!("cw-tx-{peer}-{i}"),
-            Box::new(move || writer(peer, w, rx, ev2, c3, tracer)),
+            Box::new(move || writer(peer, w, rx, ev2, c3, tracer, written)),
         )?);
         if c.latency {
             link.latency = Some(tx.clone());
@@ -181,9 +227,16 @@ pub(crate) fn start(
         }
         link.all.push(tx);
     }
+    if striped {
+        link.stripe = Some(
+            Stripe::start(peer, stripe_conns)
+                .map_err(|e| CollectiveError::io("spawn stripe thread", e))?,
+        );
+    }
     Ok(link)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn reader(
     peer: Rank,
     mut r: Reader,
@@ -192,6 +245,7 @@ fn reader(
     max: u32,
     closer: Arc<dyn Closer>,
     heard: &Heard,
+    dedup: Option<Arc<Dedup>>,
 ) {
     loop {
         let got = read_frame(&mut r, max, &pool);
@@ -200,6 +254,8 @@ fn reader(
         }
         let ev = match got {
             Ok(f) if f.header.kind == FrameKind::Heartbeat => continue,
+            // A chunk resent on another path after this one arrived (or the reverse).
+            Ok(f) if dedup.as_ref().is_some_and(|d| d.duplicate(&f.header)) => continue,
             Ok(f) if f.header.kind == FrameKind::Goodbye => Event::Closed {
                 peer,
                 graceful: true,
@@ -252,8 +308,11 @@ fn writer(
     events: Sender<Event>,
     closer: Arc<dyn Closer>,
     tracer: Option<Arc<Tracer>>,
+    written: Option<Arc<AtomicU64>>,
 ) {
     let mut w = BufWriter::with_capacity(64 << 10, w);
+    // Data bytes written since the last flush (a striped connection reports them).
+    let mut batch = 0u64;
     let fail = |e: std::io::Error| {
         closer.close();
         let _ = events.send(Event::Closed {
@@ -283,6 +342,9 @@ fn writer(
                     if let Err(e) = write_frame(&mut w, &h, &p) {
                         return fail(e);
                     }
+                    if h.kind == FrameKind::Data {
+                        batch += (crate::wire::HEADER_LEN + p.len()) as u64;
+                    }
                     if let (Some(t), Some(start)) = (&tracer, queued) {
                         let c = Chunk {
                             seq: h.op,
@@ -306,6 +368,9 @@ fn writer(
         }
         if let Err(e) = w.flush() {
             return fail(e);
+        }
+        if let Some(n) = &written {
+            n.fetch_add(std::mem::take(&mut batch), Ordering::Release);
         }
     }
 }

@@ -33,14 +33,34 @@ pub(crate) struct Conn {
     pub transport: Box<dyn Transport>,
     pub data: bool,
     pub latency: bool,
+    /// A bulk connection of a striped peer: its WAN path and a handle on
+    /// its socket (for `TCP_INFO`), see [`crate::stripe`].
+    pub path: Option<StripedSocket>,
+}
+
+/// A striped bulk connection's path and a handle on its socket.
+pub(crate) type StripedSocket = (usize, TcpStream);
+
+/// WAN paths `me` and `q` stripe over (1: no striping).
+fn paths(j: &Joined, me: Rank, q: Rank) -> usize {
+    if j.topology.class(me, q) != LinkClass::InterDomain {
+        return 1;
+    }
+    crate::stripe::shared_paths(&j.paths, me, q).max(1)
 }
 
 /// Whether connection `index` between `me` and `q` is the latency connection:
-/// across domains, the one after the bulk streams.
+/// across domains, the one after the bulk streams (of every path).
 fn is_latency(j: &Joined, opts: &Options, me: Rank, q: Rank, index: usize) -> bool {
     opts.wan_latency_stream
         && j.topology.class(me, q) == LinkClass::InterDomain
-        && index == opts.streams_wan
+        && index == opts.streams_wan * paths(j, me, q)
+}
+
+/// The path of bulk connection `index` of a striped pair (path-major).
+fn path_of(j: &Joined, opts: &Options, me: Rank, q: Rank, index: usize) -> Option<usize> {
+    let n = paths(j, me, q);
+    (n > 1 && index < opts.streams_wan * n).then(|| index / opts.streams_wan)
 }
 
 /// How many connections `me` and `q` open between them, and whether via shared memory.
@@ -56,7 +76,7 @@ fn shape(j: &Joined, opts: &Options, me: Rank, q: Rank, rdma: bool) -> (bool, us
     match j.topology.class(me, q) {
         LinkClass::InterDomain => (
             false,
-            opts.streams_wan + usize::from(opts.wan_latency_stream),
+            opts.streams_wan * paths(j, me, q) + usize::from(opts.wan_latency_stream),
         ),
         _ => (false, opts.streams_lan),
     }
@@ -157,7 +177,11 @@ pub(crate) fn connect_all(
         }
         seen[q][i] = true;
         expected[q] -= 1;
-        tune(j, opts, me, q, &stream, is_latency(j, opts, me, q, i));
+        let kind = Kind {
+            latency: is_latency(j, opts, me, q, i),
+            striped: path_of(j, opts, me, q, i).is_some(),
+        };
+        tune(j, opts, me, q, &stream, kind);
         tag(
             &stream,
             tagging::kind_of(h.role, is_latency(j, opts, me, q, i)),
@@ -172,11 +196,13 @@ pub(crate) fn connect_all(
                     transport: Box::new(ShmTransport::new(tx, rx)),
                     data: true,
                     latency: false,
+                    path: None,
                 });
                 conns[q].push(Conn {
                     transport: mesh_tls::transport(secured, stream, q)?,
                     data: false,
                     latency: false,
+                    path: None,
                 });
             }
             (ConnRole::RdmaControl, None) => {
@@ -189,18 +215,27 @@ pub(crate) fn connect_all(
                     transport: t,
                     data: true,
                     latency: false,
+                    path: None,
                 });
                 conns[q].push(Conn {
                     transport: mesh_tls::transport(secured, stream, q)?,
                     data: false,
                     latency: false,
+                    path: None,
                 });
             }
-            (ConnRole::TcpData, None) => conns[q].push(Conn {
-                transport: mesh_tls::transport(secured, stream, q)?,
-                data: true,
-                latency: is_latency(j, opts, me, q, i),
-            }),
+            (ConnRole::TcpData, None) => {
+                let path = match path_of(j, opts, me, q, i) {
+                    Some(p) => Some((p, clone_for_info(&stream, q)?)),
+                    None => None,
+                };
+                conns[q].push(Conn {
+                    transport: mesh_tls::transport(secured, stream, q)?,
+                    data: true,
+                    latency: is_latency(j, opts, me, q, i),
+                    path,
+                })
+            }
             _ => {
                 return Err(CollectiveError::Rendezvous(format!(
                     "rank {q} sent an inconsistent hello"
@@ -236,16 +271,20 @@ fn dial_peer(
         role,
         shm,
     };
-    let dial = |h: Hello| -> Result<Box<dyn Transport>> {
+    let dial = |h: Hello| -> Result<(Box<dyn Transport>, Option<StripedSocket>)> {
         let latency = is_latency(j, opts, me, q, h.index as usize);
         let cc: &[&str] = if latency {
             &tcp::LATENCY_CONGESTION
         } else {
             &[]
         };
-        let mut s = tcp::connect(j.addrs[q], tuning, Duration::from_secs(10), cc).map_err(|e| {
-            CollectiveError::io(format!("connect to rank {q} at {}", j.addrs[q]), e)
-        })?;
+        // A striped pair's bulk connection goes to the peer's address on its path.
+        let to = match path_of(j, opts, me, q, h.index as usize) {
+            Some(p) => std::net::SocketAddr::new(j.paths[q][p], j.addrs[q].port()),
+            None => j.addrs[q],
+        };
+        let mut s = tcp::connect(to, tuning, Duration::from_secs(10), cc)
+            .map_err(|e| CollectiveError::io(format!("connect to rank {q} at {to}"), e))?;
         tag(&s, tagging::kind_of(h.role, latency))?;
         let p = h.encode();
         let hello = FrameHeader::control(FrameKind::Hello, p.len() as u32);
@@ -261,8 +300,13 @@ fn dial_peer(
                 tcp_transport(s.try_clone().map_err(sent)?, q)?
             }
         };
-        tune(j, opts, me, q, &s, latency);
-        Ok(t)
+        let striped = path_of(j, opts, me, q, h.index as usize).is_some();
+        tune(j, opts, me, q, &s, Kind { latency, striped });
+        let path = match path_of(j, opts, me, q, h.index as usize) {
+            Some(p) => Some((p, clone_for_info(&s, q)?)),
+            None => None,
+        };
+        Ok((t, path))
     };
     if shm {
         let (tx_path, rx_path) = (ring_path(j.session, me, q), ring_path(j.session, q, me));
@@ -271,36 +315,41 @@ fn dial_peer(
         let tx = ShmRing::create(&tx_path, opts.shm_ring_bytes).map_err(shm_err)?;
         let rx = ShmRing::create(&rx_path, opts.shm_ring_bytes).map_err(shm_err)?;
         let paths = (tx_path.display().to_string(), rx_path.display().to_string());
-        let t = dial(hello(0, ConnRole::TcpControl, Some(paths)))?;
+        let (t, _) = dial(hello(0, ConnRole::TcpControl, Some(paths)))?;
         out.push(Conn {
             transport: Box::new(ShmTransport::new(tx, rx)),
             data: true,
             latency: false,
+            path: None,
         });
         out.push(Conn {
             transport: t,
             data: false,
             latency: false,
+            path: None,
         });
     } else if let Some(qp) = rdma {
-        let t = dial(hello(0, ConnRole::RdmaControl, None))?;
+        let (t, _) = dial(hello(0, ConnRole::RdmaControl, None))?;
         out.push(Conn {
             transport: qp,
             data: true,
             latency: false,
+            path: None,
         });
         out.push(Conn {
             transport: t,
             data: false,
             latency: false,
+            path: None,
         });
     } else {
         for i in 0..n {
-            let t = dial(hello(i as u32, ConnRole::TcpData, None))?;
+            let (t, path) = dial(hello(i as u32, ConnRole::TcpData, None))?;
             out.push(Conn {
                 transport: t,
                 data: true,
                 latency: is_latency(j, opts, me, q, i),
+                path,
             });
         }
     }
@@ -326,6 +375,15 @@ pub(crate) fn read_hello(s: &mut (impl Read + ?Sized), pool: &BufferPool) -> Opt
         .flatten()
 }
 
+/// What a connection to a peer is for, as far as [`tune`] cares.
+#[derive(Clone, Copy)]
+struct Kind {
+    /// The latency connection across domains.
+    latency: bool,
+    /// A bulk connection of a striped pair (on one of several WAN paths).
+    striped: bool,
+}
+
 /// Congestion control and pacing of one TCP connection to `q`. Across domains
 /// the bulk connections get the configured congestion control and, when the WAN
 /// rate is known, a pacing cap (see [`wan_pacing_share`]). The latency connection
@@ -334,8 +392,14 @@ pub(crate) fn read_hello(s: &mut (impl Read + ?Sized), pool: &BufferPool) -> Opt
 /// (app-limited) transfers keep far below the path's rate, and once a connection
 /// ran BBR the kernel keeps pacing it. Other connections accepted from the
 /// listener (which carries the latency choice) get the system default back.
-fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, latency: bool) {
-    if latency {
+///
+/// A striped pair's bulk connections ([`Kind::striped`]) get the congestion
+/// control but no pacing cap and no place in [`Joined::wan_bulk`]: the
+/// estimates sampler and a fixed `wan_rate_bps` describe one path, and a cap
+/// from them would hold the faster path's connections to a share of the sum
+/// of both. The stripe scheduler's per-path in-flight caps regulate them.
+fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, kind: Kind) {
+    if kind.latency {
         return;
     }
     let wan = j.topology.class(me, q) == LinkClass::InterDomain;
@@ -349,7 +413,7 @@ fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, latency: b
             tracing::debug!(cc, "congestion control not available; keeping the default");
         }
     }
-    if wan {
+    if wan && !kind.striped {
         if let Ok(dup) = s.try_clone() {
             j.wan_bulk
                 .lock()
@@ -357,7 +421,9 @@ fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, latency: b
                 .push(dup);
         }
     }
-    if let (true, true, Some(rate_bps)) = (wan, opts.wan_pacing, opts.wan_rate_bps) {
+    if let (true, false, true, Some(rate_bps)) =
+        (wan, kind.striped, opts.wan_pacing, opts.wan_rate_bps)
+    {
         let mine = j.topology.domain_of(me);
         let ranks = (0..j.topology.world())
             .filter(|&r| j.topology.domain_of(r) == mine)
@@ -381,6 +447,11 @@ pub(crate) fn wan_pacing_share(rate_bps: u64, ranks_in_domain: usize, streams: u
 
 /// Fraction of the WAN rate the paced flows of a domain aim at together.
 pub(crate) const WAN_PACING_TARGET: f64 = 0.96;
+
+fn clone_for_info(s: &TcpStream, q: Rank) -> Result<TcpStream> {
+    s.try_clone()
+        .map_err(|e| CollectiveError::io(format!("socket to rank {q}"), e))
+}
 
 fn tag(s: &TcpStream, kind: tagging::TrafficKind) -> Result<()> {
     tagging::tag(s, kind).map_err(|e| CollectiveError::io(format!("tag a {kind:?} connection"), e))

@@ -152,6 +152,7 @@ mod tests {
             addrs: vec![addr, addr],
             rdma: vec![None, None],
             listener,
+            paths: Vec::new(),
             tls: Some(tls),
             wan_bulk: Default::default(),
         }

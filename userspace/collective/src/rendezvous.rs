@@ -25,6 +25,8 @@ pub(crate) struct Joined {
     /// Each rank's RDMA status from its entry (`ok`, why not, or nothing).
     pub rdma: Vec<Option<String>>,
     pub listener: TcpListener,
+    /// Each rank's address per WAN path (empty: one path; `crate::stripe`).
+    pub paths: Vec<Vec<IpAddr>>,
     /// This rank's TLS identity, when `CAUSEWAY_TLS` is not `off`.
     pub tls: Option<Arc<TlsContext>>,
     /// Copies of this rank's bulk WAN connections, filled by the mesh: the
@@ -98,8 +100,10 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
         .unwrap_or(TcpTuning {
             socket_buffer: None,
         });
-    let listener = tagging::listen_in(ip, opts.ports, |a| tcp::listen(a, tuning))
-        .map_err(|e| CollectiveError::io(format!("listen on {ip}"), e))?;
+    // With several WAN paths, peers dial this rank's address on each path.
+    let bind_ip = crate::stripe::listen_ip(ip, &opts.wan_paths);
+    let listener = tagging::listen_in(bind_ip, opts.ports, |a| tcp::listen(a, tuning))
+        .map_err(|e| CollectiveError::io(format!("listen on {bind_ip}"), e))?;
     if opts.wan_latency_stream {
         // Accepted latency connections must start with it (see `mesh::tune`);
         // the others are switched to theirs right after the accept.
@@ -107,6 +111,7 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
     }
     let me = listener
         .local_addr()
+        .map(|a| std::net::SocketAddr::new(ip, a.port()))
         .map_err(|e| CollectiveError::io("listener address", e))?;
 
     let claimed = match store.add(&format!("claim/{}", id.rank), 1) {
@@ -183,7 +188,7 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
     } else if tls.is_none() && domain_count > 1 {
         tracing::warn!("running without TLS across {domain_count} domains");
     }
-    let joined = Joined {
+    let mut joined = Joined {
         session,
         topology: Topology::from_labels(&labels),
         host_ids: entries.iter().map(|e| e.host.clone()).collect(),
@@ -191,9 +196,22 @@ pub(crate) fn join(id: &Identity, opts: &Options, host_store: bool) -> Result<(J
         addrs: entries.iter().map(|e| e.addr).collect(),
         rdma: entries.iter().map(|e| e.rdma.clone()).collect(),
         listener,
+        paths: Vec::new(),
         tls,
         wan_bulk: Default::default(),
     };
+    if !opts.wan_paths.is_empty() {
+        let t = &joined.topology;
+        let wanted = |q| t.class(id.rank, q) == crate::topology::LinkClass::InterDomain;
+        let (s, r, w) = (session, id.rank, id.world);
+        match crate::stripe::exchange(&mut boot.store, s, r, w, &opts.wan_paths, wanted, left()) {
+            Ok(p) => joined.paths = p,
+            Err(e) => {
+                boot.give_up(id.rank, id.world, &e);
+                return Err(e);
+            }
+        }
+    }
     Ok((joined, boot))
 }
 

@@ -348,6 +348,17 @@ impl Plan {
                     gw,
                     &format!("route add 10.{peer}.{}.0/24 via {remote}", p.index + 1),
                 );
+                // A path's own addresses win over the DSCP rules below: the
+                // kernel matches `tos` under the mask 0x1e, so common DSCPs
+                // (AF11 = 0x28 -> 0x08) would otherwise select path 1.
+                add(
+                    gw,
+                    &format!(
+                        "rule add to 10.{peer}.{}.0/24 lookup main pref {}",
+                        p.index + 1,
+                        800 + p.index
+                    ),
+                );
                 if p.default {
                     add(gw, &format!("route add 10.{peer}.0.0/24 via {remote}"));
                 }

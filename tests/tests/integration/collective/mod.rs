@@ -1,6 +1,7 @@
 //! The collective library on the agent's clock maps and the emulated WAN.
 
 mod convergence;
+mod multipath;
 mod peer_clock;
 mod tagging;
 mod testbed;

@@ -119,6 +119,7 @@ fn run() -> Result<()> {
                 "median_s": median, "min_s": times.first(), "max_s": times.last(),
                 "algbw_GBps": algbw, "busbw_GBps": busbw, "times_s": in_order, "checked": checked,
                 "init_s": init_s, "wan_probe_mbit": wan_probe_mbit,
+                "stripe_bytes_per_path": causeway_collective::stripe::counters().bytes_per_path,
                 "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))}),
             )?;
         }

@@ -118,7 +118,10 @@ fn allreduces(
             std::process::exit(4);
         }
         cli::outln(
-            json!({"event": "iter", "rank": r, "epoch": comm.epoch(), "iter": it, "s": t.elapsed().as_secs_f64()}),
+            json!({"event": "iter", "rank": r, "epoch": comm.epoch(), "iter": it, "s": t.elapsed().as_secs_f64(),
+            "stripe": format!("{:?}", causeway_collective::stripe::counters()),
+            "resent_bytes": causeway_collective::stripe::counters().resent_bytes,
+            "path_down": causeway_collective::stripe::counters().path_down}),
         )?;
     }
     Ok(None)

@@ -23,6 +23,7 @@ mod hostile;
 mod ktls;
 mod memory;
 mod metrics;
+mod multipath;
 mod ops;
 mod pki;
 mod procs;

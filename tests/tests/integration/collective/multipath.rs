@@ -1,0 +1,134 @@
+//! Striping over the `dual` testbed's two WAN paths (`CAUSEWAY_WAN_PATHS`),
+//! and failover: four ranks (2 domains × 2 hosts) run a sequence of checked
+//! 16 MiB allreduces; path 1 is cut in the middle. Every result must be
+//! right (the worker checks each element), the path must be declared down
+//! and its unacknowledged chunks resent on path 0, and the hit allreduce may
+//! take at most 1 s + the resent bytes' time on path 0 longer than before.
+
+use causeway_test_support::require_root;
+use std::io::{BufRead, BufReader};
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+use causeway_netsim::Profile;
+use causeway_tests::netsim_support;
+use serde_json::Value;
+
+use super::testbed::collective_binary;
+
+const WORLD: usize = 4;
+const ITERS: usize = 8;
+/// Rank 0's iteration after which path 1 is cut.
+const CUT_AFTER: u64 = 2;
+
+#[test]
+fn a_cut_path_is_failed_over_and_every_allreduce_is_right() {
+    require_root!("a_cut_path_is_failed_over_and_every_allreduce_is_right");
+    // Release: the bound compares times, which a debug build's reduction
+    // (seconds per 16 MiB on a loaded host) would swamp.
+    let bin = collective_binary("causeway-collective-worker", true);
+    let tb = netsim_support::testbed(2, 2, Profile::Dual);
+    let master = tb.host(0, 0).ip.to_string();
+    let (tx, lines) = channel::<(usize, Value)>();
+    let mut ranks = Vec::new();
+    for r in 0..WORLD {
+        let host = tb.host(r / 2, r % 2);
+        let paths = format!(
+            "CAUSEWAY_WAN_PATHS={},{}",
+            host.ip_via(0).expect("path 0"),
+            host.ip_via(1).expect("path 1")
+        );
+        let env = [
+            format!("RANK={r}"),
+            format!("WORLD_SIZE={WORLD}"),
+            "LOCAL_RANK=0".to_string(),
+            format!("MASTER_ADDR={master}"),
+            "MASTER_PORT=29640".to_string(),
+            format!("CAUSEWAY_DOMAIN=dc{}", r / 2),
+            "CAUSEWAY_TIMEOUT=20s".to_string(),
+            "CAUSEWAY_RENDEZVOUS_TIMEOUT=30s".to_string(),
+            paths,
+        ];
+        let mut argv: Vec<&str> = env.iter().map(String::as_str).collect();
+        argv.push(bin.to_str().expect("utf-8 path"));
+        let iters = ITERS.to_string();
+        argv.extend_from_slice(&["--elems", "4194304", "--iters", &iters]);
+        let mut child = tb.spawn(host, "env", &argv).expect("spawn rank");
+        let out = child.child().stdout.take().expect("stdout");
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                match serde_json::from_str(&line) {
+                    Ok(v) => {
+                        let _ = tx.send((r, v));
+                    }
+                    Err(_) => eprintln!("rank {r}: {line}"),
+                }
+            }
+        });
+        ranks.push(child);
+    }
+    let deadline = Instant::now() + Duration::from_secs(180);
+    // Per rank, per iteration: (seconds, resent bytes so far, paths declared down so far).
+    let mut iters: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); WORLD];
+    let mut done = [false; WORLD];
+    let mut cut_at = None;
+    while !done.iter().all(|d| *d) {
+        let (r, v) = lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("a rank reports before the deadline");
+        match v["event"].as_str() {
+            Some("ready") => assert_eq!(v["algorithm"], "Hierarchical", "rank {r}: {v}"),
+            Some("iter") => {
+                let s = v["s"].as_f64().unwrap_or(f64::NAN);
+                eprintln!(
+                    "rank {r} iteration {} took {s:.3} s ({})",
+                    v["iter"], v["stripe"]
+                );
+                iters[r].push((
+                    s,
+                    v["resent_bytes"].as_u64().unwrap_or(0),
+                    v["path_down"].as_u64().unwrap_or(0),
+                ));
+                if r == 0 && v["iter"].as_u64() == Some(CUT_AFTER) && cut_at.is_none() {
+                    tb.cut_path(1).expect("cut path 1");
+                    cut_at = Some(Instant::now());
+                    eprintln!("path 1 cut");
+                }
+            }
+            Some("done") => done[r] = true,
+            _ => panic!("rank {r}: {v}"),
+        }
+    }
+    for (r, c) in ranks.into_iter().enumerate() {
+        let out = c.wait_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "rank {r}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(cut_at.is_some(), "the cut happened");
+    for (r, it) in iters.iter().enumerate() {
+        assert_eq!(it.len(), ITERS, "rank {r}: every allreduce completed");
+    }
+    // The path was declared down on some rank, and chunks were sent again.
+    let downs: u64 = iters.iter().map(|it| it.last().map_or(0, |x| x.2)).sum();
+    let resent: u64 = iters.iter().map(|it| it.last().map_or(0, |x| x.1)).sum();
+    assert!(downs >= 1, "no rank declared path 1 down: {iters:?}");
+    // The slowest rank's time per iteration, before and at the cut.
+    let slowest = |i: usize| iters.iter().map(|it| it[i].0).fold(0.0, f64::max);
+    let before = (1..=CUT_AFTER as usize).map(slowest).fold(0.0, f64::max);
+    let hit = ((CUT_AFTER as usize + 1)..ITERS.min(CUT_AFTER as usize + 3))
+        .map(slowest)
+        .fold(0.0, f64::max);
+    // Resent bytes cross path 0 (200 Mbit/s), both domains' ranks at once.
+    let resend_s = resent as f64 * 8.0 / 200e6;
+    eprintln!(
+        "before the cut: {before:.3} s; hit: {hit:.3} s; resent {resent} bytes ({resend_s:.3} s on path 0); path-down events {downs}"
+    );
+    assert!(
+        hit <= before + 1.0 + resend_s,
+        "the hit allreduce took {hit:.3} s, more than {before:.3} + 1 + {resend_s:.3} s"
+    );
+}
