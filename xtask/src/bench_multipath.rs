@@ -60,7 +60,7 @@ pub fn run(extra: &[String]) -> Result<()> {
         "--bins",
     ]))?;
     if !cmd::succeeds(Command::new("sh").args(["-c", "command -v mptcpize"])) {
-        bail!("mptcpize is missing: apt-get install mptcpize");
+        bail!("mptcpize is missing (Debian package mptcpize): run `cargo xtask setup` as root");
     }
     let ours = cmd::bin_path("causeway-allreduce-bench", true);
     let script = cmd::root().join("userspace/collective/bench/gloo_allreduce.py");

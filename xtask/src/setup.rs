@@ -57,6 +57,8 @@ const APT_PACKAGES: &[(&str, Option<&str>)] = &[
     ("cmake", Some("cmake")),
     ("pkg-config", Some("pkg-config")),
     ("libclang-14-dev", None),
+    // `cargo xtask bench multipath` compares with Linux MPTCP (two subflows).
+    ("mptcpize", Some("mptcpize")),
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13";
