@@ -6,15 +6,12 @@
 //! take at most 1 s + the resent bytes' time on path 0 longer than before.
 
 use causeway_test_support::require_root;
-use std::io::{BufRead, BufReader};
-use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
 use causeway_netsim::Profile;
 use causeway_tests::netsim_support;
-use serde_json::Value;
 
-use super::testbed::collective_binary;
+use super::testbed::{collective_binary, next, start_with};
 
 const WORLD: usize = 4;
 const ITERS: usize = 8;
@@ -28,55 +25,25 @@ fn a_cut_path_is_failed_over_and_every_allreduce_is_right() {
     // (seconds per 16 MiB on a loaded host) would swamp.
     let bin = collective_binary("causeway-collective-worker", true);
     let tb = netsim_support::testbed(2, 2, Profile::Dual);
-    let master = tb.host(0, 0).ip.to_string();
-    let (tx, lines) = channel::<(usize, Value)>();
-    let mut ranks = Vec::new();
-    for r in 0..WORLD {
-        let host = tb.host(r / 2, r % 2);
-        let paths = format!(
-            "CAUSEWAY_WAN_PATHS={},{}",
-            host.ip_via(0).expect("path 0"),
-            host.ip_via(1).expect("path 1")
-        );
-        let env = [
-            format!("RANK={r}"),
-            format!("WORLD_SIZE={WORLD}"),
-            "LOCAL_RANK=0".to_string(),
-            format!("MASTER_ADDR={master}"),
-            "MASTER_PORT=29640".to_string(),
-            format!("CAUSEWAY_DOMAIN=dc{}", r / 2),
+    let iters = ITERS.to_string();
+    let args = ["--elems", "4194304", "--iters", &iters];
+    let w = start_with(&tb, &bin, 29640, &args, |_, host| {
+        vec![
             "CAUSEWAY_TIMEOUT=20s".to_string(),
-            "CAUSEWAY_RENDEZVOUS_TIMEOUT=30s".to_string(),
-            paths,
-        ];
-        let mut argv: Vec<&str> = env.iter().map(String::as_str).collect();
-        argv.push(bin.to_str().expect("utf-8 path"));
-        let iters = ITERS.to_string();
-        argv.extend_from_slice(&["--elems", "4194304", "--iters", &iters]);
-        let mut child = tb.spawn(host, "env", &argv).expect("spawn rank");
-        let out = child.child().stdout.take().expect("stdout");
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                match serde_json::from_str(&line) {
-                    Ok(v) => {
-                        let _ = tx.send((r, v));
-                    }
-                    Err(_) => eprintln!("rank {r}: {line}"),
-                }
-            }
-        });
-        ranks.push(child);
-    }
+            format!(
+                "CAUSEWAY_WAN_PATHS={},{}",
+                host.ip_via(0).expect("path 0"),
+                host.ip_via(1).expect("path 1")
+            ),
+        ]
+    });
     let deadline = Instant::now() + Duration::from_secs(180);
     // Per rank, per iteration: (seconds, resent bytes so far, paths declared down so far).
     let mut iters: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); WORLD];
     let mut done = [false; WORLD];
     let mut cut_at = None;
     while !done.iter().all(|d| *d) {
-        let (r, v) = lines
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .expect("a rank reports before the deadline");
+        let (r, v) = next(&w, deadline);
         match v["event"].as_str() {
             Some("ready") => assert_eq!(v["algorithm"], "Hierarchical", "rank {r}: {v}"),
             Some("iter") => {
@@ -100,14 +67,7 @@ fn a_cut_path_is_failed_over_and_every_allreduce_is_right() {
             _ => panic!("rank {r}: {v}"),
         }
     }
-    for (r, c) in ranks.into_iter().enumerate() {
-        let out = c.wait_output().expect("wait");
-        assert!(
-            out.status.success(),
-            "rank {r}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    w.finish("");
     assert!(cut_at.is_some(), "the cut happened");
     for (r, it) in iters.iter().enumerate() {
         assert_eq!(it.len(), ITERS, "rank {r}: every allreduce completed");

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-use causeway_netsim::{NsChild, Profile, Testbed};
+use causeway_netsim::{Host, NsChild, Profile, Testbed};
 use causeway_tests::netsim_support;
 use serde_json::Value;
 
@@ -58,12 +58,24 @@ pub(super) struct World {
 }
 
 pub(super) fn start(tb: &Testbed, bin: &Path, port: u16, args: &[&str]) -> World {
+    start_with(tb, bin, port, args, |_, _| Vec::new())
+}
+
+/// [`start`], with more `NAME=value` variables per rank (`extra(rank, host)`;
+/// a later one replaces an earlier one, e.g. `CAUSEWAY_TIMEOUT`).
+pub(super) fn start_with(
+    tb: &Testbed,
+    bin: &Path,
+    port: u16,
+    args: &[&str],
+    extra: impl Fn(usize, &Host) -> Vec<String>,
+) -> World {
     let master = tb.host(0, 0).ip.to_string();
     let (tx, lines) = channel();
     let mut ranks = Vec::new();
     for r in 0..WORLD {
         let host = tb.host(r / 2, r % 2);
-        let env = [
+        let mut env = vec![
             format!("RANK={r}"),
             format!("WORLD_SIZE={WORLD}"),
             "LOCAL_RANK=0".to_string(),
@@ -73,6 +85,7 @@ pub(super) fn start(tb: &Testbed, bin: &Path, port: u16, args: &[&str]) -> World
             "CAUSEWAY_TIMEOUT=10s".to_string(),
             "CAUSEWAY_RENDEZVOUS_TIMEOUT=30s".to_string(),
         ];
+        env.extend(extra(r, host));
         let mut argv: Vec<&str> = env.iter().map(String::as_str).collect();
         let bin = bin.to_str().expect("utf-8 path");
         argv.push(bin);
