@@ -31,6 +31,8 @@ fn prometheus_scrapes_a_running_worlds_collective_metrics() {
         algorithm: Some(Algorithm::Ring),
         chunk_bytes: 64 << 10,
         probe: false,
+        // Counted from the first call: no start-up warm-up bytes either.
+        wan_warm_bytes: 0,
         timeout: Duration::from_secs(30),
         rendezvous_timeout: Duration::from_secs(30),
         metrics_addr: Some(metrics),
