@@ -230,10 +230,16 @@ fn wanem_process_forwards_answers_control_and_exits_on_sigterm() {
         .join()
         .expect("probe thread")
     });
-    let med = r.median().expect("answers").as_secs_f64() * 1e3;
+    // The minimum: a busy machine's scheduling only adds to an RTT (CI saw
+    // a median of 11.75 ms at load), while a delay applied short or not at
+    // all shows in every sample.
+    let (min, med) = (
+        r.min().expect("answers").as_secs_f64() * 1e3,
+        r.median().expect("answers").as_secs_f64() * 1e3,
+    );
     assert!(
-        (med - 10.0).abs() < 1.0,
-        "RTT through the wanem process {med} ms, expected 10"
+        (10.0..11.0).contains(&min),
+        "RTT through the wanem process: min {min} ms (median {med}), expected 10"
     );
 
     let stats = control::request(
