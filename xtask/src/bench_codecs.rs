@@ -34,15 +34,7 @@ pub fn run(extra: &[String]) -> Result<()> {
     } else {
         extra.to_vec()
     };
-    cmd::run(cmd::cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "causeway-netsim",
-        "-p",
-        "causeway-collective",
-        "--bins",
-    ]))?;
+    cmd::build_wan_bench_bins()?;
     let dir = cmd::root().join("target/codec-bench");
     std::fs::create_dir_all(&dir)?;
     let grads = dir.join("grads.f32");

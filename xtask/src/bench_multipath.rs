@@ -50,15 +50,7 @@ pub fn run(extra: &[String]) -> Result<()> {
         }
     }
     let python = if no_gloo { None } else { Some(gloo::python()?) };
-    cmd::run(cmd::cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "causeway-netsim",
-        "-p",
-        "causeway-collective",
-        "--bins",
-    ]))?;
+    cmd::build_wan_bench_bins()?;
     if !cmd::succeeds(Command::new("sh").args(["-c", "command -v mptcpize"])) {
         bail!("mptcpize is missing (Debian package mptcpize): run `cargo xtask setup` as root");
     }
