@@ -35,6 +35,26 @@ impl Drop for Steering {
     }
 }
 
+impl Steering {
+    /// `causeway paths attach` on domain 0's gateway LAN port (br0) with
+    /// every path of the testbed and its mark; detached on drop. Returns the
+    /// guard and what the command printed.
+    fn attach_every_path(tb: &Testbed) -> (Steering, String) {
+        let gw = tb.gateway_netns(0).to_string();
+        let marks: Vec<String> = tb
+            .paths()
+            .iter()
+            .map(|p| format!("{}={:#x}", p.index, p.mark))
+            .collect();
+        let mut args = vec!["--netns", gw.as_str(), "paths", "attach", "--iface", "br0"];
+        for m in &marks {
+            args.extend(["--path", m.as_str()]);
+        }
+        let out = causeway_ok(&args);
+        (Steering { netns: gw }, out)
+    }
+}
+
 /// Frames each path forwarded from domain 0 to domain 1 during `d`.
 fn window(tb: &Testbed, d: Duration) -> [u64; 2] {
     let fwd = |p| {
@@ -169,16 +189,7 @@ fn a_live_flow_moves_between_paths_by_map_updates_alone() {
     require_root!("a_live_flow_moves_between_paths_by_map_updates_alone");
     let tb = two_hosts(Profile::Dual);
     let gw = tb.gateway_netns(0).to_string();
-    let marks: Vec<String> = tb
-        .paths()
-        .iter()
-        .map(|p| format!("{}={:#x}", p.index, p.mark))
-        .collect();
-    let out = causeway_ok(&[
-        "--netns", &gw, "paths", "attach", "--iface", "br0", "--path", &marks[0], "--path",
-        &marks[1],
-    ]);
-    let _steering = Steering { netns: gw.clone() };
+    let (_steering, out) = Steering::attach_every_path(&tb);
     assert!(out.contains("path steering attached"), "{out}");
 
     let flow_run = Flow::start(&tb);
@@ -315,17 +326,7 @@ fn the_monitor_moves_flows_off_a_cut_path_and_home_when_it_returns() {
     let tb = two_hosts(Profile::Dual);
     let gw = tb.gateway_netns(0).to_string();
     let far_gw = tb.gateway_netns(1).to_string();
-    let mut args = vec!["--netns", gw.as_str(), "paths", "attach", "--iface", "br0"];
-    let marks: Vec<String> = tb
-        .paths()
-        .iter()
-        .map(|p| format!("{}={:#x}", p.index, p.mark))
-        .collect();
-    for m in &marks {
-        args.extend(["--path", m.as_str()]);
-    }
-    causeway_ok(&args);
-    let _steering = Steering { netns: gw.clone() };
+    let (_steering, _) = Steering::attach_every_path(&tb);
     // Each path's far end: domain 1's gateway on that path's /30.
     let probes: Vec<String> = tb
         .paths()
@@ -449,16 +450,7 @@ fn the_agents_steering_section_runs_the_controller() {
     let tb = two_hosts(Profile::Dual);
     let gw = tb.gateway_netns(0).to_string();
     let far_gw = tb.gateway_netns(1).to_string();
-    let marks: Vec<String> = tb
-        .paths()
-        .iter()
-        .map(|p| format!("{}={:#x}", p.index, p.mark))
-        .collect();
-    causeway_ok(&[
-        "--netns", &gw, "paths", "attach", "--iface", "br0", "--path", &marks[0], "--path",
-        &marks[1],
-    ]);
-    let _steering = Steering { netns: gw.clone() };
+    let (_steering, _) = Steering::attach_every_path(&tb);
     // Clock sync between the two gateways over path 0, and steering.
     let far = Agent::start_with(
         &far_gw,
