@@ -16,6 +16,7 @@ fn options() -> Options {
         chunk_bytes: 256,
         window: 3,
         probe: false,
+        wan_warm_bytes: 0,
         ..Options::default()
     }
 }
@@ -35,9 +36,11 @@ fn world<R: Send>(
                     .domain(format!("d{}", r / 2))
                     .host_id(format!("h{r}"))
                     .options(options());
-                // A rank still joining (its start-up warm-up exchange) when
-                // the others' mismatch is found gets the Abort there: its
-                // build fails with the same typed error.
+                // No start-up warm-up (`wan_warm_bytes: 0`): warm-up pairs
+                // finish at different times, and a rank still warming up when
+                // the odd rank's Abort arrives has not made the call, so it
+                // cannot tell which rank is odd (it fails `build` naming the
+                // noticer's counterpart). Here every rank reaches the call.
                 s.spawn(move || f(r, &b.build()?))
             })
             .collect();

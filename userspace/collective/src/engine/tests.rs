@@ -43,6 +43,7 @@ fn options(algo: Algorithm, window: usize) -> Options {
         window,
         algorithm: Some(algo),
         probe: false,
+        wan_warm_bytes: 0,
         ..Options::default()
     }
 }
