@@ -72,6 +72,24 @@ pub fn median_ms(s: &RttSamples) -> f64 {
         * 1e3
 }
 
+/// Asserts that the RTTs of `s` come from a path of `want_ms` round-trip
+/// delay: the minimum within [want, want + 1) ms (the emulator never
+/// forwards early; the 1 ms is this host's own stack), and the median within
+/// want + 5 ms, because under load the emulator's wake-ups are late by
+/// hundreds of µs and occasionally by milliseconds, which moves the median
+/// and not the floor.
+pub fn assert_rtt_ms(s: &RttSamples, want_ms: f64, what: &str) {
+    let ms = |d: Option<std::time::Duration>| {
+        d.expect("at least one answered probe").as_secs_f64() * 1e3
+    };
+    let (min, median) = (ms(s.min()), ms(s.median()));
+    assert!(
+        (want_ms..want_ms + 1.0).contains(&min) && median < want_ms + 5.0,
+        "{what}: RTT min {min:.2} ms, median {median:.2} ms; expected a minimum in \
+         [{want_ms}, {want_ms} + 1) ms and a median below {want_ms} + 5 ms"
+    );
+}
+
 /// Names of all network namespaces starting with `prefix`.
 pub fn namespaces_with(prefix: &str) -> Vec<String> {
     causeway_netsim::netns::list()

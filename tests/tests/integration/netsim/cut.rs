@@ -5,7 +5,7 @@ use causeway_test_support::require_root;
 use std::time::Duration;
 
 use causeway_netsim::{ParamsPatch, Profile};
-use causeway_tests::netsim_support::{echo_in, median_ms, rtts, socket_in, two_hosts};
+use causeway_tests::netsim_support::{assert_rtt_ms, echo_in, rtts, socket_in, two_hosts};
 
 #[test]
 fn cut_restore_and_change_a_path_at_run_time() {
@@ -56,11 +56,7 @@ fn cut_restore_and_change_a_path_at_run_time() {
     )
     .expect("set");
     let slow = rtts(&sock, b.ip, 5, Duration::from_millis(500));
-    let m = median_ms(&slow);
-    assert!(
-        (m - 100.0).abs() <= 1.0,
-        "RTT after the change {m} ms, expected 100 ± 1"
-    );
+    assert_rtt_ms(&slow, 100.0, "after the change");
 
     // Bad parameters are refused and change nothing.
     assert!(tb

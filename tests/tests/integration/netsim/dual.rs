@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use causeway_netsim::probe::{set_mark, set_tos};
 use causeway_netsim::{Profile, Testbed};
-use causeway_tests::netsim_support::{echo_in, median_ms, rtts, socket_in, two_hosts};
+use causeway_tests::netsim_support::{assert_rtt_ms, echo_in, rtts, socket_in, two_hosts};
 
 fn forwarded(tb: &Testbed, path: usize) -> u64 {
     tb.path_stats(path)
@@ -41,11 +41,7 @@ fn dual_paths_differ_and_are_selectable() {
         ("path 1", &p1, 60.0),
     ] {
         assert_eq!(s.lost(), 0, "{name}");
-        let m = median_ms(s);
-        assert!(
-            (m - want).abs() <= 1.0,
-            "{name}: RTT {m} ms, expected {want} ± 1"
-        );
+        assert_rtt_ms(s, want, name);
     }
 
     // By fwmark, from the gateway: the same destination, two paths.
@@ -55,15 +51,8 @@ fn dual_paths_differ_and_are_selectable() {
     set_mark(&marked, tb.paths()[1].mark).expect("SO_MARK");
     let s_plain = rtts(&plain, b.ip, 10, t);
     let s_marked = rtts(&marked, b.ip, 10, t);
-    let (m_plain, m_marked) = (median_ms(&s_plain), median_ms(&s_marked));
-    assert!(
-        (m_plain - 40.0).abs() <= 1.0,
-        "unmarked from the gateway: {m_plain} ms"
-    );
-    assert!(
-        (m_marked - 60.0).abs() <= 1.0,
-        "marked for path 1 from the gateway: {m_marked} ms"
-    );
+    assert_rtt_ms(&s_plain, 40.0, "unmarked from the gateway");
+    assert_rtt_ms(&s_marked, 60.0, "marked for path 1 from the gateway");
 
     // By DSCP, from a host: the same destination address, the TOS byte of path 1.
     let tos = tb.paths()[1].tos.expect("path 1 has a DSCP");
@@ -78,9 +67,5 @@ fn dual_paths_differ_and_are_selectable() {
         tos >> 2
     );
     // Out on path 1 (30 ms), back on the default path (20 ms): the echo is unmarked.
-    let m = median_ms(&s);
-    assert!(
-        (m - 50.0).abs() <= 1.0,
-        "DSCP-selected RTT {m} ms, expected 30 + 20 ± 1"
-    );
+    assert_rtt_ms(&s, 50.0, "DSCP-selected (30 + 20 ms)");
 }

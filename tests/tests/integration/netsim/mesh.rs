@@ -4,7 +4,7 @@ use causeway_test_support::require_root;
 use std::time::Duration;
 
 use causeway_netsim::Profile;
-use causeway_tests::netsim_support::{echo_in, median_ms, rtts, socket_in, testbed};
+use causeway_tests::netsim_support::{assert_rtt_ms, echo_in, rtts, socket_in, testbed};
 
 #[test]
 fn three_domains_full_mesh() {
@@ -23,8 +23,7 @@ fn three_domains_full_mesh() {
         let sock = socket_in(&tb, &tb.host(from, 0).netns);
         let s = rtts(&sock, tb.host(to, 0).ip, 10, Duration::from_millis(500));
         assert_eq!(s.lost(), 0, "d{from} -> d{to}");
-        let m = median_ms(&s);
-        assert!((m - 40.0).abs() <= 1.0, "d{from} -> d{to}: RTT {m} ms");
+        assert_rtt_ms(&s, 40.0, &format!("d{from} -> d{to}"));
         let after = tb.path_stats(path).expect("stats");
         let moved = |st: &causeway_netsim::EmulatorStats| {
             st.a_to_b.counters.forwarded + st.b_to_a.counters.forwarded
