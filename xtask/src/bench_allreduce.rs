@@ -4,7 +4,11 @@
 //! per host namespace, torchrun's variables), and prints per size the median
 //! time, algbw and busbw (NCCL's definitions), the ratio to the WAN lower
 //! bound (each WAN direction must carry S bytes: T >= S*8/B) and to the RTT,
-//! and Gloo's time divided by ours.
+//! the first (warm-up) iteration, the WAN emulator's queue drops, CPU
+//! seconds per GB, whether every result was checked exactly, and Gloo's time
+//! divided by ours. Each size runs in its own world (one start-up per size),
+//! so its drops and its first iteration are its own. `--no-gloo` runs
+//! Causeway alone (no Python environment needed).
 //!
 //! The time of one operation is taken across ranks, not at rank 0 alone: from
 //! the moment the last rank called allreduce to the moment the last rank got
@@ -34,18 +38,22 @@ pub fn run(extra: &[String]) -> Result<()> {
         return crate::bench_allreduce_ebpf::run(&profiles);
     }
     let (sizes, iters, extra) = sizes_and_iters(extra)?;
+    let no_gloo = extra.iter().any(|a| a == "--no-gloo");
+    let extra: Vec<String> = extra.into_iter().filter(|a| a != "--no-gloo").collect();
     let profiles: Vec<String> = if extra.is_empty() {
-        vec!["wan40".into(), "lossy80".into()]
+        vec!["wan40".into(), "lossy80".into(), "lossy120".into()]
     } else {
         extra
     };
-    let python = gloo::python()?;
+    // Without Gloo (`--no-gloo`) no Python environment is needed.
+    let python = if no_gloo { None } else { Some(gloo::python()?) };
     cmd::build_wan_bench_bins()?;
     let ours = cmd::bin_path("causeway-allreduce-bench", true);
     let script = cmd::root().join("userspace/collective/bench/gloo_allreduce.py");
     // The ranks' output is captured: only the testbed's commands and the
     // tables print, with the bar stepping aside.
-    let bar = progress::steps(2 * profiles.len() as u64, "bench allreduce");
+    let steps = if no_gloo { 1 } else { 2 };
+    let bar = progress::steps(steps * profiles.len() as u64, "bench allreduce");
     for profile in &profiles {
         bar.set_message(format!("{profile}: testbed up"));
         let bed = bar.suspend(|| -> Result<Testbed> {
@@ -55,29 +63,26 @@ pub fn run(extra: &[String]) -> Result<()> {
         })?;
         progress::say(&bar, &format!("bench: profile {profile}: causeway"));
         bar.set_message(format!("{profile}: causeway, 4 ranks"));
-        let drops = bed.queue_drops();
-        let c = run_world(&bed, |_| {
+        let c = per_size(&bed, &sizes, |size| {
             let mut c = Command::new(&ours);
-            c.args(["--sizes", &sizes, "--iters", &iters, "--warmup", "1"]);
+            c.args(["--sizes", size, "--iters", &iters, "--warmup", "1"]);
             c
         })?;
-        let c_drops = bed
-            .queue_drops()
-            .zip(drops)
-            .map(|(a, b)| a.saturating_sub(b));
         bar.inc(1);
-        progress::say(&bar, &format!("bench: profile {profile}: gloo"));
-        bar.set_message(format!("{profile}: gloo, 4 ranks"));
-        let drops = bed.queue_drops();
-        let g = run_world(&bed, |_| gloo_command(&python, &script, &sizes, &iters))?;
-        let g_drops = bed
-            .queue_drops()
-            .zip(drops)
-            .map(|(a, b)| a.saturating_sub(b));
-        bar.inc(1);
+        let g = match &python {
+            Some(python) => {
+                progress::say(&bar, &format!("bench: profile {profile}: gloo"));
+                bar.set_message(format!("{profile}: gloo, 4 ranks"));
+                let g = per_size(&bed, &sizes, |size| {
+                    gloo_command(python, &script, size, &iters)
+                })?;
+                bar.inc(1);
+                g
+            }
+            None => Vec::new(),
+        };
         bar.suspend(|| {
             print_table(profile, &bed, &c, &g);
-            let show = |d: Option<u64>| d.map_or_else(|| "unknown".to_string(), |d| d.to_string());
             if let Some(first) = c.first() {
                 println!(
                     "causeway start-up: {:.2} s to a joined communicator; its WAN probe measured {:.1} Mbit/s (the path: {:.0})",
@@ -100,12 +105,7 @@ pub fn run(extra: &[String]) -> Result<()> {
                     e["pacing_mbit_per_conn"].as_f64().map_or("no cap".into(), |p| format!("{p:.1} Mbit/s")),
                 );
             }
-            println!(
-                "WAN emulator queue drops over the whole run (every size, warm-up included): causeway {}, gloo {}; load {}",
-                show(c_drops),
-                show(g_drops),
-                crate::bench_tls::load()
-            );
+            println!("load {}", crate::bench_tls::load());
         });
         let svg = plot::plots_dir().join(format!("allreduce_{profile}.svg"));
         plot::render(&busbw_chart(profile, &bed, &c, &g), &svg)?;
@@ -115,6 +115,29 @@ pub fn run(extra: &[String]) -> Result<()> {
     }
     bar.finish_and_clear();
     Ok(())
+}
+
+/// Runs one world per size (`command(size)` on every rank), so that each
+/// size's rows carry the WAN emulator's queue drops during that world
+/// (`queue_drops`: warm-up and timed iterations, both directions) and its
+/// first iteration is the first operation after start-up.
+fn per_size(bed: &Testbed, sizes: &str, command: impl Fn(&str) -> Command) -> Result<Vec<Value>> {
+    let mut rows = Vec::new();
+    for size in sizes.split(',') {
+        let before = bed.queue_drops();
+        let mut got = run_world(bed, |_| command(size))?;
+        let drops = bed
+            .queue_drops()
+            .zip(before)
+            .map(|(a, b)| a.saturating_sub(b));
+        for row in &mut got {
+            if let Some(d) = drops {
+                row["queue_drops"] = d.into();
+            }
+        }
+        rows.extend(got);
+    }
+    Ok(rows)
 }
 
 /// Both implementations keep their connections across operations and idle
@@ -153,7 +176,7 @@ fn sizes_and_iters(extra: &[String]) -> Result<(String, String, Vec<String>)> {
             "--sizes" => sizes = it.next().context("--sizes needs a list, e.g. 64K,64M")?.clone(),
             "--iters" => iters = it.next().context("--iters needs a number")?.clone(),
             "--help" | "-h" => bail!(
-                "usage: cargo xtask bench allreduce [--ebpf] [--sizes {SIZES}] [--iters 5] [PROFILE...] (default wan40 lossy80)"
+                "usage: cargo xtask bench allreduce [--ebpf] [--no-gloo] [--sizes {SIZES}] [--iters 5] [PROFILE...] (profiles: wan40 lossy80 lossy120 gig10; default wan40 lossy80 lossy120)"
             ),
             _ => rest.push(a.clone()),
         }
@@ -284,36 +307,60 @@ fn print_table(profile: &str, bed: &Testbed, ours: &[Value], gloo: &[Value]) {
     let world = bed.hosts.len();
     println!("\nallreduce, 2 domains x 2 hosts, profile {profile} ({:.0} Mbit/s, RTT {:.0} ms), float32, median of 5, time from the last rank's call to the last rank's return", bed.rate_mbit, rtt * 1e3);
     println!(
-        "| size | causeway s | algbw GB/s | busbw GB/s | vs WAN bound | vs RTT | first iteration s | CPU s/GB | algorithm | gloo s | gloo busbw GB/s | gloo first s | gloo CPU s/GB | gloo / causeway |"
+        "| size | causeway s (min–max) | busbw GB/s | vs WAN bound | vs RTT | first iteration s | queue drops | CPU s/GB | checked | algorithm | gloo s (min–max) | gloo vs bound | gloo first s | gloo drops | gloo CPU s/GB | gloo checked | gloo / causeway |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---|---:|");
     for row in ours {
         let bytes = row["bytes"].as_u64().unwrap_or(0);
         let t = row["time_s"].as_f64().unwrap_or(f64::NAN);
         let bound = bytes as f64 * 8.0 / (bed.rate_mbit * 1e6);
         let g = gloo.iter().find(|g| g["bytes"].as_u64() == Some(bytes));
         let gt = g.and_then(|g| g["time_s"].as_f64()).unwrap_or(f64::NAN);
-        let gbus = busbw(bytes, gt, world);
         let num = |v: Option<&Value>, key: &str, digits: usize| {
             v.and_then(|v| v[key].as_f64())
                 .map_or_else(|| "-".to_string(), |x| format!("{x:.digits$}"))
         };
+        let spread = |v: Option<&Value>| {
+            v.and_then(|v| {
+                Some((
+                    v["time_s"].as_f64()?,
+                    v["time_min_s"].as_f64()?,
+                    v["time_max_s"].as_f64()?,
+                ))
+            })
+            .map_or_else(
+                || "-".to_string(),
+                |(m, lo, hi)| format!("{m:.4} ({lo:.4}–{hi:.4})"),
+            )
+        };
+        let drops = |v: Option<&Value>| {
+            v.and_then(|v| v["queue_drops"].as_u64())
+                .map_or_else(|| "-".to_string(), |d| d.to_string())
+        };
+        let checked = |v: Option<&Value>| match v.map(|v| &v["checked"]) {
+            Some(Value::Bool(true)) => "exact",
+            Some(Value::Bool(false)) => "no (lossy codec)",
+            _ => "-",
+        };
         println!(
-            "| {} | {:.4} | {:.4} | {:.4} | {:.2}x | {:.2}x | {} | {} | {} | {:.4} | {:.4} | {} | {} | {:.2}x |",
+            "| {} | {} | {:.4} | {:.2}x | {:.2}x | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             human(bytes),
-            t,
-            bytes as f64 / t / 1e9,
+            spread(Some(row)),
             busbw(bytes, t, world),
             t / bound,
             t / rtt,
             num(Some(row), "first_s", 4),
+            drops(Some(row)),
             num(Some(row), "cpu_s_per_gb", 2),
+            checked(Some(row)),
             row["algorithm"].as_str().unwrap_or("?"),
-            gt,
-            gbus,
+            spread(g),
+            if g.is_some() { format!("{:.2}x", gt / bound) } else { "-".into() },
             num(g, "first_s", 4),
+            drops(g),
             num(g, "cpu_s_per_gb", 2),
-            gt / t
+            checked(g),
+            if g.is_some() { format!("{:.2}x", gt / t) } else { "-".into() },
         );
     }
 }

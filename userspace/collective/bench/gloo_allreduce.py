@@ -44,6 +44,7 @@ def main() -> int:
     for nbytes in sizes:
         elems = max(nbytes // 4, 1)
         buf = torch.arange(elems, dtype=torch.float32).remainder_(7)
+        first = buf.clone()
         times, starts, ends = [], [], []
         warm_starts, warm_ends, cpu_s = [], [], 0.0
         for i in range(args.warmup + args.iters):
@@ -58,6 +59,14 @@ def main() -> int:
             else:
                 warm_starts.append(start)
                 warm_ends.append(time.time_ns())
+            # Checked exactly, outside the timed part, like the Rust worker: each
+            # rank put in k % 7 at element k in the first iteration and 1 later,
+            # small integers that every summation order gets exactly right.
+            want = first * world if i == 0 else torch.full_like(buf, float(world))
+            if not torch.equal(buf, want):
+                k = int((buf != want).nonzero()[0])
+                raise SystemExit(f"{nbytes} bytes, iteration {i}: wrong result: element {k} is "
+                                 f"{float(buf[k])}, want {float(want[k])}")
             buf.fill_(1.0)
         # Every rank's call and return times on the wall clock (see the Rust bench).
         print(json.dumps({"impl": "gloo", "event": "iters", "rank": rank, "bytes": elems * 4,
@@ -71,7 +80,8 @@ def main() -> int:
         if rank == 0:
             print(json.dumps({"impl": "gloo", "world": world, "bytes": elems * 4, "dtype": "float32",
                               "iters": args.iters, "median_s": median, "min_s": times[0], "max_s": times[-1],
-                              "algbw_GBps": algbw, "busbw_GBps": busbw, "algorithm": "gloo-default"}), flush=True)
+                              "algbw_GBps": algbw, "busbw_GBps": busbw, "algorithm": "gloo-default",
+                              "checked": True}), flush=True)
     dist.destroy_process_group()
     return 0
 

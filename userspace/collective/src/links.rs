@@ -6,7 +6,6 @@
 //! last arrived from the peer ([`PeerLink::last_heard`]) and keep heartbeats
 //! to themselves. A peer that is alive but blocked is heard; one that stopped is not.
 
-use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
@@ -20,7 +19,7 @@ use crate::stripe::sched::{Stripe, StripeConn, StripeStats};
 use crate::stripe::Dedup;
 use crate::trace::{Chunk, SpanKind, Tracer};
 use crate::transport::{Closer, Reader};
-use crate::wire::{read_frame, write_frame, Frame, FrameHeader, FrameKind, ReadError};
+use crate::wire::{read_frame, Frame, FrameHeader, FrameKind, FrameWriter, ReadError};
 
 /// What the connection threads tell the engine.
 pub(crate) enum Event {
@@ -310,7 +309,7 @@ fn writer(
     tracer: Option<Arc<Tracer>>,
     written: Option<Arc<AtomicU64>>,
 ) {
-    let mut w = BufWriter::with_capacity(64 << 10, w);
+    let mut w = FrameWriter::new(w, 64 << 10);
     // Data bytes written since the last flush (a striped connection reports them).
     let mut batch = 0u64;
     let fail = |e: std::io::Error| {
@@ -339,7 +338,7 @@ fn writer(
         while let Some(out) = next.take() {
             match out {
                 Out::Frame(h, p, queued) => {
-                    if let Err(e) = write_frame(&mut w, &h, &p) {
+                    if let Err(e) = w.frame(&h, &p) {
                         return fail(e);
                     }
                     if h.kind == FrameKind::Data {

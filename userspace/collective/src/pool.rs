@@ -49,13 +49,15 @@ impl BufferPool {
                 b
             }
         };
-        if buf.len() >= len {
-            buf.truncate(len);
-        } else {
+        // Only bytes never used before are zeroed: a reused buffer keeps its
+        // length, and the view is cut to `len` ([`PooledBuf`]), so taking a
+        // chunk-sized buffer after a shorter use costs no memset.
+        if buf.len() < len {
             buf.resize(len, 0);
         }
         PooledBuf {
             buf,
+            len,
             pool: Some(self.inner.clone()),
         }
     }
@@ -66,30 +68,36 @@ impl BufferPool {
     }
 }
 
-/// A buffer that returns to its pool when dropped.
+/// A buffer that returns to its pool when dropped: the first `len` bytes of
+/// `buf` (which may be longer, from an earlier use).
 #[derive(Debug)]
 pub struct PooledBuf {
     buf: Vec<u8>,
+    len: usize,
     pool: Option<Arc<PoolInner>>,
 }
 
 impl PooledBuf {
     /// A buffer that belongs to no pool.
     pub fn unpooled(buf: Vec<u8>) -> Self {
-        PooledBuf { buf, pool: None }
+        PooledBuf {
+            len: buf.len(),
+            buf,
+            pool: None,
+        }
     }
 }
 
 impl Deref for PooledBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.buf
+        &self.buf[..self.len]
     }
 }
 
 impl DerefMut for PooledBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.buf
+        &mut self.buf[..self.len]
     }
 }
 
@@ -130,6 +138,26 @@ mod tests {
             assert_eq!((a.len(), b.len()), (1024, 512));
         }
         assert_eq!(pool.allocations(), 2);
+    }
+
+    /// A buffer reused for a longer chunk after a shorter one shows exactly
+    /// the length asked for, and a longer one is not allocated anew.
+    #[test]
+    fn reuse_after_a_shorter_use_keeps_the_length_asked_for() {
+        let pool = BufferPool::new(1);
+        drop(pool.take(1024));
+        let mut short = pool.take(10);
+        assert_eq!(short.len(), 10);
+        short.fill(7);
+        drop(short);
+        let long = pool.take(1000);
+        assert_eq!(long.len(), 1000);
+        assert_eq!(&long[..10], &[7u8; 10]);
+        assert_eq!(pool.allocations(), 1);
+        drop(long);
+        let bigger = pool.take(2048);
+        assert_eq!(bigger.len(), 2048);
+        assert!(bigger[1024..].iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -262,6 +262,71 @@ pub fn write_frame(w: &mut impl Write, header: &FrameHeader, payload: &[u8]) -> 
     Ok(())
 }
 
+/// Writes frames to a stream with as few system calls and copies as it can:
+/// small frames gather in a buffer; a frame that does not fit goes out in
+/// one vectored write together with what was gathered (its header and its
+/// payload straight from the caller's buffer, never copied here). Over TCP a
+/// large frame is one `writev`, not a lone 56-byte header segment followed by
+/// the payload.
+pub struct FrameWriter<W: Write> {
+    inner: W,
+    pending: Vec<u8>,
+    cap: usize,
+}
+
+impl<W: Write> FrameWriter<W> {
+    /// Gathers up to `cap` bytes of small frames before writing.
+    pub fn new(inner: W, cap: usize) -> Self {
+        FrameWriter {
+            inner,
+            pending: Vec::with_capacity(cap),
+            cap,
+        }
+    }
+
+    pub fn frame(&mut self, header: &FrameHeader, payload: &[u8]) -> io::Result<()> {
+        debug_assert_eq!(header.len as usize, payload.len());
+        let head = header.encode();
+        if self.pending.len() + HEADER_LEN + payload.len() <= self.cap {
+            self.pending.extend_from_slice(&head);
+            self.pending.extend_from_slice(payload);
+            return Ok(());
+        }
+        let mut parts = [
+            io::IoSlice::new(&self.pending),
+            io::IoSlice::new(&head),
+            io::IoSlice::new(payload),
+        ];
+        write_all_vectored(&mut self.inner, &mut parts)?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Writes what was gathered and flushes the stream.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if !self.pending.is_empty() {
+            self.inner.write_all(&self.pending)?;
+            self.pending.clear();
+        }
+        self.inner.flush()
+    }
+}
+
+/// `Write::write_all_vectored` (unstable in std): writes every byte of
+/// `parts`, retrying partial and interrupted writes.
+fn write_all_vectored(w: &mut impl Write, mut parts: &mut [io::IoSlice<'_>]) -> io::Result<()> {
+    io::IoSlice::advance_slices(&mut parts, 0);
+    while !parts.is_empty() {
+        match w.write_vectored(parts) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => io::IoSlice::advance_slices(&mut parts, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// What kind of connection a [`Hello`] opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

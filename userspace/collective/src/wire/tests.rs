@@ -310,3 +310,77 @@ fn a_foreign_protocol_is_refused_after_five_bytes() {
         "{err}"
     );
 }
+
+/// A stream that takes at most `most` bytes per call and counts the calls.
+struct Stingy {
+    out: Vec<u8>,
+    most: usize,
+    calls: usize,
+}
+
+impl Write for Stingy {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[io::IoSlice::new(b)])
+    }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.calls += 1;
+        let mut n = 0;
+        for b in bufs {
+            let take = b.len().min(self.most - n);
+            self.out.extend_from_slice(&b[..take]);
+            n += take;
+            if n == self.most {
+                break;
+            }
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Small frames are gathered, a large one leaves with them in one vectored
+/// write, and partial writes still put every byte on the stream in order.
+#[test]
+fn frame_writer_gathers_small_frames_and_writes_large_ones_vectored() {
+    let pool = BufferPool::new(4);
+    let frames: Vec<(FrameHeader, Vec<u8>)> = [10u32, 0, 5000, 100, 70_000, 3]
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            let mut h = data(len);
+            h.step = i as u32;
+            (h, (0..len).map(|k| (k % 251) as u8 ^ i as u8).collect())
+        })
+        .collect();
+    for most in [usize::MAX, 7, 4096] {
+        let mut w = FrameWriter::new(
+            Stingy {
+                out: Vec::new(),
+                most,
+                calls: 0,
+            },
+            64 << 10,
+        );
+        for (h, p) in &frames[..4] {
+            w.frame(h, p).expect("frame");
+        }
+        assert_eq!(w.inner.calls, 0, "small frames are gathered");
+        w.frame(&frames[4].0, &frames[4].1).expect("large frame");
+        if most == usize::MAX {
+            assert_eq!(w.inner.calls, 1, "one vectored write");
+        }
+        w.frame(&frames[5].0, &frames[5].1).expect("frame");
+        w.flush().expect("flush");
+        let mut r = io::Cursor::new(std::mem::take(&mut w.inner.out));
+        for (h, p) in &frames {
+            let f = read_frame(&mut r, MAX, &pool).expect("read back");
+            assert_eq!((f.header, &f.payload[..]), (*h, &p[..]), "most {most}");
+        }
+        assert!(matches!(
+            read_frame(&mut r, MAX, &pool),
+            Err(ReadError::Closed)
+        ));
+    }
+}
