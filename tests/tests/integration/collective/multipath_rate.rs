@@ -165,9 +165,4 @@ fn a_path_whose_rate_is_halved_loses_share_and_the_time_follows_the_optimum() {
          the optimum's ratio is {opt_ratio:.3}",
         t1 / t0
     );
-    // And the change was real: the time grew.
-    assert!(
-        t1 > t0,
-        "{t0:.3} s → {t1:.3} s: halving path 0 did not slow the allreduce"
-    );
 }
