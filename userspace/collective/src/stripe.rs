@@ -121,10 +121,13 @@ pub(crate) fn shared_paths(table: &[Vec<IpAddr>], me: Rank, q: Rank) -> usize {
 }
 
 /// Process-wide counters of every striped peer (tests, benchmarks).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Counters {
     /// Data bytes (frame headers included) handed to each path, by index.
     pub bytes_per_path: Vec<u64>,
+    /// Each path's weight at the latest update of any striped peer (as long
+    /// as `bytes_per_path`).
+    pub weights: Vec<f64>,
     /// Frames (and their bytes) sent again because their path went down.
     pub resent_frames: u64,
     pub resent_bytes: u64,
@@ -135,6 +138,8 @@ pub struct Counters {
 
 pub(crate) struct Totals {
     pub bytes: [AtomicU64; MAX_PATHS],
+    /// `f64::to_bits` of the latest weights.
+    pub weights: [AtomicU64; MAX_PATHS],
     pub resent_frames: AtomicU64,
     pub resent_bytes: AtomicU64,
     pub path_down: AtomicU64,
@@ -145,6 +150,7 @@ pub(crate) const MAX_PATHS: usize = 8;
 
 pub(crate) static TOTALS: Totals = Totals {
     bytes: [const { AtomicU64::new(0) }; MAX_PATHS],
+    weights: [const { AtomicU64::new(0) }; MAX_PATHS],
     resent_frames: AtomicU64::new(0),
     resent_bytes: AtomicU64::new(0),
     path_down: AtomicU64::new(0),
@@ -159,8 +165,13 @@ pub fn counters() -> Counters {
     while bytes.last() == Some(&0) {
         bytes.pop();
     }
+    let weights = t.weights[..bytes.len()]
+        .iter()
+        .map(|w| f64::from_bits(r(w)))
+        .collect();
     Counters {
         bytes_per_path: bytes,
+        weights,
         resent_frames: r(&t.resent_frames),
         resent_bytes: r(&t.resent_bytes),
         path_down: r(&t.path_down),

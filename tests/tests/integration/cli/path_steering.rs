@@ -483,3 +483,141 @@ fn the_agents_steering_section_runs_the_controller() {
         v["paths"][1]["up"] == true && state(v, 1) == "up"
     });
 }
+
+/// Runs `causeway ARGS` with stdout on a pipe, reads `lines` lines, closes
+/// the pipe and returns them with how the command ended and its stderr.
+fn watch_lines(args: &[&str], lines: usize) -> (Vec<String>, std::process::ExitStatus, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(causeway_tests::causeway_cli::causeway_bin())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn causeway");
+    let out = child.stdout.take().expect("stdout");
+    let got: Vec<String> = std::io::BufReader::new(out)
+        .lines()
+        .take(lines)
+        .map(|l| l.expect("a line"))
+        .collect();
+    // The reader is dropped here: the pipe closes; the next write ends it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "causeway {} kept running after its stdout closed",
+                args.join(" ")
+            );
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    (got, status, err)
+}
+
+/// Exit 0, or killed by SIGPIPE (a shell's 141), with nothing on stderr.
+fn ended_quietly(status: std::process::ExitStatus, err: &str, what: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        status.code() == Some(0) || status.code() == Some(141) || status.signal() == Some(13),
+        "{what} ended with {status} on a closed pipe: {err}"
+    );
+    assert!(
+        err.is_empty(),
+        "{what} wrote to stderr on a closed pipe: {err}"
+    );
+}
+
+#[test]
+fn paths_show_watch_redraws_rates_and_shares_and_stops_quietly_on_a_closed_pipe() {
+    require_root!("paths_show_watch_redraws_rates_and_shares_and_stops_quietly_on_a_closed_pipe");
+    let tb = two_hosts(Profile::Dual);
+    let gw = tb.gateway_netns(0).to_string();
+    let (_steering, _) = Steering::attach_every_path(&tb);
+    let flow_run = Flow::start(&tb);
+    let flow = flow_run.name.clone();
+    causeway_ok(&[
+        "--netns", &gw, "paths", "route", "--iface", "br0", "--path", "1", "--flow", &flow,
+    ]);
+    carried_by(&tb, 1, "flow put on path 1");
+
+    // NDJSON: one object per sample; from the second on, what each path
+    // carried in the interval.
+    let args = [
+        "--netns",
+        &gw,
+        "paths",
+        "show",
+        "--iface",
+        "br0",
+        "--watch",
+        "--json",
+        "--interval",
+        "300ms",
+    ];
+    let (lines, status, err) = watch_lines(&args, 4);
+    assert_eq!(lines.len(), 4, "{lines:?} {err}");
+    let samples: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+        .collect();
+    let at: Vec<f64> = samples
+        .iter()
+        .map(|v| v["at_s"].as_f64().unwrap_or(-1.0))
+        .collect();
+    assert!(
+        at.windows(2).all(|w| w[1] >= w[0] + 0.25),
+        "every --interval: {at:?}"
+    );
+    assert!(
+        samples[0]["interfaces"][0]["carried"].is_null(),
+        "{}",
+        samples[0]
+    );
+    for v in &samples[1..] {
+        let br0 = &v["interfaces"][0];
+        assert_eq!(br0["iface"], "br0", "{v}");
+        assert_eq!(br0["paths"][1]["flows"], 1, "{v}");
+        let c = &br0["carried"];
+        // The flow (path 1, 100 Mbit/s) is all that is steered.
+        assert_eq!(c[1]["path"], 1, "{v}");
+        assert!(c[1]["share"].as_f64() == Some(1.0), "{v}");
+        assert!(c[0]["share"].as_f64() == Some(0.0), "{v}");
+        let rate = c[1]["bytes_per_s"].as_f64().unwrap_or(0.0);
+        // Above 1 MB/s (a loaded host slows the sender), at most the link's 12.5 MB/s + 20 %.
+        assert!(
+            (1e6..=15e6).contains(&rate),
+            "path 1 carried {rate} B/s: {v}"
+        );
+    }
+    ended_quietly(status, &err, "paths show --watch --json");
+
+    // The table: redrawn every interval (no escape codes into a pipe), with
+    // the rate and share columns.
+    let args = [
+        "--netns",
+        &gw,
+        "paths",
+        "show",
+        "--iface",
+        "br0",
+        "--watch",
+        "--interval",
+        "200ms",
+    ];
+    let (lines, status, err) = watch_lines(&args, 14);
+    let text = lines.join("\n");
+    assert!(!text.contains('\x1b'), "{text}");
+    assert!(text.matches("MBIT_S").count() >= 2, "{text}");
+    assert!(text.contains("100%"), "path 1's share: {text}");
+    ended_quietly(status, &err, "paths show --watch");
+
+    flow_run.finish();
+}

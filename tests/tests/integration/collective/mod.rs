@@ -2,6 +2,7 @@
 
 mod convergence;
 mod multipath;
+mod multipath_rate;
 mod peer_clock;
 mod tagging;
 mod testbed;

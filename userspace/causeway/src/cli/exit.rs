@@ -88,8 +88,8 @@ pub const PATHS_SET: &str = exit_help!(
     "steering not attached, a path out of range, a new path without --mark, or\n       the map write failed"
 );
 pub const PATHS_SHOW: &str = exit_help!(
-    "Examples:\n  causeway --netns d0gw paths show\n  causeway paths show --iface br0 --flows --json",
-    "no steering attached, or its maps could not be read"
+    "Examples:\n  causeway --netns d0gw paths show\n  causeway paths show --iface br0 --flows --json\n  causeway paths show --watch --interval 500ms",
+    "no steering attached, or its maps could not be read; --watch runs until\n       interrupted (130 on Ctrl-C)"
 );
 pub const PATHS_MONITOR: &str = exit_help!(
     "Example:\n  causeway --netns d0gw paths monitor --iface br0 --probe 0=10.200.0.2:7360 --probe 1=10.200.1.2:7360",

@@ -129,7 +129,7 @@ pub enum PathsCommand {
     /// Per path: mark, state, flows on it, frames and bytes it carried, and
     /// the monitor's RTT and loss when one runs; the frames left unsteered.
     #[command(
-        after_help = "Examples:\n  causeway --netns d0gw paths show\n  causeway --netns d0gw paths show --iface br0 --flows --json",
+        after_help = "Examples:\n  causeway --netns d0gw paths show\n  causeway --netns d0gw paths show --iface br0 --flows --json\n  causeway --netns d0gw paths show --watch --interval 500ms",
         after_long_help = exit::PATHS_SHOW
     )]
     Show {
@@ -139,9 +139,17 @@ pub enum PathsCommand {
         /// Also list every flow and its path. Optional.
         #[arg(long)]
         flows: bool,
-        /// Print one JSON document. Optional.
+        /// Print one JSON document (with --watch: one object per line). Optional.
         #[arg(long)]
         json: bool,
+        /// Print again every --interval until interrupted, with each path's
+        /// rate and share of the steered bytes over the interval. Optional.
+        #[arg(long)]
+        watch: bool,
+        /// Time between samples with --watch, e.g. "500ms" or "2s" (a bare
+        /// number is seconds). Optional; default 1s.
+        #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = super::args::interval_arg)]
+        interval: std::time::Duration,
     },
 }
 
@@ -198,6 +206,29 @@ struct IfacePaths {
     /// The monitor's estimates, when one has written them in the last 5 s.
     #[serde(skip_serializing_if = "Option::is_none")]
     monitor: Option<Vec<PathHealth>>,
+    /// With --watch, from the second sample: what each path carried since
+    /// the previous one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    carried: Option<Vec<Carried>>,
+}
+
+/// What one path carried over a --watch interval.
+#[derive(serde::Serialize, Clone, Debug, PartialEq)]
+struct Carried {
+    path: u32,
+    /// Steered bytes per second over the interval.
+    bytes_per_s: f64,
+    /// Its share of the bytes steered onto any path in the interval (the
+    /// weight the paths actually had; 0 for all when nothing was steered).
+    share: f64,
+}
+
+/// One --watch line of `paths show --json --watch`.
+#[derive(serde::Serialize)]
+struct WatchSample<'a> {
+    /// Seconds since the first sample.
+    at_s: f64,
+    interfaces: &'a [IfacePaths],
 }
 
 #[derive(serde::Serialize)]
@@ -283,7 +314,20 @@ pub fn run(ctx: &Context, cmd: PathsCommand) -> Result<()> {
             let state = if down { "down" } else { "up" };
             println!("{iface}: path {path} mark {mark:#x} {state}");
         }
-        PathsCommand::Show { iface, flows, json } => show(ctx, iface.as_deref(), flows, json)?,
+        PathsCommand::Show {
+            iface,
+            flows,
+            json,
+            watch,
+            interval,
+        } => {
+            if !watch {
+                let report = collect(ctx, iface.as_deref(), flows)?;
+                print_report(&report, json, false)?;
+            } else {
+                show_watch(ctx, iface.as_deref(), flows, json, interval)?;
+            }
+        }
         PathsCommand::Monitor {
             iface,
             probes,
@@ -341,7 +385,79 @@ fn monitor(
     Ok(())
 }
 
-fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Result<()> {
+/// `paths show --watch`: samples every `interval` until interrupted (or
+/// stdout closes: SIGPIPE's default action, exit 141, nothing on stderr).
+fn show_watch(
+    ctx: &Context,
+    iface: Option<&str>,
+    with_flows: bool,
+    json: bool,
+    interval: std::time::Duration,
+) -> Result<()> {
+    if interval < std::time::Duration::from_millis(50) {
+        bail!("--interval must be at least 50ms, not {interval:?}");
+    }
+    let start = std::time::Instant::now();
+    let mut previous: Option<(std::time::Instant, Vec<IfacePaths>)> = None;
+    let redraw = !json && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    loop {
+        let now = std::time::Instant::now();
+        let mut report = collect(ctx, iface, with_flows)?;
+        if let Some((then, prev)) = &previous {
+            let dt = now.duration_since(*then).as_secs_f64();
+            for r in &mut report {
+                let before = prev.iter().find(|p| p.iface == r.iface);
+                r.carried = Some(carried(&r.paths, before.map(|b| b.paths.as_slice()), dt));
+            }
+        }
+        let at_s = now.duration_since(start).as_secs_f64();
+        if json {
+            let line = WatchSample {
+                at_s,
+                interfaces: &report,
+            };
+            println!("{}", serde_json::to_string(&line)?);
+        } else {
+            if redraw {
+                // Home the cursor and clear the screen: the table redraws in place.
+                print!("\x1b[H\x1b[2J");
+            }
+            println!("at {at_s:.1} s (every {interval:?}; Ctrl-C stops)");
+            print_report(&report, false, true)?;
+            println!();
+        }
+        std::io::Write::flush(&mut std::io::stdout())?;
+        previous = Some((now, report));
+        std::thread::sleep(interval);
+    }
+}
+
+/// Each path's rate and share over `dt` s, from its byte counters now and
+/// before (a path new since, or whose counter went back, counts from 0).
+fn carried(now: &[PathRow], before: Option<&[PathRow]>, dt: f64) -> Vec<Carried> {
+    let delta = |p: &PathRow| {
+        let old = before
+            .and_then(|b| b.iter().find(|q| q.path == p.path))
+            .map_or(0, |q| q.bytes);
+        p.bytes.checked_sub(old).unwrap_or(p.bytes)
+    };
+    let deltas: Vec<u64> = now.iter().map(delta).collect();
+    let total: u64 = deltas.iter().sum();
+    now.iter()
+        .zip(&deltas)
+        .map(|(p, &d)| Carried {
+            path: p.path,
+            bytes_per_s: if dt > 0.0 { d as f64 / dt } else { 0.0 },
+            share: if total > 0 {
+                d as f64 / total as f64
+            } else {
+                0.0
+            },
+        })
+        .collect()
+}
+
+fn collect(ctx: &Context, iface: Option<&str>, with_flows: bool) -> Result<Vec<IfacePaths>> {
     let ifaces: Vec<String> = match iface {
         Some(i) => vec![i.to_string()],
         None => ctx
@@ -383,17 +499,25 @@ fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Res
             unsteered_bytes: unsteered.bytes,
             flows,
             iface,
+            carried: None,
         });
     }
+    Ok(report)
+}
+
+/// Prints `report` as JSON or as a table (`rates`: with the RATE and SHARE
+/// columns of --watch).
+fn print_report(report: &[IfacePaths], json: bool, rates: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
     let mut rows = Vec::new();
-    for r in &report {
+    for r in report {
         for p in &r.paths {
             let h = r.monitor.iter().flatten().find(|h| h.path == p.path);
-            rows.push(vec![
+            let c = r.carried.iter().flatten().find(|c| c.path == p.path);
+            let mut row = vec![
                 r.iface.clone(),
                 p.path.to_string(),
                 format!("{:#x}", p.mark),
@@ -404,9 +528,16 @@ fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Res
                 table::opt(h.map(|h| format!("{:.1}", h.srtt_ms))),
                 table::opt(h.map(|h| format!("{:.1}%", h.loss * 100.0))),
                 table::opt(h.map(|h| h.state.clone())),
-            ]);
+            ];
+            if rates {
+                row.push(table::opt(
+                    c.map(|c| format!("{:.1}", c.bytes_per_s * 8.0 / 1e6)),
+                ));
+                row.push(table::opt(c.map(|c| format!("{:.0}%", c.share * 100.0))));
+            }
+            rows.push(row);
         }
-        rows.push(vec![
+        let mut row: Vec<String> = vec![
             r.iface.clone(),
             "-".into(),
             "-".into(),
@@ -417,19 +548,20 @@ fn show(ctx: &Context, iface: Option<&str>, with_flows: bool, json: bool) -> Res
             "-".into(),
             "-".into(),
             "-".into(),
-        ]);
+        ];
+        if rates {
+            row.extend(["-".into(), "-".into()]);
+        }
+        rows.push(row);
     }
-    print!(
-        "{}",
-        table::render(
-            &[
-                "IFACE", "PATH", "MARK", "STATE", "FLOWS", "PACKETS", "BYTES", "SRTT_MS", "LOSS",
-                "PROBED",
-            ],
-            &rows
-        )
-    );
-    for r in &report {
+    let mut header = vec![
+        "IFACE", "PATH", "MARK", "STATE", "FLOWS", "PACKETS", "BYTES", "SRTT_MS", "LOSS", "PROBED",
+    ];
+    if rates {
+        header.extend(["MBIT_S", "SHARE"]);
+    }
+    print!("{}", table::render(&header, &rows));
+    for r in report {
         for f in r.flows.iter().flatten() {
             println!("{}: path {}  {}", r.iface, f.path, f.flow);
         }
@@ -450,5 +582,33 @@ mod tests {
         assert_eq!(path_mark_arg("1=0x1001"), Ok((1, 0x1001)));
         assert!(path_mark_arg("1").unwrap_err().contains("ID=MARK"));
         assert!(path_mark_arg("x=1").is_err());
+    }
+
+    fn row(path: u32, bytes: u64) -> PathRow {
+        PathRow {
+            path,
+            mark: 0x1000 + path,
+            up: true,
+            flows: 1,
+            packets: bytes / 1000,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn watch_rates_and_shares_come_from_counter_deltas() {
+        let before = [row(0, 1_000), row(1, 5_000)];
+        let now = [row(0, 3_001_000), row(1, 1_005_000), row(2, 0)];
+        let c = carried(&now, Some(&before), 2.0);
+        assert_eq!(c.len(), 3);
+        assert_eq!((c[0].bytes_per_s, c[0].share), (1_500_000.0, 0.75));
+        assert_eq!((c[1].bytes_per_s, c[1].share), (500_000.0, 0.25));
+        assert_eq!((c[2].bytes_per_s, c[2].share), (0.0, 0.0));
+        // Idle: no share for anyone; a counter that went back (re-attached) counts from 0.
+        let idle = carried(&now, Some(&now), 1.0);
+        assert!(idle.iter().all(|c| c.share == 0.0 && c.bytes_per_s == 0.0));
+        let reset = carried(&[row(0, 10)], Some(&[row(0, 99)]), 1.0);
+        assert_eq!(reset[0].bytes_per_s, 10.0);
+        assert_eq!(reset[0].share, 1.0);
     }
 }

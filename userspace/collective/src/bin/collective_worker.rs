@@ -117,11 +117,13 @@ fn allreduces(
             )?;
             std::process::exit(4);
         }
+        let s = t.elapsed().as_secs_f64();
+        let c = causeway_collective::stripe::counters();
         cli::outln(
-            json!({"event": "iter", "rank": r, "epoch": comm.epoch(), "iter": it, "s": t.elapsed().as_secs_f64(),
-            "stripe": format!("{:?}", causeway_collective::stripe::counters()),
-            "resent_bytes": causeway_collective::stripe::counters().resent_bytes,
-            "path_down": causeway_collective::stripe::counters().path_down}),
+            json!({"event": "iter", "rank": r, "epoch": comm.epoch(), "iter": it, "s": s,
+            "stripe": format!("{c:?}"),
+            "bytes_per_path": c.bytes_per_path, "weights": c.weights,
+            "resent_bytes": c.resent_bytes, "path_down": c.path_down}),
         )?;
     }
     Ok(None)

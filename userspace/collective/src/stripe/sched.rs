@@ -36,6 +36,8 @@ const INITIAL_CAP: u64 = 8 << 20;
 const MIN_BUDGET: f64 = 16.0 * 1024.0 * 1024.0;
 /// Smallest in-flight allowance of a path with a weight.
 const MIN_CAP: u64 = 1 << 20;
+/// The weights are planned for at least this many queued bytes.
+const PLAN_MIN_BYTES: f64 = 16.0 * 1024.0 * 1024.0;
 /// The budget is this many bandwidth-delay products of all paths.
 const BUDGET_BDPS: f64 = 2.0;
 
@@ -421,7 +423,16 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
     // Caps: the budget (a few BDPs of every known path) split by weight.
     let queued: u64 = st.pending.iter().map(|(_, p, _)| wire_len(p)).sum::<u64>()
         + st.conns.iter().map(|c| c.in_flight).sum::<u64>();
-    let w = st.weights.update(&ests, queued as f64).to_vec();
+    // Planned for the bulk: at the end of an op only a few chunks are queued,
+    // and their optimum (everything on the quickest path) would swing the
+    // weights, and with them the split of the next op's first budget.
+    let w = st
+        .weights
+        .update(&ests, (queued as f64).max(PLAN_MIN_BYTES))
+        .to_vec();
+    for (t, w) in super::TOTALS.weights.iter().zip(&w) {
+        t.store(w.to_bits(), Ordering::Relaxed);
+    }
     let budget: f64 = ests
         .iter()
         .filter(|e| e.is_usable())

@@ -147,14 +147,24 @@ impl Weights {
 }
 
 /// (one-way delay s, effective rate bytes/s) of a path; rate 0 when unusable.
-/// Loss scales the rate down: the fraction lost must be sent again.
+/// Loss scales the rate down: the fraction lost must be sent again. The
+/// delay is half the window's minimum RTT (the smoothed one before there is
+/// a minimum): the smoothed RTT of a busy path includes the queue behind
+/// the bytes already sent on it, which is not a property of the path (the
+/// split accounts for queued bytes itself), and would push the split off a
+/// path in proportion to how much it was given.
 fn model(e: &PathEstimate) -> (f64, f64) {
     let rate = if e.is_usable() {
         e.bw_bytes_per_s * (1.0 - e.loss.clamp(0.0, 1.0))
     } else {
         0.0
     };
-    (e.srtt_ns / 2e9, rate)
+    let rtt_ns = if e.min_rtt_ns > 0 {
+        e.min_rtt_ns as f64
+    } else {
+        e.srtt_ns
+    };
+    (rtt_ns / 2e9, rate)
 }
 
 /// When the last byte of `q` arrives if path `i` carries `w[i]·q`.

@@ -227,3 +227,27 @@ fn a_noisy_path_does_not_move_the_weights() {
     assert_eq!(changes, 0, "weights moved {changes} times");
     assert_eq!(sim.weights.get(), &settled[..]);
 }
+
+#[test]
+fn a_queue_behind_a_paths_own_traffic_does_not_move_the_weights() {
+    let mut sim = Sim::dual();
+    sim.rounds(30);
+    let settled = sim.weights.get().to_vec();
+    // Path 0 was given 9 MB more than its BDP: its RTT grows by 360 ms of
+    // queue for 3 s, its rate and its minimum RTT do not change.
+    sim.paths[0].rtt_ns = 400_000_000;
+    let history = sim.rounds(30);
+    assert!(
+        history.iter().all(|w| w[..] == settled[..]),
+        "{settled:?} moved: {:?}",
+        history.last()
+    );
+    // A path whose propagation delay really grew (a reroute) past the
+    // minimum's window does lose share (64 MiB: 0.677 → 0.646).
+    sim.rounds(80);
+    assert!(
+        sim.weights.get()[0] < settled[0] - 0.01,
+        "{:?} vs {settled:?}",
+        sim.weights.get()
+    );
+}
