@@ -66,18 +66,6 @@ pub fn counters() -> Counters {
     }
 }
 
-/// `CAUSEWAY_RDMA_TRACE=1`: one stderr line per write and per sleep of the
-/// progress thread (investigation only).
-fn tracing_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("CAUSEWAY_RDMA_TRACE").is_ok_and(|v| v == "1"))
-}
-
-fn t0() -> std::time::Instant {
-    static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    *T0.get_or_init(std::time::Instant::now)
-}
-
 /// Every live connection of the process, for [`states`].
 static LIVE: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
 
@@ -370,17 +358,14 @@ impl Shared {
                 return self.fail(e);
             }
             if got.is_empty() {
-                let t = std::time::Instant::now();
+                let t = Instant::now();
                 let ev = self.ep.wait(Duration::from_millis(100));
-                if tracing_on() {
-                    eprintln!(
-                        "rdmatrace {:.4} pid {} {} slept {:.1} ms event {ev}",
-                        t0().elapsed().as_secs_f64(),
-                        std::process::id(),
-                        self.peer,
-                        t.elapsed().as_secs_f64() * 1e3
-                    );
-                }
+                tracing::trace!(
+                    peer = %self.peer,
+                    slept_ms = t.elapsed().as_secs_f64() * 1e3,
+                    event = ev,
+                    "rdma progress thread woke"
+                );
             } else {
                 got.iter().for_each(|c| self.handle(c));
             }
@@ -505,16 +490,13 @@ impl Shared {
             }
             g = self.wait(g);
         }
-        if tracing_on() {
-            eprintln!(
-                "rdmatrace {:.4} pid {} {} write {n} B posted in {:.1} ms, done in {:.1} ms",
-                t0().elapsed().as_secs_f64(),
-                std::process::id(),
-                self.peer,
-                posted.as_secs_f64() * 1e3,
-                started.elapsed().as_secs_f64() * 1e3
-            );
-        }
+        tracing::trace!(
+            peer = %self.peer,
+            bytes = n,
+            posted_ms = posted.as_secs_f64() * 1e3,
+            done_ms = started.elapsed().as_secs_f64() * 1e3,
+            "rdma write"
+        );
         Ok(n)
     }
 
