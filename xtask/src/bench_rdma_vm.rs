@@ -8,11 +8,15 @@
 //! tests), then per run (3, interleaved): `causeway-allreduce-bench` with 2
 //! ranks (hosts h0/h1 of one domain, bound to the two ends) over
 //! `CAUSEWAY_TRANSPORT=tcp` and `=rdma` (1 warm-up + 5 iterations of 1 MiB
-//! and 16 MiB f32), and `ib_write_bw` (1 MiB messages, 200 iterations, one
-//! direction) between the two rxe devices, GID indices looked up in sysfs.
+//! and 16 MiB f32), once as an allreduce and once as a point-to-point stream
+//! (`--op broadcast` from rank 0: S bytes one way in 1 MiB messages, the
+//! default `CAUSEWAY_CHUNK_BYTES`), and `ib_write_bw` (1 MiB messages, 200
+//! iterations, one direction) between the two rxe devices, GID indices
+//! looked up in sysfs.
 //!
-//! A 2-rank ring allreduce of S bytes sends S bytes each way per rank, so
-//! S / t is its rate per direction, compared with `ib_write_bw`'s average.
+//! A 2-rank ring allreduce of S bytes sends S bytes each way per rank, and
+//! the stream S bytes one way, so S / t is the rate per direction of both,
+//! compared with `ib_write_bw`'s average.
 //! Under TCG (no usable KVM here) every byte rxe moves is emulated CPU work
 //! shared by both directions: the ratios within one run are what this
 //! measures, not the absolute rates.
@@ -36,6 +40,8 @@ const DEVS: [&str; 2] = ["rxbench0", "rxbench1"];
 const MASTER_PORT: u16 = 29571;
 const SIZES: &str = "1M,16M";
 const WRITE_BW_MSG: u64 = 1 << 20;
+/// The worker's `--op`s: (argument, name in the tables).
+const OPS: [(&str, &str); 2] = [("allreduce", "allreduce"), ("broadcast", "stream 0→1")];
 
 const TCP: Mode = Mode {
     name: "TCP transport",
@@ -61,7 +67,7 @@ pub fn run(extra: &[String]) -> Result<()> {
             guest_body(&modes, &out.display().to_string())
         })?;
     println!(
-        "\n2 ranks on two rxe devices over one veth pair in a {} guest under {}, {RUNS} runs (modes interleaved) of 1 warm-up + 5 iterations; ib_write_bw 1 MiB × 200; host load {load_before} before, {} after; guest {:.0?}",
+        "\n2 ranks on two rxe devices over one veth pair in a {} guest under {}, {RUNS} runs (modes and ops interleaved) of 1 warm-up + 5 iterations, allreduce and stream 0→1; ib_write_bw 1 MiB × 200; host load {load_before} before, {} after; guest {:.0?}",
         line.name(),
         outcome.accel,
         bench_tls::load(),
@@ -84,38 +90,48 @@ pub fn run(extra: &[String]) -> Result<()> {
         wlo / 1e6,
         whi / 1e6
     );
-    // times[mode][run] = per size (bytes, median s)
-    let mut times: Vec<Vec<Vec<(u64, f64)>>> = vec![Vec::new(); modes.len()];
-    for run in 0..RUNS {
-        for (m, mode) in modes.iter().enumerate() {
-            let ranks = (0..2)
-                .map(|rank| {
-                    let f = out.join(file_name(run, m, rank));
-                    std::fs::read_to_string(&f)
-                        .map(|t| bench_tls::iters_lines(&t))
-                        .with_context(|| format!("reading {}", f.display()))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            times[m].push(bench_tls::op_times(mode.name, &ranks)?);
+    println!("\n| op | size | transport | median s | [min–max] over runs | MB/s per direction | × TCP | × ib_write_bw [per-run min–max] |");
+    println!("|---|---:|---|---:|---|---:|---:|---:|");
+    for (o, (_, op_name)) in OPS.iter().enumerate() {
+        // times[mode][run] = per size (bytes, median s)
+        let mut times: Vec<Vec<Vec<(u64, f64)>>> = vec![Vec::new(); modes.len()];
+        for run in 0..RUNS {
+            for (m, mode) in modes.iter().enumerate() {
+                let ranks = (0..2)
+                    .map(|rank| {
+                        let f = out.join(file_name(run, m, o, rank));
+                        std::fs::read_to_string(&f)
+                            .map(|t| bench_tls::iters_lines(&t))
+                            .with_context(|| format!("reading {}", f.display()))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                times[m].push(bench_tls::op_times(mode.name, &ranks)?);
+            }
         }
-    }
-    println!("\n| size | transport | median s | [min–max] over runs | MB/s per direction | × TCP | × ib_write_bw |");
-    println!("|---:|---|---:|---|---:|---:|---:|");
-    let sizes: Vec<u64> = times[0][0].iter().map(|(b, _)| *b).collect();
-    for bytes in sizes {
-        let per_run = |m: usize| bench_tls::per_run(&times, m, bytes);
-        let tcp = median(&per_run(0));
-        for (m, mode) in modes.iter().enumerate() {
-            let (t, lo, hi) = spread(&per_run(m));
-            let rate = bytes as f64 / t;
-            println!(
-                "| {} | {} | {t:.4} | [{lo:.4}–{hi:.4}] | {:.1} | {:.2} | {:.2} |",
-                crate::bench_allreduce::human(bytes),
-                mode.name,
-                rate / 1e6,
-                tcp / t,
-                rate / wbw
-            );
+        let sizes: Vec<u64> = times[0][0].iter().map(|(b, _)| *b).collect();
+        for bytes in sizes {
+            let per_run = |m: usize| bench_tls::per_run(&times, m, bytes);
+            let tcp = median(&per_run(0));
+            for (m, mode) in modes.iter().enumerate() {
+                let runs = per_run(m);
+                let (t, lo, hi) = spread(&runs);
+                let rate = bytes as f64 / t;
+                // Each run's rate against the same run's ib_write_bw.
+                let ratios: Vec<f64> = runs
+                    .iter()
+                    .zip(&write_bw)
+                    .map(|(t, w)| bytes as f64 / t / w)
+                    .collect();
+                let (_, rlo, rhi) = spread(&ratios);
+                println!(
+                    "| {op_name} | {} | {} | {t:.4} | [{lo:.4}–{hi:.4}] | {:.1} | {:.2} | {:.2} [{rlo:.2}–{rhi:.2}] |",
+                    crate::bench_allreduce::human(bytes),
+                    mode.name,
+                    rate / 1e6,
+                    tcp / t,
+                    rate / wbw
+                );
+            }
         }
     }
     Ok(())
@@ -133,8 +149,8 @@ fn parse_write_bw(text: &str) -> Option<f64> {
     })
 }
 
-fn file_name(run: usize, mode: usize, rank: usize) -> String {
-    format!("run{run}-mode{mode}-rank{rank}.jsonl")
+fn file_name(run: usize, mode: usize, op: usize, rank: usize) -> String {
+    format!("run{run}-mode{mode}-op{op}-rank{rank}.jsonl")
 }
 
 /// The guest's part: namespace, veth, rxe, routing; then every run.
@@ -184,12 +200,15 @@ fn guest_body(modes: &[Mode], out: &str) -> String {
     }
     s.push_str("echo \"bench-rdma: GID indices $g0 $g1\"\n");
     for run in 0..RUNS {
-        for (m, mode) in modes.iter().enumerate() {
+        for (o, (m, mode)) in
+            (0..OPS.len()).flat_map(|o| modes.iter().enumerate().map(move |m| (o, m)))
+        {
             let _ = writeln!(
                 s,
-                "echo 'bench-rdma: run {} of {RUNS}: {}'",
+                "echo 'bench-rdma: run {} of {RUNS}: {} {}'",
                 run + 1,
-                mode.name
+                mode.name,
+                OPS[o].1
             );
             for (rank, addr) in ADDRS.iter().enumerate() {
                 let mut env = crate::bench_tls_vm::pair_env(rank, ADDRS[0], MASTER_PORT);
@@ -203,18 +222,19 @@ fn guest_body(modes: &[Mode], out: &str) -> String {
                 for (k, v) in env {
                     let _ = write!(s, " {k}='{v}'");
                 }
-                let f = file_name(run, m, rank);
+                let f = file_name(run, m, o, rank);
                 let _ = writeln!(
                     s,
-                    " '{}' --sizes {SIZES} --iters 5 --warmup 1 > '{out}/{f}' 2> '{out}/{f}.err' &\npid{rank}=$!",
+                    " '{}' --sizes {SIZES} --iters 5 --warmup 1 --op {} > '{out}/{f}' 2> '{out}/{f}.err' &\npid{rank}=$!",
                     bin.display(),
+                    OPS[o].0,
                 );
             }
             let _ = writeln!(
                 s,
                 "wait $pid0 || {{ cat '{out}/{}.err'; exit 20; }}\nwait $pid1 || {{ cat '{out}/{}.err'; exit 21; }}",
-                file_name(run, m, 0),
-                file_name(run, m, 1),
+                file_name(run, m, o, 0),
+                file_name(run, m, o, 1),
             );
         }
         let _ = writeln!(

@@ -7,6 +7,11 @@
 //! warm-up iterations' separately) and the process CPU time (all threads)
 //! its timed calls took.
 //!
+//! `--op broadcast` times a broadcast from rank 0 instead: with 2 ranks, a
+//! one-way stream of `CAUSEWAY_CHUNK_BYTES` messages from rank 0 to rank 1
+//! (`cargo xtask bench rdma`'s point-to-point stream); every rank must end
+//! with rank 0's input.
+//!
 //! Every result is checked, outside the timed part: with a lossless WAN codec
 //! (`CAUSEWAY_WAN_CODEC` none, lz4, zstd) each element must be exactly the sum
 //! of the ranks' inputs, or the worker fails naming the element; a lossy codec
@@ -19,7 +24,7 @@ use causeway_collective::cli;
 use causeway_collective::{Communicator, Options, ReduceOp};
 use serde_json::json;
 
-const USAGE: &str = "causeway-allreduce-bench [--sizes 64kb,1mb,16mb] [--iters 5] [--warmup 1]\n\
+const USAGE: &str = "causeway-allreduce-bench [--sizes 64kb,1mb,16mb] [--iters 5] [--warmup 1] [--op allreduce|broadcast]\n\
   Sizes are bytes of f32 per rank (64kb = 65536). Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n\
   CAUSEWAY_DOMAIN and the CAUSEWAY_* options. Rank 0 prints JSON lines.";
 
@@ -34,7 +39,12 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    let args = cli::Args::parse(&["sizes", "iters", "warmup"], USAGE)?;
+    let args = cli::Args::parse(&["sizes", "iters", "warmup", "op"], USAGE)?;
+    let broadcast = match args.get("op").unwrap_or("allreduce") {
+        "allreduce" => false,
+        "broadcast" => true,
+        other => anyhow::bail!("--op {other}: allreduce or broadcast\n{USAGE}"),
+    };
     let sizes: Vec<usize> = args
         .get("sizes")
         .unwrap_or("64kb,1mb,16mb")
@@ -65,7 +75,14 @@ fn run() -> Result<()> {
     }
     for &bytes in &sizes {
         let elems = (bytes / 4).max(1);
-        let mut buf: Vec<f32> = (0..elems).map(|i| (i % 7) as f32).collect();
+        let input = |k: usize| {
+            if broadcast && r != 0 {
+                -1.0
+            } else {
+                (k % 7) as f32
+            }
+        };
+        let mut buf: Vec<f32> = (0..elems).map(input).collect();
         let mut times = Vec::with_capacity(iters);
         let (mut starts, mut ends) = (Vec::new(), Vec::new());
         let (mut warm_starts, mut warm_ends) = (Vec::new(), Vec::new());
@@ -73,10 +90,16 @@ fn run() -> Result<()> {
         for i in 0..warmup + iters {
             comm.barrier().context("barrier")?;
             let (t, start, cpu) = (Instant::now(), unix_ns(), process_cpu_s()?);
-            buf = comm
-                .allreduce_async(buf, ReduceOp::Sum)
-                .wait()
-                .context("allreduce")?;
+            buf = if broadcast {
+                comm.broadcast_async(buf, 0)
+                    .context("broadcast")?
+                    .wait()
+                    .context("broadcast")?
+            } else {
+                comm.allreduce_async(buf, ReduceOp::Sum)
+                    .wait()
+                    .context("allreduce")?
+            };
             if i >= warmup {
                 cpu_s += process_cpu_s()? - cpu;
                 times.push(t.elapsed().as_secs_f64());
@@ -86,10 +109,15 @@ fn run() -> Result<()> {
                 warm_starts.push(start);
                 warm_ends.push(unix_ns());
             }
-            if checked {
-                check(&buf, i, n).with_context(|| format!("{bytes} bytes, iteration {i}"))?;
+            if broadcast {
+                check_broadcast(&buf).with_context(|| format!("{bytes} bytes, iteration {i}"))?;
+                buf.iter_mut().enumerate().for_each(|(k, x)| *x = input(k));
+            } else {
+                if checked {
+                    check(&buf, i, n).with_context(|| format!("{bytes} bytes, iteration {i}"))?;
+                }
+                buf.iter_mut().for_each(|x| *x = 1.0);
             }
-            buf.iter_mut().for_each(|x| *x = 1.0);
         }
         let in_order = times.clone();
         times.sort_by(f64::total_cmp);
@@ -99,7 +127,7 @@ fn run() -> Result<()> {
         // Every rank's call and return times on the wall clock: on one machine
         // (the testbed) the harness can line the ranks up.
         cli::outln(
-            json!({"impl": "causeway", "event": "iters", "rank": r, "bytes": elems * 4,
+            json!({"impl": "causeway", "event": "iters", "op": if broadcast { "broadcast" } else { "allreduce" }, "rank": r, "bytes": elems * 4,
             "start_unix_ns": starts, "end_unix_ns": ends, "times_s": in_order,
             "warmup_start_unix_ns": warm_starts, "warmup_end_unix_ns": warm_ends,
             "cpu_s": cpu_s}),
@@ -139,6 +167,18 @@ fn check(result: &[f32], iter: usize, n: usize) -> Result<()> {
     {
         None => Ok(()),
         Some((k, x)) => anyhow::bail!("wrong result: element {k} is {x}, want {}", want(k)),
+    }
+}
+
+/// The result of a broadcast from rank 0, whose input had `k % 7` at element k.
+fn check_broadcast(result: &[f32]) -> Result<()> {
+    match result
+        .iter()
+        .enumerate()
+        .find(|&(k, &x)| x.to_bits() != ((k % 7) as f32).to_bits())
+    {
+        None => Ok(()),
+        Some((k, x)) => anyhow::bail!("wrong broadcast: element {k} is {x}, want {}", k % 7),
     }
 }
 
