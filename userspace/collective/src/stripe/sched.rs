@@ -79,6 +79,8 @@ struct PathSt {
     down: bool,
     /// Share of the budget, bytes.
     cap: u64,
+    /// It had a usable estimate at the last sample.
+    known: bool,
 }
 
 struct State {
@@ -134,6 +136,7 @@ impl Stripe {
                     seq: 0,
                     down: false,
                     cap: INITIAL_CAP,
+                    known: false,
                 })
                 .collect(),
             weights: Weights::new(paths, WeightsConfig::default()),
@@ -255,10 +258,12 @@ fn dispatch(sh: &Shared, st: &mut State) -> bool {
 /// still free (draining: the one with the least in flight). A fraction, not
 /// bytes: a path whose cap is small (unknown yet, or slow) gets its share of a
 /// burst from the start instead of only once the large caps are nearly full.
+/// Equal fractions (idle connections, when frames come one at a time) go by
+/// [`Candidate::before`].
 fn pick(sh: &Shared, st: &State) -> Option<usize> {
     let per_path = |p: usize| sh.conns.iter().filter(|c| c.path == p).count().max(1) as u64;
     let up = |p: usize| !st.paths[p].down;
-    let mut best: Option<(usize, f64)> = None;
+    let mut best: Option<(usize, Candidate)> = None;
     for (i, c) in sh.conns.iter().enumerate() {
         // Down paths take frames only when draining and every path is down.
         let usable = up(c.path) || (st.draining && st.paths.iter().all(|p| p.down));
@@ -266,20 +271,60 @@ fn pick(sh: &Shared, st: &State) -> Option<usize> {
             continue;
         }
         let in_flight = st.conns[i].in_flight as f64;
+        let cap = (st.paths[c.path].cap / per_path(c.path)) as f64;
         let free = if st.draining {
             -in_flight
         } else {
-            let cap = (st.paths[c.path].cap / per_path(c.path)) as f64;
             if cap <= in_flight {
                 continue;
             }
             1.0 - in_flight / cap
         };
-        if best.is_none_or(|(_, f)| free > f) {
-            best = Some((i, free));
+        let cand = Candidate {
+            free,
+            unknown: !st.paths[c.path].known,
+            cap,
+            dispatched: st.conns[i].dispatched,
+        };
+        if best.as_ref().is_none_or(|(_, b)| cand.before(b)) {
+            best = Some((i, cand));
         }
     }
     best.map(|(i, _)| i)
+}
+
+/// What [`pick`] compares of a connection.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    /// Fraction of its cap free (draining: minus its bytes in flight).
+    free: f64,
+    /// Its path has no estimate yet.
+    unknown: bool,
+    /// Its share of its path's cap, bytes.
+    cap: f64,
+    /// Bytes handed to it so far.
+    dispatched: u64,
+}
+
+impl Candidate {
+    /// More free first. On a tie: a path nothing is known about (it must
+    /// carry something to be measured: frames that come one at a time to
+    /// idle connections would otherwise all take the first one), then the
+    /// larger cap (the path with the larger weight), then the connection
+    /// that has carried less.
+    fn before(&self, other: &Candidate) -> bool {
+        const SAME: f64 = 1e-9;
+        if (self.free - other.free).abs() > SAME {
+            return self.free > other.free;
+        }
+        if self.unknown != other.unknown {
+            return self.unknown;
+        }
+        if (self.cap - other.cap).abs() > SAME * self.cap.max(other.cap) {
+            return self.cap > other.cap;
+        }
+        self.dispatched < other.dispatched
+    }
 }
 
 fn monitor(sh: &Shared) {
@@ -441,6 +486,7 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
         .max(MIN_BUDGET);
     for (p, e) in ests.iter().enumerate() {
         let ps = &mut st.paths[p];
+        ps.known = e.is_usable();
         ps.cap = if ps.down {
             0
         } else if e.is_usable() {
@@ -449,5 +495,55 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
             // Unknown (never carried data, or came back): room to be measured.
             INITIAL_CAP
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Candidate;
+
+    fn c(free: f64, unknown: bool, cap: f64, dispatched: u64) -> Candidate {
+        Candidate {
+            free,
+            unknown,
+            cap,
+            dispatched,
+        }
+    }
+
+    /// More free room wins whatever else differs.
+    #[test]
+    fn the_freer_connection_goes_first() {
+        let a = c(0.9, false, 1e6, 0);
+        let b = c(0.5, true, 8e6, 0);
+        assert!(a.before(&b));
+        assert!(!b.before(&a));
+    }
+
+    /// Idle connections (frames arriving one at a time): a path not measured
+    /// yet first, so it gets measured; then the larger cap; then the one that
+    /// carried less, so equal paths alternate.
+    #[test]
+    fn ties_go_to_an_unknown_path_then_the_larger_cap_then_the_less_used() {
+        let known = c(1.0, false, 8e6, 0);
+        let unknown = c(1.0, true, 8e6, 5 << 20);
+        assert!(unknown.before(&known));
+        assert!(!known.before(&unknown));
+        let big = c(1.0, false, 12e6, 9 << 20);
+        let small = c(1.0, false, 4e6, 0);
+        assert!(big.before(&small));
+        let used = c(1.0, false, 8e6, 3 << 20);
+        let fresh = c(1.0, false, 8e6, 1 << 20);
+        assert!(fresh.before(&used));
+        assert!(!used.before(&fresh));
+        assert!(!fresh.before(&fresh), "a connection is not before itself");
+    }
+
+    /// Draining compares minus the bytes in flight: the emptiest first.
+    #[test]
+    fn draining_prefers_the_least_in_flight() {
+        let a = c(-1000.0, false, 0.0, 0);
+        let b = c(-5000.0, true, 0.0, 0);
+        assert!(a.before(&b));
     }
 }
