@@ -8,10 +8,30 @@
 use causeway_test_support::require_root;
 use std::time::{Duration, Instant};
 
-use causeway_netsim::Profile;
+use causeway_netsim::{Profile, Testbed};
 use causeway_tests::netsim_support;
 
-use super::testbed::{collective_binary, next, start_with};
+use super::testbed::{collective_binary, next, start_with, World};
+
+/// Four ranks on `tb` (the `dual` testbed), each listing its address on both
+/// paths in `CAUSEWAY_WAN_PATHS`, running `iters` checked 16 MiB allreduces
+/// (the release worker: the tests compare times, which a debug build's
+/// reduction, seconds per 16 MiB on a loaded host, would swamp).
+pub(super) fn start_striped(tb: &Testbed, port: u16, iters: usize) -> World {
+    let bin = collective_binary("causeway-collective-worker", true);
+    let iters = iters.to_string();
+    let args = ["--elems", "4194304", "--iters", &iters];
+    start_with(tb, &bin, port, &args, |_, host| {
+        vec![
+            "CAUSEWAY_TIMEOUT=20s".to_string(),
+            format!(
+                "CAUSEWAY_WAN_PATHS={},{}",
+                host.ip_via(0).expect("path 0"),
+                host.ip_via(1).expect("path 1")
+            ),
+        ]
+    })
+}
 
 const WORLD: usize = 4;
 const ITERS: usize = 8;
@@ -21,22 +41,8 @@ const CUT_AFTER: u64 = 2;
 #[test]
 fn a_cut_path_is_failed_over_and_every_allreduce_is_right() {
     require_root!("a_cut_path_is_failed_over_and_every_allreduce_is_right");
-    // Release: the bound compares times, which a debug build's reduction
-    // (seconds per 16 MiB on a loaded host) would swamp.
-    let bin = collective_binary("causeway-collective-worker", true);
     let tb = netsim_support::testbed(2, 2, Profile::Dual);
-    let iters = ITERS.to_string();
-    let args = ["--elems", "4194304", "--iters", &iters];
-    let w = start_with(&tb, &bin, 29640, &args, |_, host| {
-        vec![
-            "CAUSEWAY_TIMEOUT=20s".to_string(),
-            format!(
-                "CAUSEWAY_WAN_PATHS={},{}",
-                host.ip_via(0).expect("path 0"),
-                host.ip_via(1).expect("path 1")
-            ),
-        ]
-    });
+    let w = start_striped(&tb, 29640, ITERS);
     let deadline = Instant::now() + Duration::from_secs(180);
     // Per rank, per iteration: (seconds, resent bytes so far, paths declared down so far).
     let mut iters: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); WORLD];

@@ -19,7 +19,8 @@ use causeway_core::paths::fluid_split;
 use causeway_netsim::{ParamsPatch, Profile};
 use causeway_tests::netsim_support;
 
-use super::testbed::{collective_binary, next, start_with};
+use super::multipath::start_striped;
+use super::testbed::next;
 
 const WORLD: usize = 4;
 const ITERS: usize = 12;
@@ -44,20 +45,8 @@ struct Iter {
 #[test]
 fn a_path_whose_rate_is_halved_loses_share_and_the_time_follows_the_optimum() {
     require_root!("a_path_whose_rate_is_halved_loses_share_and_the_time_follows_the_optimum");
-    let bin = collective_binary("causeway-collective-worker", true);
     let tb = netsim_support::testbed(2, 2, Profile::Dual);
-    let iters = ITERS.to_string();
-    let args = ["--elems", "4194304", "--iters", &iters];
-    let w = start_with(&tb, &bin, 29650, &args, |_, host| {
-        vec![
-            "CAUSEWAY_TIMEOUT=20s".to_string(),
-            format!(
-                "CAUSEWAY_WAN_PATHS={},{}",
-                host.ip_via(0).expect("path 0"),
-                host.ip_via(1).expect("path 1")
-            ),
-        ]
-    });
+    let w = start_striped(&tb, 29650, ITERS);
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut iters: Vec<Vec<Iter>> = vec![Vec::new(); WORLD];
     let mut done = [false; WORLD];
