@@ -23,9 +23,9 @@ use super::multipath::start_striped;
 use super::testbed::next;
 
 const WORLD: usize = 4;
-const ITERS: usize = 12;
+const ITERS: usize = 14;
 /// Rank 0's iteration after which path 0's rate is halved.
-const HALVE_AFTER: u64 = 3;
+const HALVE_AFTER: u64 = 5;
 /// Iterations after the change that may still carry the old split (the
 /// bandwidth estimate's window, and the iteration in flight at the change).
 const SETTLE: usize = 3;
@@ -130,11 +130,13 @@ fn a_path_whose_rate_is_halved_loses_share_and_the_time_follows_the_optimum() {
         t1 / t0
     );
     // Shares move in whole 1 MiB chunks, about 1/20 of what a rank stripes
-    // per iteration, and one iteration's share varies by ±0.1 on a loaded
-    // host: the mean over the iterations before the change and over those
-    // from SETTLE after it, within ±0.06 of the optimum (measured within
-    // ±0.04), a third of the step between the two optima (0.67 → 0.50).
-    const SHARE_TOL: f64 = 0.06;
+    // per iteration, and one iteration's share varies by ±0.1 even on an
+    // idle host: the mean over the iterations before the change (5) and over
+    // those from SETTLE after it (5), each within ±0.08 of its optimum. The
+    // two bands stay apart (0.677 − 0.08 > 0.507 + 0.08), so a split that
+    // did not move fails one of them. With 3 iterations and ±0.06, 1 run in
+    // 5 missed the first band (share ~0.6) on an idle host.
+    const SHARE_TOL: f64 = 0.08;
     assert!(
         (sb - share_before_opt).abs() <= SHARE_TOL,
         "before the change path 0 carried {sb:.3} of the bytes, the optimum {share_before_opt:.3}"
