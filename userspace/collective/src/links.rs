@@ -19,7 +19,7 @@ use crate::stripe::sched::{Stripe, StripeConn, StripeStats};
 use crate::stripe::Dedup;
 use crate::trace::{Chunk, SpanKind, Tracer};
 use crate::transport::{Closer, Reader};
-use crate::wire::{read_frame, Frame, FrameHeader, FrameKind, FrameWriter, ReadError};
+use crate::wire::{read_frame, Frame, FrameHeader, FrameKind, FrameWriter, ReadError, MAX_BATCH};
 
 /// What the connection threads tell the engine.
 pub(crate) enum Event {
@@ -300,6 +300,46 @@ fn reader(
     }
 }
 
+/// The payload bytes after which a writer stops adding queued frames to
+/// one batch (at most [`MAX_BATCH`] frames).
+const BATCH_BYTES: usize = 8 << 20;
+
+/// Writes the queued `frames` as one batch and empties it, counting data
+/// bytes into `batch` and recording each frame's send span.
+fn write_batch(
+    w: &mut FrameWriter<crate::transport::Writer>,
+    frames: &mut Vec<(FrameHeader, PooledBuf)>,
+    queued_at: &mut Vec<Option<Instant>>,
+    batch: &mut u64,
+    peer: Rank,
+    tracer: &Option<Arc<Tracer>>,
+) -> std::io::Result<()> {
+    if frames.is_empty() {
+        return Ok(());
+    }
+    w.frames(frames)?;
+    let done = Instant::now();
+    for ((h, p), queued) in frames.iter().zip(queued_at.iter()) {
+        if h.kind == FrameKind::Data {
+            *batch += (crate::wire::HEADER_LEN + p.len()) as u64;
+        }
+        if let (Some(t), Some(start)) = (tracer, queued) {
+            let c = Chunk {
+                seq: h.op,
+                peer,
+                lane: h.lane as usize,
+                step: h.step as usize,
+                offset: h.offset,
+                bytes: p.len(),
+            };
+            t.record(SpanKind::Send(c), *start, done);
+        }
+    }
+    frames.clear();
+    queued_at.clear();
+    Ok(())
+}
+
 fn writer(
     peer: Rank,
     w: crate::transport::Writer,
@@ -334,36 +374,56 @@ fn writer(
             }
             Err(RecvTimeoutError::Disconnected) => return,
         };
+        // Data frames taken off the queue and written together (one
+        // vectored write: over RDMA all their writes are in flight at once).
+        let mut frames: Vec<(FrameHeader, PooledBuf)> = Vec::with_capacity(MAX_BATCH);
+        let mut queued_at: Vec<Option<Instant>> = Vec::with_capacity(MAX_BATCH);
         let mut next = Some(first);
         while let Some(out) = next.take() {
             match out {
                 Out::Frame(h, p, queued) => {
-                    if let Err(e) = w.frame(&h, &p) {
-                        return fail(e);
-                    }
-                    if h.kind == FrameKind::Data {
-                        batch += (crate::wire::HEADER_LEN + p.len()) as u64;
-                    }
-                    if let (Some(t), Some(start)) = (&tracer, queued) {
-                        let c = Chunk {
-                            seq: h.op,
+                    frames.push((h, p));
+                    queued_at.push(queued);
+                    let bytes: usize = frames.iter().map(|(_, p)| p.len()).sum();
+                    if frames.len() == MAX_BATCH || bytes >= BATCH_BYTES {
+                        if let Err(e) = write_batch(
+                            &mut w,
+                            &mut frames,
+                            &mut queued_at,
+                            &mut batch,
                             peer,
-                            lane: h.lane as usize,
-                            step: h.step as usize,
-                            offset: h.offset,
-                            bytes: p.len(),
-                        };
-                        t.record(SpanKind::Send(c), start, Instant::now());
+                            &tracer,
+                        ) {
+                            return fail(e);
+                        }
                     }
                 }
                 Out::KeepAlive(every) => idle = Some(every),
                 Out::Close => {
+                    let _ = write_batch(
+                        &mut w,
+                        &mut frames,
+                        &mut queued_at,
+                        &mut batch,
+                        peer,
+                        &tracer,
+                    );
                     let _ = w.flush();
                     closer.finish();
                     return;
                 }
             }
             next = rx.try_recv().ok();
+        }
+        if let Err(e) = write_batch(
+            &mut w,
+            &mut frames,
+            &mut queued_at,
+            &mut batch,
+            peer,
+            &tracer,
+        ) {
+            return fail(e);
         }
         if let Err(e) = w.flush() {
             return fail(e);

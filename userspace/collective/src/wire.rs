@@ -262,16 +262,36 @@ pub fn write_frame(w: &mut impl Write, header: &FrameHeader, payload: &[u8]) -> 
     Ok(())
 }
 
+/// Frames one [`FrameWriter::frames`] call takes at most.
+pub const MAX_BATCH: usize = 16;
+
+/// Payloads up to this size are copied into the gather buffer rather than
+/// given their own vectored-write part.
+const COPY_BELOW: usize = 16 << 10;
+
+/// Where one part of a vectored write comes from.
+#[derive(Clone)]
+enum Part {
+    /// A range of the gather buffer (small frames, copied).
+    Gathered(std::ops::Range<usize>),
+    /// The encoded header of a large frame (index into `heads`).
+    Head(usize),
+    /// A large frame's payload, straight from the caller's buffer.
+    Payload(usize),
+}
+
 /// Writes frames to a stream with as few system calls and copies as it can:
-/// small frames gather in a buffer; a frame that does not fit goes out in
-/// one vectored write together with what was gathered (its header and its
-/// payload straight from the caller's buffer, never copied here). Over TCP a
-/// large frame is one `writev`, not a lone 56-byte header segment followed by
-/// the payload.
+/// small frames gather in a buffer; a batch that does not fit goes out in
+/// one vectored write together with what was gathered (each large frame's
+/// header, and its payload straight from the caller's buffer, never copied
+/// here). Over TCP a batch of large frames is one `writev`; over RDMA its
+/// writes are all in flight before the transport waits for completions.
 pub struct FrameWriter<W: Write> {
     inner: W,
     pending: Vec<u8>,
     cap: usize,
+    heads: Vec<[u8; HEADER_LEN]>,
+    parts: Vec<Part>,
 }
 
 impl<W: Write> FrameWriter<W> {
@@ -281,23 +301,68 @@ impl<W: Write> FrameWriter<W> {
             inner,
             pending: Vec::with_capacity(cap),
             cap,
+            heads: Vec::with_capacity(MAX_BATCH),
+            parts: Vec::with_capacity(2 * MAX_BATCH + 1),
         }
     }
 
     pub fn frame(&mut self, header: &FrameHeader, payload: &[u8]) -> io::Result<()> {
-        debug_assert_eq!(header.len as usize, payload.len());
-        let head = header.encode();
-        if self.pending.len() + HEADER_LEN + payload.len() <= self.cap {
-            self.pending.extend_from_slice(&head);
-            self.pending.extend_from_slice(payload);
+        self.frames(&[(*header, payload)])
+    }
+
+    /// Writes `frames` (at most [`MAX_BATCH`]) in order: gathered when they
+    /// all fit in the gather buffer, else in one vectored write with it.
+    pub fn frames<P: std::ops::Deref<Target = [u8]>>(
+        &mut self,
+        frames: &[(FrameHeader, P)],
+    ) -> io::Result<()> {
+        assert!(
+            frames.len() <= MAX_BATCH,
+            "a batch of {} frames",
+            frames.len()
+        );
+        for (h, p) in frames {
+            debug_assert_eq!(h.len as usize, p.len());
+        }
+        let total: usize = frames.iter().map(|(_, p)| HEADER_LEN + p.len()).sum();
+        if self.pending.len() + total <= self.cap {
+            for (h, p) in frames {
+                self.pending.extend_from_slice(&h.encode());
+                self.pending.extend_from_slice(p);
+            }
             return Ok(());
         }
-        let mut parts = [
-            io::IoSlice::new(&self.pending),
-            io::IoSlice::new(&head),
-            io::IoSlice::new(payload),
-        ];
-        write_all_vectored(&mut self.inner, &mut parts)?;
+        self.heads.clear();
+        self.parts.clear();
+        // The start of the gathered bytes not yet in a part.
+        let mut from = 0;
+        for (i, (h, p)) in frames.iter().enumerate() {
+            if p.len() < COPY_BELOW {
+                self.pending.extend_from_slice(&h.encode());
+                self.pending.extend_from_slice(p);
+                continue;
+            }
+            if self.pending.len() > from {
+                self.parts.push(Part::Gathered(from..self.pending.len()));
+                from = self.pending.len();
+            }
+            self.heads.push(h.encode());
+            self.parts.push(Part::Head(self.heads.len() - 1));
+            self.parts.push(Part::Payload(i));
+        }
+        if self.pending.len() > from {
+            self.parts.push(Part::Gathered(from..self.pending.len()));
+        }
+        let empty = io::IoSlice::new(&[]);
+        let mut slices = [empty; 2 * MAX_BATCH + 1];
+        for (slot, part) in slices.iter_mut().zip(&self.parts) {
+            *slot = match part {
+                Part::Gathered(r) => io::IoSlice::new(&self.pending[r.clone()]),
+                Part::Head(k) => io::IoSlice::new(&self.heads[*k]),
+                Part::Payload(i) => io::IoSlice::new(&frames[*i].1),
+            };
+        }
+        write_all_vectored(&mut self.inner, &mut slices[..self.parts.len()])?;
         self.pending.clear();
         Ok(())
     }

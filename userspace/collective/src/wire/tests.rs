@@ -384,3 +384,49 @@ fn frame_writer_gathers_small_frames_and_writes_large_ones_vectored() {
         ));
     }
 }
+
+/// A batch of frames (large and small mixed) leaves in one vectored write
+/// with what was gathered before it, in order, and partial writes still put
+/// every byte on the stream.
+#[test]
+fn frame_writer_writes_a_batch_of_frames_in_one_vectored_write() {
+    let pool = BufferPool::new(4);
+    let frames: Vec<(FrameHeader, Vec<u8>)> = [7u32, 70_000, 12, 0, 40_000, 20_000, 5]
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| {
+            let mut h = data(len);
+            h.step = i as u32;
+            (
+                h,
+                (0..len).map(|k| (k % 253) as u8 ^ (i as u8 * 3)).collect(),
+            )
+        })
+        .collect();
+    for most in [usize::MAX, 5, 65_536] {
+        let mut w = FrameWriter::new(
+            Stingy {
+                out: Vec::new(),
+                most,
+                calls: 0,
+            },
+            64 << 10,
+        );
+        w.frames(&frames[..1]).expect("gathered");
+        assert_eq!(w.inner.calls, 0, "a small frame is gathered");
+        w.frames(&frames[1..]).expect("batch");
+        if most == usize::MAX {
+            assert_eq!(w.inner.calls, 1, "one vectored write for the batch");
+        }
+        w.flush().expect("flush");
+        let mut r = io::Cursor::new(std::mem::take(&mut w.inner.out));
+        for (h, p) in &frames {
+            let f = read_frame(&mut r, MAX, &pool).expect("read back");
+            assert_eq!((f.header, &f.payload[..]), (*h, &p[..]), "most {most}");
+        }
+        assert!(matches!(
+            read_frame(&mut r, MAX, &pool),
+            Err(ReadError::Closed)
+        ));
+    }
+}
