@@ -24,6 +24,10 @@ const MAX_MSG: usize = 1 << 20;
 const MAX_INFLIGHT: u64 = 32;
 /// Credit messages in flight before the reader waits.
 const MAX_CREDITS_INFLIGHT: u64 = 64;
+/// Parts of one vectored write posted before its single completion wait:
+/// a whole batch of the links' frame writer (a header and a payload per
+/// frame, and what it had gathered).
+const MAX_PARTS: usize = 2 * crate::wire::MAX_BATCH + 1;
 /// The staging buffer for sends from memory the pool does not own.
 const STAGING: usize = 1 << 20;
 /// Registrations kept per connection (the pool's buffers in use).
@@ -417,31 +421,90 @@ impl Shared {
         }
     }
 
-    fn write_some(&self, buf: &[u8]) -> io::Result<usize> {
-        if buf.is_empty() {
-            return Ok(0);
-        }
+    /// Writes the non-empty `parts` (up to [`MAX_PARTS`]) as RDMA WRITEs
+    /// posted back to back, then waits once for all their completions: a
+    /// frame's header and payload cost one completion wait, not two. A part
+    /// in a pool allocation goes straight from the caller's memory; any
+    /// other is copied into the staging buffer (while it has room). Returns
+    /// the bytes written, which may be fewer than asked (a partial write).
+    fn write_parts(&self, parts: &[io::IoSlice<'_>]) -> io::Result<usize> {
         if let Some(e) = self.closed_error(&self.lock()) {
             return Err(e);
         }
-        let (src, lkey, n) = match self.registered(buf) {
-            Some(lkey) => {
-                ZERO_COPY.fetch_add(buf.len() as u64, Ordering::Relaxed);
-                (buf.as_ptr() as u64, lkey, buf.len())
+        // (address, lkey, length) of each part to send, in order.
+        let mut plan = [(0u64, 0u32, 0usize); MAX_PARTS];
+        let (mut used, mut staged, mut total) = (0usize, 0usize, 0usize);
+        for part in parts.iter().filter(|p| !p.is_empty()).take(MAX_PARTS) {
+            let entry = match self.registered(part) {
+                Some(lkey) => {
+                    ZERO_COPY.fetch_add(part.len() as u64, Ordering::Relaxed);
+                    (part.as_ptr() as u64, lkey, part.len())
+                }
+                None => {
+                    let n = part.len().min(STAGING - staged);
+                    if n == 0 {
+                        break;
+                    }
+                    // SAFETY: only this writer uses the staging buffer;
+                    // every send from it completed before the previous
+                    // write returned, and `staged..staged+n` lies in it.
+                    unsafe { self.staging.0.write_at(staged, &part[..n]) };
+                    COPIED.fetch_add(n as u64, Ordering::Relaxed);
+                    let e = (
+                        self.staging.0.addr() + staged as u64,
+                        self.staging.0.lkey(),
+                        n,
+                    );
+                    staged += n;
+                    e
+                }
+            };
+            plan[used] = entry;
+            used += 1;
+            total += entry.2;
+            if entry.2 < part.len() {
+                break;
             }
-            None => {
-                let n = buf.len().min(STAGING);
-                // SAFETY: only this writer uses the staging buffer, and every
-                // send from it completed before the previous write returned.
-                unsafe { self.staging.0.write_at(0, &buf[..n]) };
-                COPIED.fetch_add(n as u64, Ordering::Relaxed);
-                (self.staging.0.addr(), self.staging.0.lkey(), n)
+        }
+        if used == 0 {
+            return Ok(0);
+        }
+        let started = Instant::now();
+        let mut g = self.lock();
+        for &(src, lkey, n) in &plan[..used] {
+            g = self.post(g, src, lkey, n)?;
+        }
+        let posted = started.elapsed();
+        while g.data_done < g.data_posted {
+            if let Some(e) = self.closed_error(&g) {
+                return Err(e);
             }
-        };
+            g = self.wait(g);
+        }
+        tracing::trace!(
+            peer = %self.peer,
+            bytes = total,
+            parts = used,
+            posted_ms = posted.as_secs_f64() * 1e3,
+            done_ms = started.elapsed().as_secs_f64() * 1e3,
+            "rdma write"
+        );
+        Ok(total)
+    }
+
+    /// Posts `n` bytes at `src` (under `lkey`) into the peer's ring as
+    /// WRITEs WITH IMM of at most [`MAX_MSG`], each inside the ring space
+    /// the peer gave back as credit, waiting for credit or for a free slot
+    /// of [`MAX_INFLIGHT`] as needed.
+    fn post<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, State>,
+        src: u64,
+        lkey: u32,
+        n: usize,
+    ) -> io::Result<MutexGuard<'a, State>> {
         let cap = u64::from(self.remote.ring_len);
         let mut off = 0usize;
-        let started = std::time::Instant::now();
-        let mut g = self.lock();
         while off < n {
             let free = cap - (g.head - g.credit);
             if free == 0 || g.data_posted - g.data_done >= MAX_INFLIGHT {
@@ -456,11 +519,12 @@ impl Shared {
                 .min(free)
                 .min(cap - at)
                 .min(MAX_MSG as u64);
-            // SAFETY: `src+off..+k` lies in `buf` (borrowed for this call) or
-            // in the staging buffer; this call waits below for every write it
-            // posted to complete before returning, so the bytes stay valid and
-            // unchanged while the device reads them. The remote range lies in
-            // the peer's ring, inside the space it gave back as credit.
+            // SAFETY: `src+off..+k` lies in a caller's part (borrowed for
+            // this write call) or in the staging buffer; `write_parts` waits
+            // for every write it posted to complete before returning, so the
+            // bytes stay valid and unchanged while the device reads them.
+            // The remote range lies in the peer's ring, inside the space it
+            // gave back as credit.
             let posted = unsafe {
                 self.ep.post_write_imm(
                     g.data_posted,
@@ -483,21 +547,7 @@ impl Shared {
             g.head += k;
             off += k as usize;
         }
-        let posted = started.elapsed();
-        while g.data_done < g.data_posted {
-            if let Some(e) = self.closed_error(&g) {
-                return Err(e);
-            }
-            g = self.wait(g);
-        }
-        tracing::trace!(
-            peer = %self.peer,
-            bytes = n,
-            posted_ms = posted.as_secs_f64() * 1e3,
-            done_ms = started.elapsed().as_secs_f64() * 1e3,
-            "rdma write"
-        );
-        Ok(n)
+        Ok(g)
     }
 
     fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -623,7 +673,10 @@ impl Read for Half {
 
 impl Write for Half {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.write_some(buf)
+        self.0.write_parts(&[io::IoSlice::new(buf)])
+    }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.0.write_parts(bufs)
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
