@@ -55,44 +55,78 @@ const RDMA: Mode = Mode {
 pub fn run(extra: &[String]) -> Result<()> {
     // rxe follows its netdev into a network namespace only from 7.x on
     // (before, it routes in the initial namespace; see the `rdma::` tests).
-    let line = match extra.first().map(String::as_str).unwrap_or("7.x") {
-        "7.x" | "7" => KernelLine::V7,
-        other => bail!("bench rdma {other}: only 7.x (rxe in a network namespace)"),
-    };
+    let (mut line, mut mtu) = (KernelLine::V7, 1500u32);
+    let mut args = extra.iter();
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "7.x" | "7" => line = KernelLine::V7,
+            "--mtu" => {
+                mtu = args
+                    .next()
+                    .and_then(|m| m.parse().ok())
+                    .filter(|m| (1280..=9000).contains(m))
+                    .context("--mtu needs the veth MTU, 1280..9000 (1500 → RoCE MTU 1024, 9000 → 4096)")?;
+            }
+            other => bail!(
+                "bench rdma {other}: usage: cargo xtask bench rdma [7.x] [--mtu 1500|9000] (only 7.x: rxe in a network namespace)"
+            ),
+        }
+    }
     cmd::build_wan_bench_bins()?;
     let modes = [TCP, RDMA];
     let load_before = bench_tls::load();
     let (outcome, out) =
         crate::vm::run_script(line, "bench-rdma", Duration::from_secs(3600), |out| {
-            guest_body(&modes, &out.display().to_string())
+            guest_body(&modes, mtu, &out.display().to_string())
         })?;
     println!(
-        "\n2 ranks on two rxe devices over one veth pair in a {} guest under {}, {RUNS} runs (modes and ops interleaved) of 1 warm-up + 5 iterations, allreduce and stream 0→1; ib_write_bw 1 MiB × 200; host load {load_before} before, {} after; guest {:.0?}",
+        "\n2 ranks on two rxe devices over one veth pair (MTU {mtu}) in a {} guest under {}, {RUNS} runs (modes and ops interleaved) of 1 warm-up + 5 iterations, allreduce and stream 0→1; ib_write_bw 1 MiB × 200; host load {load_before} before, {} after; guest {:.0?}",
         line.name(),
         outcome.accel,
         bench_tls::load(),
         outcome.wall
     );
-    let mut write_bw = Vec::new();
+    // ib_write_bw per run: one direction (the stream's reference) and both
+    // at once (`-b`; perftest reports the sum, halved here to a rate per
+    // direction: the allreduce's reference, which sends both ways at once).
+    let mut write_bw: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for run in 0..RUNS {
-        let f = out.join(format!("write_bw-run{run}.txt"));
-        let text =
-            std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
-        write_bw.push(
-            parse_write_bw(&text)
-                .with_context(|| format!("no 1 MiB result line in {}:\n{text}", f.display()))?,
+        for (k, (name, share)) in [("write_bw", 1.0), ("write_bw_bidi", 0.5)]
+            .iter()
+            .enumerate()
+        {
+            let f = out.join(format!("{name}-run{run}.txt"));
+            let text =
+                std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
+            write_bw[k].push(
+                share
+                    * parse_write_bw(&text).with_context(|| {
+                        format!("no 1 MiB result line in {}:\n{text}", f.display())
+                    })?,
+            );
+        }
+    }
+    for (k, what) in [
+        "one direction",
+        "both directions at once (-b), per direction",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (w, lo, hi) = spread(&write_bw[k]);
+        println!(
+            "\nib_write_bw, 1 MiB messages, {what}: {:.1} MB/s [{:.1}–{:.1}]",
+            w / 1e6,
+            lo / 1e6,
+            hi / 1e6
         );
     }
-    let (wbw, wlo, whi) = spread(&write_bw);
-    println!(
-        "\nib_write_bw, 1 MiB messages: {:.1} MB/s [{:.1}–{:.1}]",
-        wbw / 1e6,
-        wlo / 1e6,
-        whi / 1e6
-    );
     println!("\n| op | size | transport | median s | [min–max] over runs | MB/s per direction | × TCP | × ib_write_bw [per-run min–max] |");
     println!("|---|---:|---|---:|---|---:|---:|---:|");
     for (o, (_, op_name)) in OPS.iter().enumerate() {
+        // The allreduce against ib_write_bw both ways, the stream one way.
+        let write_bw = &write_bw[usize::from(o == 0)];
+        let wbw = median(write_bw);
         // times[mode][run] = per size (bytes, median s)
         let mut times: Vec<Vec<Vec<(u64, f64)>>> = vec![Vec::new(); modes.len()];
         for run in 0..RUNS {
@@ -119,7 +153,7 @@ pub fn run(extra: &[String]) -> Result<()> {
                 // Each run's rate against the same run's ib_write_bw.
                 let ratios: Vec<f64> = runs
                     .iter()
-                    .zip(&write_bw)
+                    .zip(write_bw)
                     .map(|(t, w)| bytes as f64 / t / w)
                     .collect();
                 let (_, rlo, rhi) = spread(&ratios);
@@ -154,7 +188,7 @@ fn file_name(run: usize, mode: usize, op: usize, rank: usize) -> String {
 }
 
 /// The guest's part: namespace, veth, rxe, routing; then every run.
-fn guest_body(modes: &[Mode], out: &str) -> String {
+fn guest_body(modes: &[Mode], mtu: u32, out: &str) -> String {
     let bin = cmd::bin_path("causeway-allreduce-bench", true);
     let mut s = String::from("set -u\ndmesg -n 1 2>/dev/null\n");
     let _ = writeln!(
@@ -165,7 +199,7 @@ fn guest_body(modes: &[Mode], out: &str) -> String {
     for (i, addr) in ADDRS.iter().enumerate() {
         let _ = writeln!(
             s,
-            "ip -n {NS} addr add {addr}/24 dev rb{i} && ip -n {NS} link set rb{i} up || exit 12"
+            "ip -n {NS} addr add {addr}/24 dev rb{i} && ip -n {NS} link set rb{i} mtu {mtu} up || exit 12"
         );
     }
     for key in ["all", "default", "rb0", "rb1"] {
@@ -237,18 +271,20 @@ fn guest_body(modes: &[Mode], out: &str) -> String {
                 file_name(run, m, o, 1),
             );
         }
-        let _ = writeln!(
-            s,
-            "echo 'bench-rdma: run {} of {RUNS}: ib_write_bw'\n\
-             ip netns exec {NS} ib_write_bw -d {} -x $g0 -s {WRITE_BW_MSG} -n 200 -F --report_gbits > '{out}/write_bw-server{run}.txt' 2>&1 &\n\
-             spid=$!; sleep 2\n\
-             ip netns exec {NS} ib_write_bw -d {} -x $g1 -s {WRITE_BW_MSG} -n 200 -F --report_gbits {} > '{out}/write_bw-run{run}.txt' 2>&1 || {{ cat '{out}/write_bw-run{run}.txt'; exit 22; }}\n\
-             wait $spid",
-            run + 1,
-            DEVS[0],
-            DEVS[1],
-            ADDRS[0]
-        );
+        for (flag, name) in [("", "write_bw"), (" -b", "write_bw_bidi")] {
+            let _ = writeln!(
+                s,
+                "echo 'bench-rdma: run {} of {RUNS}: ib_write_bw{flag}'\n\
+                 ip netns exec {NS} ib_write_bw -d {} -x $g0 -s {WRITE_BW_MSG} -n 200 -F --report_gbits{flag} > '{out}/{name}-server{run}.txt' 2>&1 &\n\
+                 spid=$!; sleep 2\n\
+                 ip netns exec {NS} ib_write_bw -d {} -x $g1 -s {WRITE_BW_MSG} -n 200 -F --report_gbits{flag} {} > '{out}/{name}-run{run}.txt' 2>&1 || {{ cat '{out}/{name}-run{run}.txt'; exit 22; }}\n\
+                 wait $spid",
+                run + 1,
+                DEVS[0],
+                DEVS[1],
+                ADDRS[0]
+            );
+        }
     }
     for d in DEVS {
         let _ = writeln!(s, "rdma link delete {d}");
