@@ -1,11 +1,7 @@
 //! The one packet parser of Causeway's eBPF programs, shared by XDP ingress
-//! and TC egress. It reads through [`Bytes`]: either the packet itself
-//! ([`Packet`], raw `(data, data_end)` addresses so that any context —
-//! `xdp_md`, `__sk_buff` — can feed it, every read preceded by an explicit
-//! bounds check against `data_end` that the verifier can follow), or a copy of
-//! the frame's head on the stack ([`StackCopy`], XDP ingress: one helper call,
-//! word loads, and a fall back to the packet when the parser needs a byte past
-//! the copy).
+//! and TC egress. It works on raw `(data, data_end)` addresses so that any
+//! context (`xdp_md`, `__sk_buff`) can feed it, and every read is preceded by
+//! an explicit bounds check against `data_end` that the verifier can follow.
 //!
 //! # Rules (mirrored by `userspace/causeway/src/classifier/reference.rs`)
 //!
@@ -41,8 +37,6 @@
 //!
 //! Whatever is [`ParseError`] is passed untouched and counted as unclassified
 //! by the programs; it is never classified with half-read fields.
-
-use core::{cell::Cell, mem::MaybeUninit};
 
 use bpf_maps::classifier::MAX_IPV6_EXT_HEADERS;
 
@@ -129,230 +123,52 @@ pub enum ParseError {
     VlanDepth,
 }
 
-/// A readable range of a frame, handed out only by [`Bytes::span`]: reads at
-/// `k` with `k + size <= len` are inside the frame.
-#[derive(Clone, Copy)]
-pub struct Span {
-    /// The packet address ([`Packet`]) or frame offset ([`StackCopy`]).
-    at: usize,
-    len: usize,
-}
-
-/// Where the parser reads a frame's bytes: the packet itself ([`Packet`]),
-/// or a copy of its first bytes on the stack ([`StackCopy`]). One parser
-/// runs over both, so both read a frame the same way.
-pub trait Bytes {
-    /// `[off, off + len)` of the frame, if it can be read.
-    fn span(&self, off: usize, len: usize) -> Option<Span>;
-    /// Byte `k` of `s` (0 when `k` is outside `s`: never, by construction).
-    fn byte(&self, s: Span, k: usize) -> u8;
-    /// Big-endian u16 at `k` of `s`.
-    fn be16(&self, s: Span, k: usize) -> u16;
-    /// Four bytes at `k` of `s`, as they are in memory.
-    fn word(&self, s: Span, k: usize) -> u32;
-}
-
-/// The frame's linear data `[data, data_end)`: every read is preceded by an
-/// explicit bounds check against `data_end` that the verifier can follow.
-#[derive(Clone, Copy)]
-pub struct Packet {
-    pub data: usize,
-    pub data_end: usize,
-}
-
-impl Bytes for Packet {
-    /// The bounds check the verifier sees before the reads below.
-    #[inline(always)]
-    fn span(&self, off: usize, len: usize) -> Option<Span> {
-        let start = self.data + off;
-        if start + len > self.data_end {
-            return None;
-        }
-        Some(Span { at: start, len })
-    }
-
-    #[inline(always)]
-    fn byte(&self, s: Span, k: usize) -> u8 {
-        if k >= s.len {
-            return 0;
-        }
-        // SAFETY: `s` was checked against `data_end` by `span` and `k < len`;
-        // the kernel maps the frame readable.
-        unsafe { *((s.at + k) as *const u8) }
-    }
-
-    #[inline(always)]
-    fn be16(&self, s: Span, k: usize) -> u16 {
-        u16::from_be_bytes([self.byte(s, k), self.byte(s, k + 1)])
-    }
-
-    #[inline(always)]
-    fn word(&self, s: Span, k: usize) -> u32 {
-        if k + 4 > s.len {
-            return 0;
-        }
-        // SAFETY: in bounds as in `byte`; read_unaligned has no alignment need.
-        unsafe { ((s.at + k) as *const u32).read_unaligned() }
-    }
-}
-
-/// Bytes of a frame copied to the stack: enough for Ethernet, two VLAN tags,
-/// an IPv6 header and a TCP header (22 + 40 + 20).
-pub const COPY_LEN: usize = 82;
-/// The copy starts 2 bytes into a word array, so that the IP header (at 14,
-/// 18 or 22) and everything after it that the parser reads in words (the
-/// addresses, the ports) are word-aligned: one load per word, not four.
-const COPY_SHIFT: usize = 2;
-const COPY_WORDS: usize = (COPY_SHIFT + COPY_LEN).div_ceil(4);
-
-/// Stack room for a [`StackCopy`]; uninitialised until [`StackCopy::fill`].
-pub type CopyBuffer = MaybeUninit<[u32; COPY_WORDS]>;
-
-/// The first `len` bytes of a frame, copied to the stack with one helper
-/// call: reads need no packet bounds checks and the addresses are read a
-/// word at a time. When the frame is longer than the copy (`!complete`) and
-/// the parser asks for a byte past it, the copy is `spilled`: the result
-/// must be thrown away and the frame parsed from the [`Packet`]. An unfilled
-/// copy (`len == 0`) spills at the first read.
-pub struct StackCopy<'a> {
-    /// Initialised when `len != 0` (see [`StackCopy::fill`]).
-    buf: &'a mut CopyBuffer,
-    len: usize,
-    complete: bool,
-    spilled: Cell<bool>,
-}
-
-impl<'a> StackCopy<'a> {
-    /// An empty copy over `buf`.
-    #[inline(always)]
-    pub fn new(buf: &'a mut CopyBuffer) -> Self {
-        StackCopy {
-            buf,
-            len: 0,
-            complete: false,
-            spilled: Cell::new(false),
-        }
-    }
-
-    /// Copies the first `LEN` bytes (`LEN <= COPY_LEN`) of a frame of
-    /// `linear >= LEN` linear bytes with `copy(dst, LEN)`, which writes
-    /// exactly `LEN` bytes at `dst` and returns true, or returns false (then
-    /// the copy stays empty). The words outside `[COPY_SHIFT, COPY_SHIFT +
-    /// LEN)` are zeroed first, so that every word is initialised afterwards
-    /// (not the whole buffer: a store per word on every frame).
-    ///
-    /// # Safety
-    /// `copy` returns true only after writing all `LEN` bytes at `dst`.
-    #[inline(always)]
-    pub unsafe fn fill<const LEN: usize>(
-        &mut self,
-        linear: usize,
-        copy: impl FnOnce(*mut u8, usize) -> bool,
-    ) {
-        const { assert!(LEN <= COPY_LEN && LEN > 0) };
-        let words = self.buf.as_mut_ptr().cast::<u32>();
-        // SAFETY: every index is below COPY_WORDS; volatile so that the
-        // compiler neither drops the stores nor turns them into a memset call.
-        unsafe {
-            words.write_volatile(0);
-            for i in (COPY_SHIFT + LEN) / 4..COPY_WORDS {
-                words.add(i).write_volatile(0);
-            }
-        }
-        if copy(words.cast::<u8>().wrapping_add(COPY_SHIFT), LEN) {
-            self.len = LEN;
-            self.complete = LEN == linear;
-        }
-    }
-
-    /// Whether the parser asked for a byte past the copy.
-    #[inline(always)]
-    pub fn spilled(&self) -> bool {
-        self.spilled.get()
-    }
-
-    /// The word holding copy byte `i`.
-    #[inline(always)]
-    fn word_of(&self, i: usize) -> u32 {
-        if self.len == 0 {
-            return 0;
-        }
-        // SAFETY: `len != 0` only after `fill` initialised every word.
-        let words = unsafe { self.buf.assume_init_ref() };
-        words.get(i / 4).copied().unwrap_or(0)
-    }
-}
-
-/// Byte `j` (0..4) in memory of the word `w`, by shifts: indexing the
-/// word's bytes would address the stack with a variable offset built by `|`,
-/// which the verifier refuses.
+/// Address of `data + off` if `[data + off, data + off + len)` lies before
+/// `data_end`: the bounds check the verifier sees before the reads below.
 #[inline(always)]
-fn byte_of(w: u32, j: usize) -> u8 {
-    let shift = if cfg!(target_endian = "little") {
-        (j & 3) * 8
-    } else {
-        (3 - (j & 3)) * 8
-    };
-    (w >> shift) as u8
+fn bounded(data: usize, data_end: usize, off: usize, len: usize) -> Option<usize> {
+    let start = data + off;
+    if start + len > data_end {
+        return None;
+    }
+    Some(start)
 }
 
-impl Bytes for StackCopy<'_> {
-    #[inline(always)]
-    fn span(&self, off: usize, len: usize) -> Option<Span> {
-        if off + len <= self.len {
-            return Some(Span { at: off, len });
-        }
-        if !self.complete {
-            self.spilled.set(true);
-        }
-        None
-    }
+/// Byte `k` of a range checked by [`bounded`].
+///
+/// # Safety
+/// `p` comes from `bounded(.., len)` with `k < len`.
+#[inline(always)]
+unsafe fn byte(p: usize, k: usize) -> u8 {
+    // SAFETY: in bounds per the caller; the kernel maps the frame readable.
+    unsafe { *((p + k) as *const u8) }
+}
 
-    #[inline(always)]
-    fn byte(&self, s: Span, k: usize) -> u8 {
-        if k >= s.len {
-            return 0;
-        }
-        let i = s.at + k + COPY_SHIFT;
-        byte_of(self.word_of(i), i & 3)
-    }
+/// Big-endian u16 at `k` of a checked range.
+///
+/// # Safety
+/// As [`byte`], with `k + 2 <= len`.
+#[inline(always)]
+unsafe fn be16_at(p: usize, k: usize) -> u16 {
+    // SAFETY: forwarded to the caller.
+    unsafe { u16::from_be_bytes([byte(p, k), byte(p, k + 1)]) }
+}
 
-    #[inline(always)]
-    fn be16(&self, s: Span, k: usize) -> u16 {
-        if k + 2 > s.len {
-            return 0;
-        }
-        let i = s.at + k + COPY_SHIFT;
-        let j = i & 3;
-        if j == 3 {
-            return u16::from_be_bytes([self.byte(s, k), self.byte(s, k + 1)]);
-        }
-        let w = self.word_of(i);
-        u16::from_be_bytes([byte_of(w, j), byte_of(w, j + 1)])
-    }
-
-    #[inline(always)]
-    fn word(&self, s: Span, k: usize) -> u32 {
-        if k + 4 > s.len {
-            return 0;
-        }
-        let i = s.at + k + COPY_SHIFT;
-        if i & 3 == 0 {
-            return self.word_of(i);
-        }
-        u32::from_ne_bytes([
-            self.byte(s, k),
-            self.byte(s, k + 1),
-            self.byte(s, k + 2),
-            self.byte(s, k + 3),
-        ])
-    }
+/// Four bytes at `k` of a checked range, as they are in memory.
+///
+/// # Safety
+/// As [`byte`], with `k + 4 <= len`.
+#[inline(always)]
+unsafe fn word_at(p: usize, k: usize) -> u32 {
+    // SAFETY: in bounds per the caller; read_unaligned has no alignment need.
+    unsafe { ((p + k) as *const u32).read_unaligned() }
 }
 
 #[inline(always)]
-fn load_be16<B: Bytes>(src: &B, off: usize) -> Option<u16> {
-    let p = src.span(off, 2)?;
-    Some(src.be16(p, 0))
+fn load_be16(data: usize, data_end: usize, off: usize) -> Option<u16> {
+    let p = bounded(data, data_end, off, 2)?;
+    // SAFETY: two bytes checked.
+    Some(unsafe { be16_at(p, 0) })
 }
 
 /// Parses the frame at `[data, data_end)`; `frame_len` is the whole frame's
@@ -364,19 +180,13 @@ pub fn parse_frame(
     data_end: usize,
     frame_len: usize,
 ) -> Result<ParsedFrame, ParseError> {
-    parse_from(&Packet { data, data_end }, frame_len)
-}
-
-/// Parses the frame `src` reads; `frame_len` as in [`parse_frame`].
-#[inline(always)]
-pub fn parse_from<B: Bytes>(src: &B, frame_len: usize) -> Result<ParsedFrame, ParseError> {
-    let mut ethertype = load_be16(src, 12).ok_or(ParseError::Truncated)?;
+    let mut ethertype = load_be16(data, data_end, 12).ok_or(ParseError::Truncated)?;
     let mut l3 = ETH_HLEN;
     if ethertype == ETH_P_8021AD || ethertype == ETH_P_8021Q {
-        ethertype = load_be16(src, l3 + 2).ok_or(ParseError::Truncated)?;
+        ethertype = load_be16(data, data_end, l3 + 2).ok_or(ParseError::Truncated)?;
         l3 += 4;
         if ethertype == ETH_P_8021Q {
-            ethertype = load_be16(src, l3 + 2).ok_or(ParseError::Truncated)?;
+            ethertype = load_be16(data, data_end, l3 + 2).ok_or(ParseError::Truncated)?;
             l3 += 4;
         }
     }
@@ -399,32 +209,36 @@ pub fn parse_from<B: Bytes>(src: &B, frame_len: usize) -> Result<ParsedFrame, Pa
         dst_addr: [0; 4],
     };
     match ethertype {
-        ETH_P_IPV4 => parse_ipv4(src, frame_len, &mut frame)?,
-        ETH_P_IPV6 => parse_ipv6(src, frame_len, &mut frame)?,
+        ETH_P_IPV4 => parse_ipv4(data, data_end, frame_len, &mut frame)?,
+        ETH_P_IPV6 => parse_ipv6(data, data_end, frame_len, &mut frame)?,
         _ => return Err(ParseError::NotIp),
     }
     Ok(frame)
 }
 
 #[inline(always)]
-fn parse_ipv4<B: Bytes>(
-    src: &B,
+fn parse_ipv4(
+    data: usize,
+    data_end: usize,
     frame_len: usize,
     frame: &mut ParsedFrame,
 ) -> Result<(), ParseError> {
     // l3 is at most 22 (two tags); masking keeps that visible to the verifier.
     let l3 = (frame.l3_offset as usize) & 0x1f;
-    let p = src.span(l3, 20).ok_or(ParseError::Truncated)?;
-    let (version_ihl, tos, total_len, id, frag, proto, saddr, daddr) = (
-        src.byte(p, 0),
-        src.byte(p, 1),
-        src.be16(p, 2),
-        src.be16(p, 4),
-        src.be16(p, 6),
-        src.byte(p, 9),
-        src.word(p, 12),
-        src.word(p, 16),
-    );
+    let p = bounded(data, data_end, l3, 20).ok_or(ParseError::Truncated)?;
+    // SAFETY: every read is inside the 20 bytes just checked.
+    let (version_ihl, tos, total_len, id, frag, proto, src, dst) = unsafe {
+        (
+            byte(p, 0),
+            byte(p, 1),
+            be16_at(p, 2),
+            be16_at(p, 4),
+            be16_at(p, 6),
+            byte(p, 9),
+            word_at(p, 12),
+            word_at(p, 16),
+        )
+    };
     if version_ihl >> 4 != 4 {
         return Err(ParseError::BadHeader);
     }
@@ -432,7 +246,7 @@ fn parse_ipv4<B: Bytes>(
     if ihl < 20 {
         return Err(ParseError::BadHeader);
     }
-    if src.span(l3, ihl).is_none() {
+    if data + l3 + ihl > data_end {
         return Err(ParseError::Truncated);
     }
     let total_len = usize::from(total_len);
@@ -450,8 +264,8 @@ fn parse_ipv4<B: Bytes>(
     frame.ip_version = 4;
     frame.proto = proto;
     frame.dscp = tos >> 2;
-    frame.src_addr[0] = saddr;
-    frame.dst_addr[0] = daddr;
+    frame.src_addr[0] = src;
+    frame.dst_addr[0] = dst;
     frame.l4_offset = (l3 + ihl) as u32;
     frame.ip_end = ip_end as u32;
     if more_fragments || offset != 0 {
@@ -463,24 +277,22 @@ fn parse_ipv4<B: Bytes>(
         frame.flags |= FLAG_LATER_FRAGMENT;
         return Ok(());
     }
-    read_ports(src, frame);
+    read_ports(data, data_end, frame);
     Ok(())
 }
 
 #[inline(always)]
-fn parse_ipv6<B: Bytes>(
-    src: &B,
+fn parse_ipv6(
+    data: usize,
+    data_end: usize,
     frame_len: usize,
     frame: &mut ParsedFrame,
 ) -> Result<(), ParseError> {
     let l3 = (frame.l3_offset as usize) & 0x1f;
-    let p = src.span(l3, 40).ok_or(ParseError::Truncated)?;
-    let (b0, b1, payload_len, first_next) = (
-        src.byte(p, 0),
-        src.byte(p, 1),
-        src.be16(p, 4),
-        src.byte(p, 6),
-    );
+    let p = bounded(data, data_end, l3, 40).ok_or(ParseError::Truncated)?;
+    // SAFETY: every read is inside the 40 bytes just checked.
+    let (b0, b1, payload_len, first_next) =
+        unsafe { (byte(p, 0), byte(p, 1), be16_at(p, 4), byte(p, 6)) };
     if b0 >> 4 != 6 {
         return Err(ParseError::BadHeader);
     }
@@ -492,18 +304,21 @@ fn parse_ipv6<B: Bytes>(
     let traffic_class = ((b0 & 0x0f) << 4) | (b1 >> 4);
     frame.ip_version = 6;
     frame.dscp = traffic_class >> 2;
-    frame.src_addr = [
-        src.word(p, 8),
-        src.word(p, 12),
-        src.word(p, 16),
-        src.word(p, 20),
-    ];
-    frame.dst_addr = [
-        src.word(p, 24),
-        src.word(p, 28),
-        src.word(p, 32),
-        src.word(p, 36),
-    ];
+    // SAFETY: as above (bytes 8..40).
+    unsafe {
+        frame.src_addr = [
+            word_at(p, 8),
+            word_at(p, 12),
+            word_at(p, 16),
+            word_at(p, 20),
+        ];
+        frame.dst_addr = [
+            word_at(p, 24),
+            word_at(p, 28),
+            word_at(p, 32),
+            word_at(p, 36),
+        ];
+    }
     frame.ip_end = ip_end as u32;
 
     let mut next = first_next;
@@ -515,15 +330,12 @@ fn parse_ipv6<B: Bytes>(
             break;
         }
         // Every extension header is at least 8 bytes long.
-        let Some(ext) = src.span(off, 8) else {
+        let Some(ext) = bounded(data, data_end, off, 8) else {
             break;
         };
-        let (ext_next, ext_len, frag, id) = (
-            src.byte(ext, 0),
-            src.byte(ext, 1),
-            src.be16(ext, 2),
-            src.word(ext, 4),
-        );
+        // SAFETY: inside the 8 bytes just checked.
+        let (ext_next, ext_len, frag, id) =
+            unsafe { (byte(ext, 0), byte(ext, 1), be16_at(ext, 2), word_at(ext, 4)) };
         let len = match next {
             IPPROTO_FRAGMENT => 8,
             IPPROTO_AH => (usize::from(ext_len) + 2) * 4,
@@ -557,7 +369,7 @@ fn parse_ipv6<B: Bytes>(
         return Ok(());
     }
     frame.l4_offset = off as u32;
-    read_ports(src, frame);
+    read_ports(data, data_end, frame);
     Ok(())
 }
 
@@ -572,22 +384,23 @@ fn is_extension(next: u8) -> bool {
 /// Fills the ports when the frame is TCP/UDP and its fixed L4 header is
 /// inside both the datagram and the linear data.
 #[inline(always)]
-fn read_ports<B: Bytes>(src: &B, frame: &mut ParsedFrame) {
+fn read_ports(data: usize, data_end: usize, frame: &mut ParsedFrame) {
     let header_len = match frame.proto {
         IPPROTO_TCP => 20,
         IPPROTO_UDP => 8,
         _ => return,
     };
     let l4 = (frame.l4_offset as usize) & 0xffff;
-    if l4 + header_len > frame.ip_end as usize || src.span(l4, header_len).is_none() {
+    if l4 + header_len > frame.ip_end as usize || data + l4 + header_len > data_end {
         frame.flags |= FLAG_L4_TRUNCATED;
         return;
     }
-    let Some(p) = src.span(l4, 4) else {
+    let Some(p) = bounded(data, data_end, l4, 4) else {
         frame.flags |= FLAG_L4_TRUNCATED;
         return;
     };
-    let (src_port, dst_port) = (src.be16(p, 0), src.be16(p, 2));
+    // SAFETY: inside the 4 bytes just checked.
+    let (src_port, dst_port) = unsafe { (be16_at(p, 0), be16_at(p, 2)) };
     frame.src_port = src_port;
     frame.dst_port = dst_port;
     frame.flags |= FLAG_HAS_PORTS;

@@ -14,9 +14,7 @@
 //! 4. Rules: counted in the class; a partly parsed frame also under its reason.
 
 use aya_ebpf::{
-    bindings::xdp_action,
-    helpers::generated::{bpf_xdp_get_buff_len, bpf_xdp_load_bytes},
-    programs::XdpContext,
+    bindings::xdp_action, helpers::generated::bpf_xdp_get_buff_len, programs::XdpContext,
 };
 use bpf_maps::{
     classifier::{POLICY_ADMISSION, POLICY_UNCLASSIFIED_DROP, VERDICT_DROP},
@@ -30,8 +28,8 @@ use crate::{
     classify::{active, classify_with},
     counters::{count_ingress, count_reason},
     parse::{
-        parse_frame, parse_from, CopyBuffer, ParseError, ParsedFrame, StackCopy, COPY_LEN,
-        FLAG_EXT_UNFINISHED, FLAG_L4_TRUNCATED, FLAG_LENGTH_OVERRUN,
+        parse_frame, ParseError, ParsedFrame, FLAG_EXT_UNFINISHED, FLAG_L4_TRUNCATED,
+        FLAG_LENGTH_OVERRUN,
     },
 };
 
@@ -42,62 +40,22 @@ fn frame_len(ctx: &XdpContext) -> u64 {
     unsafe { bpf_xdp_get_buff_len(ctx.ctx) }
 }
 
-/// Copies the first `COPY_LEN` bytes of the frame into `copy` with one
-/// helper call (a copy from the linear data: the same bytes the packet
-/// parser reads). The copy stays empty when the frame is shorter (those
-/// frames are parsed from the packet) or the helper failed.
-#[inline(always)]
-fn copy_head(ctx: &XdpContext, copy: &mut StackCopy, linear: usize) {
-    if linear < COPY_LEN {
-        return;
-    }
-    let load = |dst: *mut u8, len: usize| {
-        // SAFETY: `dst` has room for `len` bytes (see `StackCopy::fill`); the
-        // helper writes all of them or fails.
-        unsafe { bpf_xdp_load_bytes(ctx.ctx, 0, dst.cast(), len as u32) == 0 }
-    };
-    // SAFETY: `load` returns true only when the helper copied `len` bytes.
-    unsafe { copy.fill::<COPY_LEN>(linear, load) };
-}
-
-/// Parses from the stack copy when it held every byte the parser asked
-/// for; from the packet otherwise (the same parser, so the same result
-/// either way).
-#[inline(always)]
-fn parse_head(
-    copy: &StackCopy,
-    data: usize,
-    data_end: usize,
-    frame_len: usize,
-) -> Result<ParsedFrame, ParseError> {
-    let parsed = parse_from(copy, frame_len);
-    if !copy.spilled() {
-        return parsed;
-    }
-    parse_frame(data, data_end, frame_len)
-}
-
 /// Parses the frame and returns its length in bytes.
 ///
-/// The head of the frame is parsed from a stack copy (see
-/// [`StackCopy`]): one helper call instead of a bounds check per header and
-/// byte-wise address loads. The length helper costs about as much as the
-/// rest of a cached classification (a call, ~13 ns here), so it is called
-/// only when the linear data is not enough: the frame is first parsed
-/// against its linear length, which is complete only when the whole IP
-/// datagram lies in the linear data; then the frame is counted at that
-/// length (a driver puts bytes in fragments only past a full linear buffer,
-/// so a well-formed frame whose datagram ended in the linear data has
-/// none). Otherwise (a jumbo multi-buffer frame, or a malformed one) the
-/// full length is asked for and the frame parsed against it.
+/// The length helper costs about as much as the rest of a cached
+/// classification (a call, ~13 ns here), so it is called only when the
+/// linear data is not enough: the frame is first parsed against its linear
+/// length, which is complete only when the whole IP datagram lies in the
+/// linear data; then the frame is counted at that length (a driver puts bytes in
+/// fragments only past a full linear buffer, so a well-formed frame whose
+/// datagram ended in the linear data has none). Otherwise (a jumbo
+/// multi-buffer frame, or a malformed one) the full length is asked for and
+/// the frame parsed against it.
 #[inline(always)]
 fn parse(ctx: &XdpContext) -> (Result<ParsedFrame, ParseError>, u64) {
     let (data, data_end) = (ctx.data(), ctx.data_end());
     let linear = data_end - data;
-    let mut buf = CopyBuffer::uninit();
-    let mut copy = StackCopy::new(&mut buf);
-    copy_head(ctx, &mut copy, linear);
-    let first = parse_head(&copy, data, data_end, linear);
+    let first = parse_frame(data, data_end, linear);
     if let Ok(frame) = &first {
         if frame.flags & FLAG_LENGTH_OVERRUN == 0 {
             return (first, linear as u64);
@@ -107,8 +65,6 @@ fn parse(ctx: &XdpContext) -> (Result<ParsedFrame, ParseError>, u64) {
     if full as usize == linear {
         return (first, full);
     }
-    // Rare (a multi-buffer frame, or an IP length past the frame's end):
-    // from the packet, which keeps the verifier's walk of the copy to one.
     (parse_frame(data, data_end, full as usize), full)
 }
 
