@@ -16,6 +16,9 @@
 //! Rank 0's own view depends on how far apart the preceding barrier let the
 //! ranks go, which is up to a one-way WAN delay either way.
 //!
+//! `--bin PATH` runs that `causeway-allreduce-bench` instead of the
+//! workspace's (e.g. a copy built at an earlier commit, for before/after runs).
+//!
 //! `--ebpf`: Causeway alone, with the eBPF programs attached to the gateways'
 //! WAN ports and without, interleaved ([`crate::bench_allreduce_ebpf`]).
 
@@ -37,7 +40,7 @@ pub fn run(extra: &[String]) -> Result<()> {
         let profiles: Vec<String> = extra.iter().filter(|a| *a != "--ebpf").cloned().collect();
         return crate::bench_allreduce_ebpf::run(&profiles);
     }
-    let (sizes, iters, extra) = sizes_and_iters(extra)?;
+    let (sizes, iters, bin, extra) = sizes_and_iters(extra)?;
     let no_gloo = extra.iter().any(|a| a == "--no-gloo");
     let extra: Vec<String> = extra.into_iter().filter(|a| a != "--no-gloo").collect();
     let profiles: Vec<String> = if extra.is_empty() {
@@ -48,7 +51,7 @@ pub fn run(extra: &[String]) -> Result<()> {
     // Without Gloo (`--no-gloo`) no Python environment is needed.
     let python = if no_gloo { None } else { Some(gloo::python()?) };
     cmd::build_wan_bench_bins()?;
-    let ours = cmd::bin_path("causeway-allreduce-bench", true);
+    let ours = bin.unwrap_or_else(|| cmd::bin_path("causeway-allreduce-bench", true));
     let script = cmd::root().join("userspace/collective/bench/gloo_allreduce.py");
     // The ranks' output is captured: only the testbed's commands and the
     // tables print, with the bar stepping aside.
@@ -166,22 +169,31 @@ fn gloo_command(python: &Path, script: &Path, sizes: &str, iters: &str) -> Comma
     c
 }
 
-/// `--sizes LIST` (default [`SIZES`]) and `--iters N` (default 5) out of the
+/// `--sizes LIST` (default [`SIZES`]), `--iters N` (default 5) and `--bin
+/// PATH` (a `causeway-allreduce-bench` to run instead of the workspace's, e.g.
+/// one built at an earlier commit for a before/after comparison) out of the
 /// bench's arguments; the rest are profiles.
-fn sizes_and_iters(extra: &[String]) -> Result<(String, String, Vec<String>)> {
+#[allow(clippy::type_complexity)]
+fn sizes_and_iters(
+    extra: &[String],
+) -> Result<(String, String, Option<std::path::PathBuf>, Vec<String>)> {
     let (mut sizes, mut iters, mut rest) = (SIZES.to_string(), "5".to_string(), Vec::new());
+    let mut bin = None;
     let mut it = extra.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--sizes" => sizes = it.next().context("--sizes needs a list, e.g. 64K,64M")?.clone(),
             "--iters" => iters = it.next().context("--iters needs a number")?.clone(),
+            "--bin" => {
+                bin = Some(it.next().context("--bin needs a path to causeway-allreduce-bench")?.into())
+            }
             "--help" | "-h" => bail!(
-                "usage: cargo xtask bench allreduce [--ebpf] [--no-gloo] [--sizes {SIZES}] [--iters 5] [PROFILE...] (profiles: wan40 lossy80 lossy120 gig10; default wan40 lossy80 lossy120)"
+                "usage: cargo xtask bench allreduce [--ebpf] [--no-gloo] [--sizes {SIZES}] [--iters 5] [--bin PATH] [PROFILE...] (profiles: wan40 lossy80 lossy120 gig10; default wan40 lossy80 lossy120)"
             ),
             _ => rest.push(a.clone()),
         }
     }
-    Ok((sizes, iters, rest))
+    Ok((sizes, iters, bin, rest))
 }
 
 /// Runs one rank per host (the program, arguments and environment of

@@ -160,9 +160,143 @@ impl Transport for TcpTransport {
     }
 
     fn split(self: Box<Self>) -> io::Result<(Reader, Writer, Arc<dyn Closer>)> {
-        let r = self.stream.try_clone()?;
+        let r = TcpReader::new(self.stream.try_clone()?);
         let c = self.stream.try_clone()?;
         Ok((Box::new(r), Box::new(self.stream), Arc::new(TcpCloser(c))))
+    }
+}
+
+/// The most a read waits for before it is woken (see [`TcpReader`]).
+pub const RCVLOWAT_MAX: usize = 256 << 10;
+
+/// The reading half of a TCP connection, woken once per piece of a read
+/// rather than once per segment: before each `read` it sets `SO_RCVLOWAT` to
+/// the bytes asked for (at most [`RCVLOWAT_MAX`] and an eighth of the receive
+/// buffer), so the kernel neither wakes
+/// the thread nor returns until that much is queued (or the connection ends,
+/// or the receive buffer fills). A frame reader asks for exactly what the
+/// frame still lacks, so it is never kept waiting for bytes that are not
+/// coming; a read of a 1 MiB payload takes a handful of wake-ups and system
+/// calls instead of one per arriving segment (hundreds on a WAN path whose
+/// segments arrive paced, one at a time).
+struct TcpReader {
+    stream: TcpStream,
+    /// The low-water mark set on the socket (the kernel's default is 1).
+    lowat: usize,
+}
+
+impl TcpReader {
+    fn new(stream: TcpStream) -> Self {
+        TcpReader { stream, lowat: 1 }
+    }
+}
+
+impl io::Read for TcpReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut want = buf.len().clamp(1, RCVLOWAT_MAX);
+        if want > 1 << 12 {
+            // At most an eighth of the receive buffer (whose size counts the
+            // kernel's overhead, often as much as the payload): the window
+            // stays open until the mark is reached, so the wake-up comes from
+            // data, not from the kernel's last-resort checks on a full buffer.
+            let room = SockRef::from(&self.stream).recv_buffer_size().unwrap_or(0);
+            want = want.min(room / 8).max(1);
+        }
+        if want != self.lowat {
+            // A kernel that refuses it wakes on every segment, as before.
+            let _ = set_rcvlowat(&self.stream, want);
+            self.lowat = want;
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        // Wait in poll(), then take what is queued without blocking: the
+        // kernel compares the mark with the bytes *queued*, so a blocking
+        // recv that had copied part of its mark and slept for the rest would
+        // not be woken by a last piece smaller than the mark.
+        loop {
+            wait_readable(&self.stream)?;
+            match recv_nowait(&self.stream, buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                got => return got,
+            }
+        }
+    }
+}
+
+/// Blocks until the socket is readable (its `SO_RCVLOWAT` bytes queued, the
+/// peer's end, an error, or the kernel's own reasons), within the stream's
+/// read timeout if it has one.
+#[allow(unsafe_code)]
+fn wait_readable(s: &TcpStream) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let timeout_ms = match s.read_timeout()? {
+        Some(d) => libc::c_int::try_from(d.as_millis().max(1)).unwrap_or(libc::c_int::MAX),
+        None => -1,
+    };
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: `p` is one valid pollfd for the duration of the call and
+        // the count passed is 1; the fd is a live socket owned by `s`.
+        let rc = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+        match rc {
+            0 => return Err(io::ErrorKind::TimedOut.into()),
+            r if r > 0 => return Ok(()),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// `recv(MSG_DONTWAIT)`: what is queued, up to `buf.len()`, without sleeping.
+#[allow(unsafe_code)]
+fn recv_nowait(s: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the fd is a live socket owned by `s`; `buf` is valid for
+    // writes of `buf.len()` bytes for the duration of the call.
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// Sets `SO_RCVLOWAT`: a blocking read returns, and the reader is woken, once
+/// `bytes` are queued (the kernel caps it at half the receive buffer, and
+/// wakes the reader anyway when the buffer is under pressure or the
+/// connection ends).
+#[allow(unsafe_code)]
+fn set_rcvlowat(s: &TcpStream, bytes: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the fd is a live socket owned by `s`; the option value is a
+    // valid c_int for the duration of the call and its size is passed exactly.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -310,5 +444,67 @@ mod info_tests {
         assert!(i.rtt_us > 0 && i.min_rtt_us > 0, "{i:?}");
         assert_eq!(i.max_pacing_rate, 1 << 30, "{i:?}");
         assert!(i.snd_mss > 0);
+    }
+
+    /// A large read returns only once `RCVLOWAT_MAX` bytes are queued (the
+    /// receive buffer is large enough), even when they trickle in; a small
+    /// read after it returns as soon as its few bytes are there (the mark
+    /// follows the read, it is never left high).
+    #[test]
+    fn the_reader_is_woken_for_what_it_asks_for() {
+        use std::io::{Read, Write};
+        let tuning = TcpTuning {
+            socket_buffer: Some(1 << 20),
+        };
+        let l = listen("127.0.0.1:0".parse().expect("addr"), tuning).expect("listen");
+        let mut a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (b, _) = l.accept().expect("accept");
+        // A read that would wait for bytes that never come fails, not hangs.
+        b.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut r = TcpReader::new(b);
+        let total = 2 * RCVLOWAT_MAX;
+        let t = std::thread::spawn(move || {
+            for _ in 0..total / (16 << 10) {
+                a.write_all(&[7u8; 16 << 10]).expect("write");
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            a
+        });
+        let mut buf = vec![0u8; total];
+        let n = r.read(&mut buf).expect("read");
+        assert!(n >= RCVLOWAT_MAX, "woken with {n} bytes");
+        let mut rest = n;
+        while rest < total {
+            rest += r.read(&mut buf[rest..]).expect("read");
+        }
+        assert!(buf.iter().all(|&x| x == 7));
+        let mut a = t.join().expect("writer");
+        a.write_all(&[9u8; 5]).expect("write");
+        let mut small = [0u8; 5];
+        assert_eq!(r.read(&mut small).expect("small read"), 5);
+        assert_eq!(small, [9u8; 5]);
+        // A read whose bytes come in two pieces, the second smaller than the
+        // mark, is woken by the second (a blocking recv that had copied the
+        // first would wait for a whole mark more).
+        let want = RCVLOWAT_MAX + (RCVLOWAT_MAX >> 1);
+        a.write_all(&vec![3u8; RCVLOWAT_MAX - 1000]).expect("write");
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            a.write_all(&vec![3u8; (RCVLOWAT_MAX >> 1) + 1000])
+                .expect("write");
+            a
+        });
+        let mut got = 0;
+        while got < want {
+            got += r.read(&mut buf[got..want]).expect("read in two pieces");
+        }
+        let mut a = t.join().expect("writer");
+        // The peer's end wakes a reader waiting for more than will come.
+        a.write_all(&[1u8; 100]).expect("write");
+        drop(a);
+        let mut big = vec![0u8; 1 << 20];
+        assert_eq!(r.read(&mut big).expect("read at the end"), 100);
+        assert_eq!(r.read(&mut big).expect("end"), 0);
     }
 }
