@@ -304,40 +304,71 @@ fn reader(
 /// one batch (at most [`MAX_BATCH`] frames).
 const BATCH_BYTES: usize = 8 << 20;
 
-/// Writes the queued `frames` as one batch and empties it, counting data
-/// bytes into `batch` and recording each frame's send span.
-fn write_batch(
-    w: &mut FrameWriter<crate::transport::Writer>,
-    frames: &mut Vec<(FrameHeader, PooledBuf)>,
-    queued_at: &mut Vec<Option<Instant>>,
-    batch: &mut u64,
+/// Frames taken off a connection's queue to be written together (one
+/// vectored write: over RDMA all their writes are in flight at once).
+struct Batch {
+    frames: Vec<(FrameHeader, PooledBuf)>,
+    /// When each frame was queued, for the trace.
+    queued_at: Vec<Option<Instant>>,
+    /// Payload bytes in `frames`.
+    bytes: usize,
     peer: Rank,
-    tracer: &Option<Arc<Tracer>>,
-) -> std::io::Result<()> {
-    if frames.is_empty() {
-        return Ok(());
-    }
-    w.frames(frames)?;
-    let done = Instant::now();
-    for ((h, p), queued) in frames.iter().zip(queued_at.iter()) {
-        if h.kind == FrameKind::Data {
-            *batch += (crate::wire::HEADER_LEN + p.len()) as u64;
-        }
-        if let (Some(t), Some(start)) = (tracer, queued) {
-            let c = Chunk {
-                seq: h.op,
-                peer,
-                lane: h.lane as usize,
-                step: h.step as usize,
-                offset: h.offset,
-                bytes: p.len(),
-            };
-            t.record(SpanKind::Send(c), *start, done);
+    tracer: Option<Arc<Tracer>>,
+}
+
+impl Batch {
+    fn new(peer: Rank, tracer: Option<Arc<Tracer>>) -> Self {
+        Batch {
+            frames: Vec::with_capacity(MAX_BATCH),
+            queued_at: Vec::with_capacity(MAX_BATCH),
+            bytes: 0,
+            peer,
+            tracer,
         }
     }
-    frames.clear();
-    queued_at.clear();
-    Ok(())
+
+    /// Adds a frame; true when the batch is full ([`MAX_BATCH`] frames or
+    /// [`BATCH_BYTES`]).
+    fn push(&mut self, h: FrameHeader, p: PooledBuf, queued: Option<Instant>) -> bool {
+        self.bytes += p.len();
+        self.frames.push((h, p));
+        self.queued_at.push(queued);
+        self.frames.len() == MAX_BATCH || self.bytes >= BATCH_BYTES
+    }
+
+    /// Writes the frames and empties the batch, adding its data frames'
+    /// bytes to `written` and recording each frame's send span.
+    fn write(
+        &mut self,
+        w: &mut FrameWriter<crate::transport::Writer>,
+        written: &mut u64,
+    ) -> std::io::Result<()> {
+        if self.frames.is_empty() {
+            return Ok(());
+        }
+        w.frames(&self.frames)?;
+        let done = Instant::now();
+        for ((h, p), queued) in self.frames.iter().zip(&self.queued_at) {
+            if h.kind == FrameKind::Data {
+                *written += (crate::wire::HEADER_LEN + p.len()) as u64;
+            }
+            if let (Some(t), Some(start)) = (&self.tracer, queued) {
+                let c = Chunk {
+                    seq: h.op,
+                    peer: self.peer,
+                    lane: h.lane as usize,
+                    step: h.step as usize,
+                    offset: h.offset,
+                    bytes: p.len(),
+                };
+                t.record(SpanKind::Send(c), *start, done);
+            }
+        }
+        self.frames.clear();
+        self.queued_at.clear();
+        self.bytes = 0;
+        Ok(())
+    }
 }
 
 fn writer(
@@ -350,6 +381,7 @@ fn writer(
     written: Option<Arc<AtomicU64>>,
 ) {
     let mut w = FrameWriter::new(w, 64 << 10);
+    let mut frames = Batch::new(peer, tracer);
     // Data bytes written since the last flush (a striped connection reports them).
     let mut batch = 0u64;
     let fail = |e: std::io::Error| {
@@ -374,40 +406,19 @@ fn writer(
             }
             Err(RecvTimeoutError::Disconnected) => return,
         };
-        // Data frames taken off the queue and written together (one
-        // vectored write: over RDMA all their writes are in flight at once).
-        let mut frames: Vec<(FrameHeader, PooledBuf)> = Vec::with_capacity(MAX_BATCH);
-        let mut queued_at: Vec<Option<Instant>> = Vec::with_capacity(MAX_BATCH);
         let mut next = Some(first);
         while let Some(out) = next.take() {
             match out {
                 Out::Frame(h, p, queued) => {
-                    frames.push((h, p));
-                    queued_at.push(queued);
-                    let bytes: usize = frames.iter().map(|(_, p)| p.len()).sum();
-                    if frames.len() == MAX_BATCH || bytes >= BATCH_BYTES {
-                        if let Err(e) = write_batch(
-                            &mut w,
-                            &mut frames,
-                            &mut queued_at,
-                            &mut batch,
-                            peer,
-                            &tracer,
-                        ) {
+                    if frames.push(h, p, queued) {
+                        if let Err(e) = frames.write(&mut w, &mut batch) {
                             return fail(e);
                         }
                     }
                 }
                 Out::KeepAlive(every) => idle = Some(every),
                 Out::Close => {
-                    let _ = write_batch(
-                        &mut w,
-                        &mut frames,
-                        &mut queued_at,
-                        &mut batch,
-                        peer,
-                        &tracer,
-                    );
+                    let _ = frames.write(&mut w, &mut batch);
                     let _ = w.flush();
                     closer.finish();
                     return;
@@ -415,14 +426,7 @@ fn writer(
             }
             next = rx.try_recv().ok();
         }
-        if let Err(e) = write_batch(
-            &mut w,
-            &mut frames,
-            &mut queued_at,
-            &mut batch,
-            peer,
-            &tracer,
-        ) {
+        if let Err(e) = frames.write(&mut w, &mut batch) {
             return fail(e);
         }
         if let Err(e) = w.flush() {
