@@ -19,32 +19,13 @@ use std::os::fd::AsRawFd;
 
 use rustls::{ConnectionTrafficSecrets, ExtractedSecrets};
 
+use super::tcp::setsockopt;
 use crate::error::TlsError;
 
 const RECORD_ALERT: u8 = 21;
 const RECORD_HANDSHAKE: u8 = 22;
 const RECORD_DATA: u8 = 23;
 const CLOSE_NOTIFY: u8 = 0;
-
-fn setsockopt<T>(s: &TcpStream, level: libc::c_int, name: libc::c_int, v: &T) -> io::Result<()> {
-    // SAFETY: the fd is a live socket owned by `s`; `v` points to a
-    // properly initialised `T` for the duration of the call and its exact
-    // size is passed, so the kernel reads only that memory.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            level,
-            name,
-            (v as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
 
 /// Sets the `tls` upper layer protocol on an established connection.
 /// `ENOENT`: this kernel has no `tls` module.

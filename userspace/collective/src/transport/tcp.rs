@@ -104,20 +104,31 @@ pub const LATENCY_CONGESTION: [&str; 2] = ["cubic", "reno"];
 /// TCP paces internally when no fq qdisc does, so this works on any interface.
 /// Flows that together stay just below a bottleneck keep its queue (and with it
 /// the RTT every flow's window must cover) near empty.
-#[allow(unsafe_code)]
 pub fn set_max_pacing_rate(s: &TcpStream, bytes_per_s: u64) -> io::Result<()> {
+    // The kernel accepts a 32- or 64-bit rate for this option.
+    setsockopt(s, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, &bytes_per_s)
+}
+
+/// `setsockopt(level, name)` with the value `v`, passed by address with its
+/// exact size (the kernel reads only that memory).
+#[allow(unsafe_code)]
+pub(crate) fn setsockopt<T>(
+    s: &TcpStream,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: &T,
+) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let v: u64 = bytes_per_s;
-    // SAFETY: the fd is a live socket owned by `s`; the option value is a valid
-    // u64 for the duration of the call and its size is passed exactly (the
-    // kernel accepts a 32- or 64-bit rate for this option).
+    // SAFETY: the fd is a live socket owned by `s`; `v` points to a
+    // properly initialised `T` for the duration of the call and its exact
+    // size is passed, so the kernel reads only that memory.
     let rc = unsafe {
         libc::setsockopt(
             s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            (&v as *const u64).cast(),
-            std::mem::size_of::<u64>() as libc::socklen_t,
+            level,
+            name,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc == 0 {
@@ -160,7 +171,7 @@ impl Transport for TcpTransport {
     }
 
     fn split(self: Box<Self>) -> io::Result<(Reader, Writer, Arc<dyn Closer>)> {
-        let r = TcpReader::new(self.stream.try_clone()?);
+        let r = TcpReader::new(self.stream.try_clone()?)?;
         let c = self.stream.try_clone()?;
         Ok((Box::new(r), Box::new(self.stream), Arc::new(TcpCloser(c))))
     }
@@ -183,11 +194,22 @@ struct TcpReader {
     stream: TcpStream,
     /// The low-water mark set on the socket (the kernel's default is 1).
     lowat: usize,
+    /// The socket's read timeout as `poll` takes it (-1: none), read once:
+    /// nothing changes it once the transport is split.
+    timeout_ms: libc::c_int,
 }
 
 impl TcpReader {
-    fn new(stream: TcpStream) -> Self {
-        TcpReader { stream, lowat: 1 }
+    fn new(stream: TcpStream) -> io::Result<Self> {
+        let timeout_ms = match stream.read_timeout()? {
+            Some(d) => libc::c_int::try_from(d.as_millis().max(1)).unwrap_or(libc::c_int::MAX),
+            None => -1,
+        };
+        Ok(TcpReader {
+            stream,
+            lowat: 1,
+            timeout_ms,
+        })
     }
 }
 
@@ -215,7 +237,7 @@ impl io::Read for TcpReader {
         // recv that had copied part of its mark and slept for the rest would
         // not be woken by a last piece smaller than the mark.
         loop {
-            wait_readable(&self.stream)?;
+            wait_readable(&self.stream, self.timeout_ms)?;
             match recv_nowait(&self.stream, buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -226,15 +248,11 @@ impl io::Read for TcpReader {
 }
 
 /// Blocks until the socket is readable (its `SO_RCVLOWAT` bytes queued, the
-/// peer's end, an error, or the kernel's own reasons), within the stream's
-/// read timeout if it has one.
+/// peer's end, an error, or the kernel's own reasons), within `timeout_ms`
+/// (-1: no limit).
 #[allow(unsafe_code)]
-fn wait_readable(s: &TcpStream) -> io::Result<()> {
+fn wait_readable(s: &TcpStream, timeout_ms: libc::c_int) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let timeout_ms = match s.read_timeout()? {
-        Some(d) => libc::c_int::try_from(d.as_millis().max(1)).unwrap_or(libc::c_int::MAX),
-        None => -1,
-    };
     let mut p = libc::pollfd {
         fd: s.as_raw_fd(),
         events: libc::POLLIN,
@@ -278,26 +296,9 @@ fn recv_nowait(s: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
 /// `bytes` are queued (the kernel caps it at half the receive buffer, and
 /// wakes the reader anyway when the buffer is under pressure or the
 /// connection ends).
-#[allow(unsafe_code)]
 fn set_rcvlowat(s: &TcpStream, bytes: usize) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: the fd is a live socket owned by `s`; the option value is a
-    // valid c_int for the duration of the call and its size is passed exactly.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    setsockopt(s, libc::SOL_SOCKET, libc::SO_RCVLOWAT, &v)
 }
 
 /// What one `getsockopt(TCP_INFO)` says about a connection (the fields the
@@ -462,7 +463,7 @@ mod info_tests {
         // A read that would wait for bytes that never come fails, not hangs.
         b.set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
-        let mut r = TcpReader::new(b);
+        let mut r = TcpReader::new(b).expect("reader");
         let total = 2 * RCVLOWAT_MAX;
         let t = std::thread::spawn(move || {
             for _ in 0..total / (16 << 10) {
