@@ -381,9 +381,9 @@ fn writer(
     written: Option<Arc<AtomicU64>>,
 ) {
     let mut w = FrameWriter::new(w, 64 << 10);
-    let mut frames = Batch::new(peer, tracer);
+    let mut batch = Batch::new(peer, tracer);
     // Data bytes written since the last flush (a striped connection reports them).
-    let mut batch = 0u64;
+    let mut unreported = 0u64;
     let fail = |e: std::io::Error| {
         closer.close();
         let _ = events.send(Event::Closed {
@@ -410,15 +410,15 @@ fn writer(
         while let Some(out) = next.take() {
             match out {
                 Out::Frame(h, p, queued) => {
-                    if frames.push(h, p, queued) {
-                        if let Err(e) = frames.write(&mut w, &mut batch) {
+                    if batch.push(h, p, queued) {
+                        if let Err(e) = batch.write(&mut w, &mut unreported) {
                             return fail(e);
                         }
                     }
                 }
                 Out::KeepAlive(every) => idle = Some(every),
                 Out::Close => {
-                    let _ = frames.write(&mut w, &mut batch);
+                    let _ = batch.write(&mut w, &mut unreported);
                     let _ = w.flush();
                     closer.finish();
                     return;
@@ -426,14 +426,14 @@ fn writer(
             }
             next = rx.try_recv().ok();
         }
-        if let Err(e) = frames.write(&mut w, &mut batch) {
+        if let Err(e) = batch.write(&mut w, &mut unreported) {
             return fail(e);
         }
         if let Err(e) = w.flush() {
             return fail(e);
         }
         if let Some(n) = &written {
-            n.fetch_add(std::mem::take(&mut batch), Ordering::Release);
+            n.fetch_add(std::mem::take(&mut unreported), Ordering::Release);
         }
     }
 }

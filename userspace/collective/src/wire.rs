@@ -270,7 +270,6 @@ pub const MAX_BATCH: usize = 16;
 const COPY_BELOW: usize = 16 << 10;
 
 /// Where one part of a vectored write comes from.
-#[derive(Clone)]
 enum Part {
     /// A range of the gather buffer (small frames, copied).
     Gathered(std::ops::Range<usize>),
