@@ -40,7 +40,12 @@ pub fn run(extra: &[String]) -> Result<()> {
         let profiles: Vec<String> = extra.iter().filter(|a| *a != "--ebpf").cloned().collect();
         return crate::bench_allreduce_ebpf::run(&profiles);
     }
-    let (sizes, iters, bin, extra) = sizes_and_iters(extra)?;
+    let Args {
+        sizes,
+        iters,
+        bin,
+        rest: extra,
+    } = parse_args(extra)?;
     let no_gloo = extra.iter().any(|a| a == "--no-gloo");
     let extra: Vec<String> = extra.into_iter().filter(|a| a != "--no-gloo").collect();
     let profiles: Vec<String> = if extra.is_empty() {
@@ -169,14 +174,20 @@ fn gloo_command(python: &Path, script: &Path, sizes: &str, iters: &str) -> Comma
     c
 }
 
-/// `--sizes LIST` (default [`SIZES`]), `--iters N` (default 5) and `--bin
-/// PATH` (a `causeway-allreduce-bench` to run instead of the workspace's, e.g.
-/// one built at an earlier commit for a before/after comparison) out of the
-/// bench's arguments; the rest are profiles.
-#[allow(clippy::type_complexity)]
-fn sizes_and_iters(
-    extra: &[String],
-) -> Result<(String, String, Option<std::path::PathBuf>, Vec<String>)> {
+/// The bench's own arguments.
+struct Args {
+    /// `--sizes LIST` (default [`SIZES`]).
+    sizes: String,
+    /// `--iters N` (default 5).
+    iters: String,
+    /// `--bin PATH`: a `causeway-allreduce-bench` to run instead of the
+    /// workspace's (e.g. one built at an earlier commit, for before/after).
+    bin: Option<std::path::PathBuf>,
+    /// The rest: profiles and flags handled by the caller.
+    rest: Vec<String>,
+}
+
+fn parse_args(extra: &[String]) -> Result<Args> {
     let (mut sizes, mut iters, mut rest) = (SIZES.to_string(), "5".to_string(), Vec::new());
     let mut bin = None;
     let mut it = extra.iter();
@@ -193,7 +204,12 @@ fn sizes_and_iters(
             _ => rest.push(a.clone()),
         }
     }
-    Ok((sizes, iters, bin, rest))
+    Ok(Args {
+        sizes,
+        iters,
+        bin,
+        rest,
+    })
 }
 
 /// Runs one rank per host (the program, arguments and environment of
