@@ -19,12 +19,16 @@
 //!   table 100+p routes the whole peer domain 10.b.0.0/16 over path p. Whatever
 //!   runs in the gateway namespace (SO_MARK sockets, a TC/eBPF program on `br0`
 //!   ingress setting `skb->mark`) chooses the path this way.
-//! - **by DSCP**, for paths 0-6: a packet that enters the gateway from its LAN with
-//!   DSCP p+1 (TOS byte 4·(p+1): `IP_TOS` on a host's socket, or a host's TC/eBPF
-//!   program rewriting the field, which unlike the mark survives the veth) takes
-//!   path p: `ip rule iif br0 tos 4·(p+1) lookup 100+p`. Replies follow their own
-//!   DSCP (the default path unless the peer marks them too). The kernel only
-//!   accepts these small DSCP values (TOS bits 0x1c) in a routing rule.
+//! - **by DSCP**, for paths 0-5: a packet that enters the gateway from its LAN with
+//!   the TOS byte [`PATH_TOS`]`[p]` (DSCP 1, 3, 4, 5, 6, 7: `IP_TOS` on a host's
+//!   socket, or a host's TC/eBPF program rewriting the field, which unlike the mark
+//!   survives the veth) takes path p: `ip rule iif br0 tos PATH_TOS[p] lookup
+//!   100+p`. Replies follow their own DSCP (the default path unless the peer marks
+//!   them too). The kernel only accepts these small DSCP values (TOS bits 0x1c) in
+//!   a routing rule, and compares a packet's TOS under that mask: DSCP 2 (TOS 0x08)
+//!   is left out because AF11, AF21, AF31 and AF41 (the collective library's bulk
+//!   and latency tags among them) all read as 0x08 there, and would leave the
+//!   default path.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,6 +38,11 @@ use crate::params::LinkParams;
 pub const MARK_BASE: u32 = 0x1000;
 /// First routing table: path p's table is `TABLE_BASE + p`.
 pub const TABLE_BASE: u32 = 100;
+/// TOS byte that selects path p at its gateway (module docs: 0x08 is what
+/// the AF1x–AF4x DSCPs look like to a routing rule, so no path uses it).
+pub const PATH_TOS: [u8; 6] = [0x04, 0x0c, 0x10, 0x14, 0x18, 0x1c];
+/// The TOS bits a routing rule compares (`IPTOS_RT_MASK`).
+pub const RULE_TOS_MASK: u8 = 0x1c;
 
 /// A host of the testbed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,7 +80,8 @@ pub struct Path {
     pub default: bool,
     pub mark: u32,
     pub table: u32,
-    /// TOS byte (DSCP << 2) that selects this path at the gateway, for paths 0-6.
+    /// TOS byte (DSCP << 2) that selects this path at the gateway, for paths
+    /// 0-5 ([`PATH_TOS`]).
     pub tos: Option<u8>,
     pub params: LinkParams,
 }
@@ -164,7 +174,7 @@ impl Plan {
                         default: k == 0,
                         mark: MARK_BASE + index as u32,
                         table: TABLE_BASE + index as u32,
-                        tos: (index < 7).then_some(4 * (index as u8 + 1)),
+                        tos: PATH_TOS.get(index).copied(),
                         params: *params,
                     });
                 }
@@ -349,8 +359,8 @@ impl Plan {
                     &format!("route add 10.{peer}.{}.0/24 via {remote}", p.index + 1),
                 );
                 // A path's own addresses win over the DSCP rules below: the
-                // kernel matches `tos` under the mask 0x1e, so common DSCPs
-                // (AF11 = 0x28 -> 0x08) would otherwise select path 1.
+                // kernel matches `tos` under `RULE_TOS_MASK`, so a DSCP that
+                // reads like another path's TOS must not move them.
                 add(
                     gw,
                     &format!(

@@ -88,7 +88,7 @@ fn routes_send_path_addresses_over_their_path() {
         "-n cw-r-d0h0 route add 10.1.2.0/24 via 10.0.0.1 src 10.0.2.10"
     ));
     assert!(has(
-        "-n cw-r-d1gw rule add iif br0 tos 0x8 lookup 101 pref 901"
+        "-n cw-r-d1gw rule add iif br0 tos 0xc lookup 101 pref 901"
     ));
     assert_eq!(plan.paths[0].tos, Some(4));
 }
@@ -105,9 +105,9 @@ fn bad_requests_are_rejected_with_the_reason() {
     assert_eq!(Plan::new("t", 2, 2, &[]).unwrap_err(), PlanError::NoPath);
     let many = Plan::new("t", 5, 1, &w).unwrap();
     assert_eq!(
-        (many.paths[6].tos, many.paths[7].tos),
-        (Some(28), None),
-        "only DSCP 1-7 fit a rule"
+        (many.paths[5].tos, many.paths[6].tos),
+        (Some(0x1c), None),
+        "only DSCP 1 and 3-7 fit a rule"
     );
     assert!(matches!(
         Plan::new("t", 30, 1, &w).unwrap_err(),
@@ -118,4 +118,29 @@ fn bad_requests_are_rejected_with_the_reason() {
         Plan::new("t", 2, 1, &[bad]).unwrap_err(),
         PlanError::Params { index: 0, .. }
     ));
+}
+
+/// The collective library tags its connections AF11, AF21 and CS5; a routing
+/// rule reads a TOS byte under `RULE_TOS_MASK`, so none of those may look like
+/// a path's TOS there, or the library's traffic to a peer's default address
+/// would leave the default path (on `dual`, bulk data went over the 100 Mbit/s
+/// path instead of the 200 Mbit/s one).
+#[test]
+fn the_library_s_dscps_keep_the_default_path() {
+    use causeway_core::traffic::TrafficKind;
+    for kind in [
+        TrafficKind::Bulk,
+        TrafficKind::Latency,
+        TrafficKind::Control,
+    ] {
+        let tos = kind.tos() & RULE_TOS_MASK;
+        assert!(
+            PATH_TOS.iter().all(|&p| p & RULE_TOS_MASK != tos),
+            "{kind:?} (TOS {:#x}) reads as a path's TOS {tos:#x}",
+            kind.tos()
+        );
+    }
+    for (i, &t) in PATH_TOS.iter().enumerate() {
+        assert_eq!(t & RULE_TOS_MASK, t, "path {i}'s TOS survives the mask");
+    }
 }

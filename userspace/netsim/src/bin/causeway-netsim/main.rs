@@ -43,7 +43,8 @@ enum Cmd {
     /// 10.d.0.1. Choosing a WAN path: send to the peer's path address
     /// 10.<peer>.(1+p).(10+i) (plain 10.<peer>.0.x takes the default path), or, in a
     /// gateway namespace, mark packets with fwmark 0x1000+p (SO_MARK, TC/eBPF), or
-    /// send from a host with DSCP p+1 (IP_TOS 4·(p+1), paths 0-6).
+    /// send from a host with IP_TOS 0x04, 0x0c, 0x10, 0x14, 0x18, 0x1c (paths 0-5;
+    /// 0x08 is skipped: the AF DSCPs look like it to a routing rule).
     /// Run things inside with `ip netns exec cw-<tag>-d0h0 ...`.
     Up(up_down::UpArgs),
     /// Stop the emulators and delete every namespace of a testbed (idempotent).
