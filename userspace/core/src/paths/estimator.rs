@@ -175,7 +175,10 @@ impl PathEstimator {
             return;
         }
         self.prune_bw(now);
-        if app_limited && bytes_per_s <= self.current_bw() {
+        // "At least this much": it may raise the estimate, never lower it,
+        // not even once the window's samples aged out and the estimate is the
+        // last one they left.
+        if app_limited && bytes_per_s <= self.current_bw().max(self.stale_bw()) {
             return;
         }
         while self.bw.back().is_some_and(|&(_, b)| b <= bytes_per_s) {
@@ -285,6 +288,15 @@ impl PathEstimator {
 
     fn current_bw(&self) -> f64 {
         self.bw.front().map_or(0.0, |&(_, b)| b)
+    }
+
+    /// What [`PathEstimator::estimate`] reports once every sample aged out.
+    fn stale_bw(&self) -> f64 {
+        if self.bw.is_empty() {
+            self.last_bw.1
+        } else {
+            0.0
+        }
     }
 
     fn prune_bw(&mut self, now: u64) {
