@@ -49,6 +49,9 @@ pub enum FrameKind {
     Goodbye = 4,
     /// The sender is alive (sent on a connection idle for a while; no payload).
     Heartbeat = 5,
+    /// What the sender's WAN connections delivered in its last window, for
+    /// the ranks of its domain (payload: [`WanRate`]).
+    WanRate = 6,
 }
 
 /// Malformed input. Any of these closes the connection it came from.
@@ -160,6 +163,7 @@ impl FrameHeader {
             3 => FrameKind::Abort,
             4 => FrameKind::Goodbye,
             5 => FrameKind::Heartbeat,
+            6 => FrameKind::WanRate,
             k => return Err(FrameError::UnknownKind(k)),
         };
         let reserved = u16::from_le_bytes(le(b, 6));
@@ -401,6 +405,77 @@ pub enum ConnRole {
     TcpControl = 2,
     /// The same next to an RDMA queue pair (whose endpoints went through the store).
     RdmaControl = 3,
+}
+
+/// Payload of a WanRate frame: one window of a rank's WAN bulk traffic
+/// (`crate::estimates::domain`), sent to the other ranks of its domain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WanRate {
+    /// Index of the wall-clock window (`estimates::domain::WINDOW` long)
+    /// the bytes were acknowledged in.
+    pub window: u64,
+    /// Payload bytes its WAN bulk connections had acknowledged.
+    pub bytes: u64,
+    /// Over how long (µs): from the sender's last reading before the window
+    /// to its last reading in it.
+    pub interval_us: u32,
+    /// It had less to send than it could have (idle or app-limited for
+    /// part of the window): `bytes` is a lower bound of its share.
+    pub limited: bool,
+    /// Its connections' RTT showed a queue at the bottleneck throughout
+    /// the window: the path was full.
+    pub queued: bool,
+    /// ... or in less than a quarter of its readings (a probing phase of
+    /// the pacing's gain cycle queues briefly): the path had room.
+    pub clear: bool,
+}
+
+impl WanRate {
+    pub const LEN: usize = 24;
+    const LIMITED: u32 = 1;
+    const QUEUED: u32 = 2;
+    const CLEAR: u32 = 4;
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut v = [0u8; Self::LEN];
+        v[..8].copy_from_slice(&self.window.to_le_bytes());
+        v[8..16].copy_from_slice(&self.bytes.to_le_bytes());
+        v[16..20].copy_from_slice(&self.interval_us.to_le_bytes());
+        let flags = if self.limited { Self::LIMITED } else { 0 }
+            | if self.queued { Self::QUEUED } else { 0 }
+            | if self.clear { Self::CLEAR } else { 0 };
+        v[20..].copy_from_slice(&flags.to_le_bytes());
+        v
+    }
+
+    pub fn decode(p: &[u8]) -> Result<Self, FrameError> {
+        let bad = |reason| FrameError::BadPayload {
+            kind: FrameKind::WanRate,
+            reason,
+        };
+        if p.len() != Self::LEN {
+            return Err(bad("not 24 bytes"));
+        }
+        let interval_us = u32::from_le_bytes(le(p, 16));
+        if interval_us == 0 {
+            return Err(bad("empty interval"));
+        }
+        let flags = u32::from_le_bytes(le(p, 20));
+        if flags & !(Self::LIMITED | Self::QUEUED | Self::CLEAR) != 0 {
+            return Err(bad("unknown flags"));
+        }
+        if flags & (Self::QUEUED | Self::CLEAR) == Self::QUEUED | Self::CLEAR {
+            return Err(bad("queued and clear"));
+        }
+        Ok(WanRate {
+            window: u64::from_le_bytes(le(p, 0)),
+            bytes: u64::from_le_bytes(le(p, 8)),
+            interval_us,
+            limited: flags & Self::LIMITED != 0,
+            queued: flags & Self::QUEUED != 0,
+            clear: flags & Self::CLEAR != 0,
+        })
+    }
 }
 
 /// Payload of a Hello frame.

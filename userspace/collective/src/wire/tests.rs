@@ -430,3 +430,45 @@ fn frame_writer_writes_a_batch_of_frames_in_one_vectored_write() {
         ));
     }
 }
+
+#[test]
+fn wan_rate_round_trips_and_rejects_what_it_cannot_mean() {
+    let w = WanRate {
+        window: 8_765_432_109,
+        bytes: 5_000_000,
+        interval_us: 200_000,
+        limited: true,
+        queued: true,
+        clear: false,
+    };
+    assert_eq!(WanRate::decode(&w.encode()), Ok(w));
+    let c = WanRate {
+        queued: false,
+        clear: true,
+        ..w
+    };
+    assert_eq!(WanRate::decode(&c.encode()), Ok(c));
+    let bad = |p: &[u8]| match WanRate::decode(p) {
+        Err(FrameError::BadPayload { kind, reason }) => {
+            assert_eq!(kind, FrameKind::WanRate);
+            reason
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(bad(&w.encode()[..23]), "not 24 bytes");
+    let mut p = w.encode();
+    p[16..20].copy_from_slice(&0u32.to_le_bytes());
+    assert_eq!(bad(&p), "empty interval");
+    let mut p = w.encode();
+    p[20] = 8;
+    assert_eq!(bad(&p), "unknown flags");
+    p[20] = 6;
+    assert_eq!(bad(&p), "queued and clear");
+    // The kind itself is known to the header parser.
+    let h = FrameHeader::control(FrameKind::WanRate, WanRate::LEN as u32);
+    let b = frame_bytes(&h, &w.encode());
+    assert_eq!(
+        FrameHeader::decode(&b[..HEADER_LEN], 1 << 20).map(|h| h.kind),
+        Ok(FrameKind::WanRate)
+    );
+}
