@@ -127,10 +127,20 @@ impl Communicator {
                     &pool,
                     max_frame,
                     tracer.clone(),
+                    wan.as_ref().map(crate::estimates::Sampler::inbox),
                 )?)
             });
         }
         drop(ev_tx);
+        if let Some(wan) = &wan {
+            // The domain's other ranks: they sum their WAN windows with this one's.
+            let mine = joined.topology.domain_of(id.rank);
+            let queues = (0..id.world)
+                .filter(|&q| q != id.rank && joined.topology.domain_of(q) == mine)
+                .filter_map(|q| peers.get(q)?.as_ref()?.first_queue())
+                .collect();
+            wan.set_domain(id.rank, queues);
+        }
         let metrics = match opts.metrics_addr {
             None => None,
             Some(base) => {

@@ -13,13 +13,16 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::error::{CollectiveError, Rank, Result};
+use crate::estimates::RateInbox;
 use crate::mesh::Conn;
 use crate::pool::{BufferPool, PooledBuf};
 use crate::stripe::sched::{Stripe, StripeConn, StripeStats};
 use crate::stripe::Dedup;
 use crate::trace::{Chunk, SpanKind, Tracer};
 use crate::transport::{Closer, Reader};
-use crate::wire::{read_frame, Frame, FrameHeader, FrameKind, FrameWriter, ReadError, MAX_BATCH};
+use crate::wire::{
+    read_frame, Frame, FrameHeader, FrameKind, FrameWriter, ReadError, WanRate, MAX_BATCH,
+};
 
 /// What the connection threads tell the engine.
 pub(crate) enum Event {
@@ -131,6 +134,12 @@ impl PeerLink {
         self.all.len()
     }
 
+    /// The queue of one of the peer's connections (for small frames that
+    /// are not part of an operation).
+    pub fn first_queue(&self) -> Option<Sender<Out>> {
+        self.all.first().cloned()
+    }
+
     /// How the bulk data to this peer was striped, if it is.
     #[allow(dead_code)]
     pub fn stripe_stats(&self) -> Option<StripeStats> {
@@ -156,6 +165,7 @@ pub(crate) fn start(
     pool: &BufferPool,
     max_frame: u32,
     tracer: Option<Arc<Tracer>>,
+    rates: Option<RateInbox>,
 ) -> Result<PeerLink> {
     let mut link = PeerLink {
         data: Vec::new(),
@@ -190,6 +200,7 @@ pub(crate) fn start(
         let (ev, ev2, pool, c2) = (events.clone(), events.clone(), pool.clone(), closer.clone());
         let heard = link.heard.clone();
         let dd = dedup.clone();
+        let inbox = rates.clone();
         let written = match (striped && c.data && !c.latency, c.path) {
             (true, Some((path, sock))) => {
                 let written = Arc::new(AtomicU64::new(0));
@@ -212,7 +223,14 @@ pub(crate) fn start(
         };
         spawn(
             format!("cw-rx-{peer}-{i}"),
-            Box::new(move || reader(peer, r, ev, pool, max_frame, c2, &heard, dd)),
+            Box::new(move || {
+                let to = Recipients {
+                    events: ev,
+                    dedup: dd,
+                    rates: inbox,
+                };
+                reader(peer, r, to, pool, max_frame, c2, &heard);
+            }),
         )?;
         let (c3, tracer) = (closer.clone(), tracer.clone());
         link.writers.push(spawn(
@@ -235,17 +253,29 @@ pub(crate) fn start(
     Ok(link)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Where a reader hands what it read.
+struct Recipients {
+    events: Sender<Event>,
+    /// The duplicate filter of a striped peer.
+    dedup: Option<Arc<Dedup>>,
+    /// The WAN windows of a rank of this rank's domain.
+    rates: Option<RateInbox>,
+}
+
 fn reader(
     peer: Rank,
     mut r: Reader,
-    events: Sender<Event>,
+    to: Recipients,
     pool: BufferPool,
     max: u32,
     closer: Arc<dyn Closer>,
     heard: &Heard,
-    dedup: Option<Arc<Dedup>>,
 ) {
+    let Recipients {
+        events,
+        dedup,
+        rates,
+    } = to;
     loop {
         let got = read_frame(&mut r, max, &pool);
         if got.is_ok() {
@@ -268,6 +298,22 @@ fn reader(
                     detail: "protocol violation: second Hello".into(),
                 }
             }
+            Ok(f) if f.header.kind == FrameKind::WanRate => match WanRate::decode(&f.payload) {
+                Ok(w) => {
+                    if let Some(inbox) = &rates {
+                        inbox.deliver(peer, w);
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    closer.close();
+                    Event::Closed {
+                        peer,
+                        graceful: false,
+                        detail: format!("malformed frame: {e}"),
+                    }
+                }
+            },
             Ok(frame) => {
                 let at = Instant::now();
                 if events.send(Event::Frame { peer, frame, at }).is_err() {

@@ -14,13 +14,18 @@
 //!   was app-limited or held at the pacing cap: such a sample says "at least
 //!   this", not "this".
 //! - Every rank of a domain sends across the WAN at once (hierarchical
-//!   allreduce), so after start-up a rank's own full sample is scaled by the
-//!   ranks in its domain ([`LinkEstimator::set_sharers`]); during the start-up
-//!   probe only one pair sends and the scale is 1. A limited sample (app- or
-//!   pacing-limited) is never scaled: a rank alone at its probing cap would
-//!   otherwise claim the others' share too. So with several ranks per domain
-//!   a faster path is found only by the start-up probe (or a fixed rate);
-//!   with one rank per domain the gain cycle finds it.
+//!   allreduce). When the domain has other ranks, start-up over, the rate
+//!   samples are the **domain's** ([`domain`]): each rank counts what its
+//!   bulk connections had acknowledged (`tcpi_bytes_acked`) in 200 ms
+//!   wall-clock windows and sends every window to the domain's other ranks
+//!   (a `WanRate` frame); the sum of a window is the path's rate however the
+//!   ranks split it while the path was full (no rank idle or app-limited,
+//!   every rank's RTT showing a queue), a lower bound otherwise. One rank's
+//!   share scaled by its domain's ranks (what a rank alone in its process
+//!   can see) swings by ±30 % from window to window, and the max filter kept
+//!   the high swings: estimates 10–25 % above the link (docs/BENCHMARKS.md).
+//!   A rank alone in its domain, and every rank during the start-up probe
+//!   (one pair sends), still uses its own delivery-rate samples.
 //! - [`Pacer`] (pure) turns the estimate into each bulk socket's cap: the
 //!   domain's ranks together aim at [`PACING_TARGET`] of the rate, each
 //!   rank's share split among its busy connections (one chunk travels on
@@ -31,15 +36,23 @@
 //!   bottleneck queue stays short.
 //! - [`Sampler`] is the thread that reads the sockets and applies the caps.
 
+pub mod domain;
+
+use domain::Fill;
+
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use causeway_core::paths::{EstimatorConfig, PathEstimator};
 
+use crate::links::Out;
+use crate::pool::PooledBuf;
 use crate::transport::tcp::{self, TcpInfo};
+use crate::wire::{FrameHeader, FrameKind, WanRate};
 
 /// Bytes on the wire per segment beyond its payload: Ethernet (14), IPv4
 /// (20), TCP (20) with timestamps (12). `rate_bps` adds them back to the
@@ -52,6 +65,14 @@ pub const PACING_TARGET: f64 = 0.96;
 pub const PROBE_GAIN: f64 = 1.25;
 /// Gain of the phase after it, which drains what the probe queued.
 pub const DRAIN_GAIN: f64 = 0.75;
+/// A domain window with room on the path while the ranks were paced is
+/// worth this much more than they sent ([`LinkEstimator::domain_sample`]).
+pub const ROOM_STEP: f64 = 1.05;
+/// Full domain windows within [`FULL_WINDOWS_SPAN`] needed to lower the
+/// domain's estimate.
+pub const FULLS_TO_FALL: usize = 3;
+/// See [`FULLS_TO_FALL`].
+pub const FULL_WINDOWS_SPAN: Duration = Duration::from_secs(2);
 /// A sample at or above this fraction of the caps' sum is pacing-limited.
 const AT_CAP: f64 = 0.9;
 /// How often the sampler reads the sockets.
@@ -113,6 +134,14 @@ pub struct LinkEstimator {
     mss: u32,
     samples: u64,
     retransmits: u64,
+    /// The rate comes from the domain's summed windows ([`domain`]), not
+    /// from this rank's delivery-rate samples.
+    domain_mode: bool,
+    /// In domain mode: the path's payload rate (bytes/s) and when it last
+    /// changed.
+    domain_bw: Option<(f64, u64)>,
+    /// In domain mode: the full windows of the last [`FULL_WINDOWS_SPAN`].
+    fulls: std::collections::VecDeque<(u64, f64)>,
 }
 
 impl LinkEstimator {
@@ -126,6 +155,50 @@ impl LinkEstimator {
             mss: 1448,
             samples: 0,
             retransmits: 0,
+            domain_mode: false,
+            domain_bw: None,
+            fulls: Default::default(),
+        }
+    }
+
+    /// One window of the whole domain's WAN payload rate (bytes/s) and what
+    /// it says of the path (the only rate samples once [`Control::started`]
+    /// found the domain has other ranks):
+    /// - any window is a lower bound of the path: the estimate rises to it;
+    ///   a window with room while the ranks were `paced` (their caps, from
+    ///   this estimate, held them back) to [`ROOM_STEP`] times it, so the
+    ///   estimate climbs until a queue shows;
+    /// - a full window is the path's rate, but one can read low (a loss
+    ///   recovery under a still-high smoothed RTT): the estimate falls only
+    ///   to the largest of [`FULLS_TO_FALL`] or more full windows within
+    ///   [`FULL_WINDOWS_SPAN`].
+    pub fn domain_sample(&mut self, bytes_per_s: f64, fill: Fill, paced: bool, now_ns: u64) {
+        if !bytes_per_s.is_finite() || bytes_per_s <= 0.0 {
+            return;
+        }
+        self.samples += 1;
+        let old = self.domain_bw.map_or(0.0, |(b, _)| b);
+        let mut new = match fill {
+            Fill::Room if paced => old.max(bytes_per_s * ROOM_STEP),
+            _ => old.max(bytes_per_s),
+        };
+        if fill == Fill::Full {
+            let span = FULL_WINDOWS_SPAN.as_nanos() as u64;
+            while self
+                .fulls
+                .front()
+                .is_some_and(|&(at, _)| now_ns.saturating_sub(at) > span)
+            {
+                self.fulls.pop_front();
+            }
+            self.fulls.push_back((now_ns, bytes_per_s));
+            if self.fulls.len() >= FULLS_TO_FALL {
+                let most = self.fulls.iter().map(|&(_, r)| r).fold(0.0, f64::max);
+                new = new.min(most.max(bytes_per_s));
+            }
+        }
+        if new != old {
+            self.domain_bw = Some((new, now_ns));
         }
     }
 
@@ -154,6 +227,9 @@ impl LinkEstimator {
     /// A rate known from elsewhere (the start-up probe every rank agreed on),
     /// payload bytes/s, as one full sample at `now`.
     pub fn seed(&mut self, bytes_per_s: f64, now_ns: u64) {
+        if self.domain_mode {
+            self.domain_bw = Some((bytes_per_s, now_ns));
+        }
         self.path.delivery_sample(bytes_per_s, false, now_ns);
     }
 
@@ -189,7 +265,7 @@ impl LinkEstimator {
             }
         }
         self.retransmits = retrans;
-        if fresh == 0 {
+        if fresh == 0 || self.domain_mode {
             return;
         }
         let at_cap = self.recent_cap(now_ns).is_some_and(|c| sum >= AT_CAP * c);
@@ -206,7 +282,11 @@ impl LinkEstimator {
 
     /// The estimate at `now_ns`, `None` before the first rate sample.
     pub fn estimate(&mut self, now_ns: u64) -> Option<LinkEstimate> {
-        let e = self.path.estimate(now_ns);
+        let mut e = self.path.estimate(now_ns);
+        if let (true, Some((bw, at))) = (self.domain_mode, self.domain_bw) {
+            e.bw_bytes_per_s = bw;
+            e.bw_age_ns = now_ns.saturating_sub(at);
+        }
         if e.bw_bytes_per_s <= 0.0 {
             return None;
         }
@@ -277,6 +357,10 @@ pub struct Control {
     pub pacer: Option<(Pacer, Option<f64>)>,
     /// The cap applied to every socket now, bytes/s.
     pub applied: Option<u64>,
+    /// This rank's windows and its domain's sums, when the domain has other
+    /// ranks ([`Control::set_domain`]); used once start-up is over.
+    pub domain: Option<(domain::WindowMeter, domain::DomainSum)>,
+    started: bool,
 }
 
 impl Control {
@@ -285,13 +369,55 @@ impl Control {
             est: LinkEstimator::new(sockets),
             pacer: None,
             applied: None,
+            domain: None,
+            started: false,
+        }
+    }
+
+    /// This rank (`me`) shares its domain's WAN with other ranks, which send
+    /// it their windows ([`Control::peer_window`]).
+    pub fn set_domain(&mut self, me: usize) {
+        self.domain = Some((domain::WindowMeter::default(), domain::DomainSum::new(me)));
+    }
+
+    /// A window of another rank of the domain.
+    pub fn peer_window(&mut self, from: usize, r: WanRate) {
+        if let Some((_, sum)) = &mut self.domain {
+            sum.add(from, r);
         }
     }
 
     /// One reading of the sockets at `now_ns`; returns the cap every socket
     /// must get now, when it changed.
     pub fn tick(&mut self, now_ns: u64, infos: &[Option<TcpInfo>]) -> Option<u64> {
+        self.tick_at(now_ns, now_ns, infos).0
+    }
+
+    /// [`Control::tick`] with the wall clock (`wall_ns`) that aligns the
+    /// domain's windows; also returns this rank's window that the reading
+    /// closed, for the other ranks of the domain.
+    pub fn tick_at(
+        &mut self,
+        now_ns: u64,
+        wall_ns: u64,
+        infos: &[Option<TcpInfo>],
+    ) -> (Option<u64>, Option<WanRate>) {
         self.est.observe(now_ns, infos);
+        let mut report = None;
+        if let (true, Some((meter, sum))) = (self.started, &mut self.domain) {
+            report = meter.observe(now_ns, wall_ns, infos);
+            if let Some(r) = report {
+                sum.add_mine(r);
+            }
+            let paced = self.pacer.is_some();
+            for (rate, fill) in sum.take_complete() {
+                self.est.domain_sample(rate, fill, paced, now_ns);
+            }
+        }
+        (self.cap(now_ns, infos), report)
+    }
+
+    fn cap(&mut self, now_ns: u64, infos: &[Option<TcpInfo>]) -> Option<u64> {
         let (pacer, fixed) = self.pacer.clone()?;
         let last = self.est.estimate(now_ns);
         let goodput = fixed.or(last.map(|e| e.goodput_bps / 8.0))?;
@@ -315,6 +441,9 @@ impl Control {
         pace: Option<(usize, Option<f64>)>,
     ) {
         self.est.set_sharers(sharers);
+        self.started = true;
+        // From now on the domain's sums are the only rate samples.
+        self.est.domain_mode = self.domain.is_some();
         if let Some(b) = seed.filter(|b| b.is_finite() && *b > 0.0) {
             self.est.seed(b, now_ns);
         }
@@ -344,6 +473,23 @@ struct Shared {
     stop: AtomicBool,
     state: Mutex<Control>,
     t0: Instant,
+    /// A connection to each other rank of the domain, for this rank's windows.
+    domain_peers: Mutex<Vec<Sender<Out>>>,
+}
+
+/// Where a connection's reader hands the `WanRate` frames of a rank of the
+/// same domain.
+#[derive(Clone)]
+pub(crate) struct RateInbox(Arc<Shared>);
+
+impl RateInbox {
+    pub fn deliver(&self, from: usize, r: WanRate) {
+        self.0
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .peer_window(from, r);
+    }
 }
 
 /// The thread that samples a rank's bulk WAN connections every
@@ -363,6 +509,7 @@ impl Sampler {
             stop: AtomicBool::new(false),
             state: Mutex::new(Control::new(sockets.len())),
             t0: Instant::now(),
+            domain_peers: Mutex::new(Vec::new()),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
@@ -377,6 +524,26 @@ impl Sampler {
 
     fn now_ns(&self) -> u64 {
         self.shared.t0.elapsed().as_nanos() as u64
+    }
+
+    /// For the connections' readers: the windows of the domain's other ranks.
+    pub fn inbox(&self) -> RateInbox {
+        RateInbox(self.shared.clone())
+    }
+
+    /// This rank (`me`) shares its domain's WAN with the ranks behind
+    /// `peers` (a connection to each): they exchange windows from start-up
+    /// on. Call before [`Sampler::started`].
+    pub fn set_domain(&self, me: usize, peers: Vec<Sender<Out>>) {
+        if peers.is_empty() {
+            return;
+        }
+        self.lock().set_domain(me);
+        *self
+            .shared
+            .domain_peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = peers;
     }
 
     /// The estimate now.
@@ -414,11 +581,26 @@ fn run(shared: &Shared, sockets: &[TcpStream]) {
         std::thread::sleep(SAMPLE_EVERY);
         let infos: Vec<Option<TcpInfo>> = sockets.iter().map(|s| tcp::tcp_info(s).ok()).collect();
         let now = shared.t0.elapsed().as_nanos() as u64;
-        let cap = shared
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let (cap, window) = shared
             .state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .tick(now, &infos);
+            .tick_at(now, wall, &infos);
+        if let Some(w) = window {
+            let payload = w.encode();
+            for p in shared
+                .domain_peers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+            {
+                let h = FrameHeader::control(FrameKind::WanRate, WanRate::LEN as u32);
+                let _ = p.send(Out::Frame(h, PooledBuf::unpooled(payload.to_vec()), None));
+            }
+        }
         if let Some(cap) = cap {
             for s in sockets {
                 if let Err(e) = tcp::set_max_pacing_rate(s, cap) {
@@ -430,5 +612,4 @@ fn run(shared: &Shared, sockets: &[TcpStream]) {
 }
 
 #[cfg(test)]
-#[path = "estimates_tests.rs"]
 mod tests;

@@ -244,3 +244,183 @@ fn the_gain_cycle_is_one_min_rtt_up_one_down_six_level() {
         p.per_socket(4e6, 1, 3 * rtt, rtt)
     );
 }
+
+/// Two ranks of one domain on one path, each with two busy connections, as
+/// the sampler threads of two processes would see them. The path carries
+/// `rate(t)` payload bytes/s behind a drop-tail queue of one BDP (40 ms of
+/// base RTT); the ranks offer what their caps allowed one RTT earlier (all
+/// they can when unpaced). While the path is the limit, rank 0 gets
+/// `shares(t)` of it and rank 1 the rest. The ranks' wall clocks differ by
+/// 4 ms. Returns both estimates' goodput.
+fn two_ranks(
+    rate: impl Fn(u64) -> f64,
+    until: u64,
+    domain: bool,
+    pace: bool,
+    shares: impl Fn(u64) -> f64,
+) -> (f64, f64) {
+    two_ranks_seeded(rate(0), rate, until, domain, pace, shares)
+}
+
+fn two_ranks_seeded(
+    seed: f64,
+    rate: impl Fn(u64) -> f64,
+    until: u64,
+    domain: bool,
+    pace: bool,
+    shares: impl Fn(u64) -> f64,
+) -> (f64, f64) {
+    let mut c = [Control::new(2), Control::new(2)];
+    for (r, c) in c.iter_mut().enumerate() {
+        if domain {
+            c.set_domain(r);
+        }
+        c.started(0, 2, Some(seed), pace.then_some((2, None)));
+    }
+    let info = TcpInfo {
+        rtt_us: 40_000,
+        min_rtt_us: 40_000,
+        snd_mss: 1448,
+        busy: true,
+        ..TcpInfo::default()
+    };
+    let mut infos = [[info; 2]; 2];
+    let mut history = std::collections::VecDeque::new();
+    let (mut t, mut queue) = (0, 0.0f64);
+    let dt = TICK as f64 / 1e9;
+    while t < until {
+        t += TICK;
+        let (r_now, s0) = (rate(t), shares(t));
+        history.push_back([c[0].applied, c[1].applied]);
+        let sent_under = if history.len() > 4 {
+            history.pop_front().unwrap_or_default()
+        } else {
+            history[0]
+        };
+        let offered: Vec<f64> = (0..2)
+            .map(|r| sent_under[r].map_or(10.0 * r_now, |k| 2.0 * k as f64))
+            .collect();
+        let total = offered[0] + offered[1];
+        let got = if queue > 0.0 {
+            // A backlog: the path delivers its rate, whatever the ranks offer now.
+            [r_now * s0, r_now * (1.0 - s0)]
+        } else if total >= r_now {
+            let a = (r_now * s0).min(offered[0]);
+            let b = (r_now - a).min(offered[1]);
+            [(r_now - b).min(offered[0]), b]
+        } else {
+            [offered[0], offered[1]]
+        };
+        queue = (queue + (total - r_now) * dt).clamp(0.0, r_now * 0.04);
+        let rtt_us = 40_000 + (queue / r_now * 1e6) as u32;
+        let mut windows = [None, None];
+        for r in 0..2 {
+            let per_socket = got[r] / 2.0;
+            for i in &mut infos[r] {
+                let bytes = (per_socket * dt) as u64;
+                i.bytes_acked += bytes;
+                i.delivered = i.delivered.wrapping_add((bytes / 1448) as u32 + 1);
+                i.delivery_rate = per_socket as u64;
+                i.rtt_us = rtt_us;
+            }
+            let readings: Vec<Option<TcpInfo>> = infos[r].iter().copied().map(Some).collect();
+            let wall = t + 4 * MS * r as u64;
+            windows[r] = c[r].tick_at(t, wall, &readings).1;
+        }
+        for (r, w) in windows.iter().enumerate() {
+            if let Some(w) = w {
+                c[1 - r].peer_window(r, *w);
+            }
+        }
+    }
+    (goodput(&mut c[0], t), goodput(&mut c[1], t))
+}
+
+fn swing(t: u64) -> f64 {
+    if (t / (100 * MS)).is_multiple_of(2) {
+        0.65
+    } else {
+        0.35
+    }
+}
+
+/// The ranks' shares swing between 35 % and 65 % every 100 ms. Scaled by
+/// the domain's ranks, one rank's samples claim up to 1.3× the path and the
+/// max filter keeps that; the domain's summed windows give the path's rate.
+#[test]
+fn the_domain_sum_finds_the_rate_however_the_ranks_split_it() {
+    let path = |_| 25.0 * MB;
+    let (a, b) = two_ranks(path, 10 * S, false, false, swing);
+    assert!(
+        a > 25.0 * MB * 1.2 && b > 25.0 * MB * 1.2,
+        "per rank: {a} {b}"
+    );
+    let (a, b) = two_ranks(path, 10 * S, true, false, swing);
+    assert!(within(a, 25.0 * MB, 0.02), "{a}");
+    assert!(within(b, 25.0 * MB, 0.02), "{b}");
+}
+
+/// Where a paced domain's estimate settles: between the path's rate (what a
+/// full window says) and the rate at which the caps just fill the path
+/// (rate / `PACING_TARGET`, reached by windows with room).
+fn settled(g: f64, rate: f64) -> bool {
+    g >= rate * 0.97 && g <= rate / PACING_TARGET * 1.01
+}
+
+/// Paced at the estimate, windows only partly full are lower bounds: the
+/// estimate neither spirals down with the caps nor runs away.
+#[test]
+fn paced_ranks_keep_the_domain_estimate_at_the_rate() {
+    let (a, b) = two_ranks(|_| 25.0 * MB, 20 * S, true, true, swing);
+    assert!(settled(a, 25.0 * MB) && settled(b, 25.0 * MB), "{a} {b}");
+}
+
+/// A path that gets slower is followed: the ranks, paced for the old rate,
+/// fill it and queue, and their windows' sum is the new rate.
+#[test]
+fn the_domain_estimate_follows_a_slower_path() {
+    let path = |t| if t < S { 25.0 * MB } else { 12.5 * MB };
+    let (a, b) = two_ranks(path, 8 * S, true, true, swing);
+    assert!(settled(a, 12.5 * MB) && settled(b, 12.5 * MB), "{a} {b}");
+}
+
+/// A start-up probe that measured 10 % low: paced below the path, the
+/// ranks see no queue, and the estimate climbs by `ROOM_STEP` per window
+/// until the caps fill the path. It then stays between the path's rate (a
+/// full window) and the rate at which the caps reach it (rate / target).
+#[test]
+fn paced_ranks_find_a_path_faster_than_their_seed() {
+    for (until, seed) in [(10 * S, 22.5 * MB), (20 * S, 12.5 * MB)] {
+        let (a, b) = two_ranks_seeded(seed, |_| 25.0 * MB, until, true, true, swing);
+        assert!(
+            settled(a, 25.0 * MB) && settled(b, 25.0 * MB),
+            "seeded {seed}: {a} {b}"
+        );
+    }
+}
+
+/// One full window that reads low (a loss recovery under a smoothed RTT
+/// still high) does not lower the domain's estimate; three within 2 s do,
+/// to the largest of them; lower bounds only raise it.
+#[test]
+fn the_domain_estimate_falls_only_on_repeated_full_windows() {
+    let mut c = Control::new(1);
+    c.set_domain(0);
+    c.started(0, 2, Some(25.0 * MB), None);
+    let e = &mut c.est;
+    e.domain_sample(15.0 * MB, Fill::Full, true, 200 * MS);
+    e.domain_sample(20.0 * MB, Fill::Partly, true, 400 * MS);
+    e.domain_sample(20.0 * MB, Fill::Room, false, 600 * MS);
+    assert_eq!(goodput(&mut c, 600 * MS), 25.0 * MB);
+    let e = &mut c.est;
+    e.domain_sample(12.0 * MB, Fill::Full, true, 800 * MS);
+    e.domain_sample(13.0 * MB, Fill::Full, true, 1000 * MS);
+    assert_eq!(goodput(&mut c, S), 15.0 * MB, "the largest of three full windows");
+    // Full windows older than 2 s no longer count.
+    let e = &mut c.est;
+    e.domain_sample(9.0 * MB, Fill::Full, true, 3100 * MS);
+    assert_eq!(goodput(&mut c, 3100 * MS), 15.0 * MB);
+    // Room while paced: the estimate climbs above what was sent.
+    c.est.domain_sample(15.0 * MB, Fill::Room, true, 3300 * MS);
+    assert_eq!(goodput(&mut c, 3300 * MS), 15.0 * MB * ROOM_STEP);
+}
