@@ -414,7 +414,7 @@ pub struct WanRate {
     /// Index of the wall-clock window (`estimates::domain::WINDOW` long)
     /// the bytes were acknowledged in.
     pub window: u64,
-    /// Payload bytes its WAN bulk connections had acknowledged.
+    /// Payload bytes its WAN bulk connections had delivered.
     pub bytes: u64,
     /// Over how long (µs): from the sender's last reading before the window
     /// to its last reading in it.

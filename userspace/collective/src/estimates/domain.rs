@@ -5,7 +5,7 @@
 //! poor sample of the path: its share swings between about a third and two
 //! thirds from one 100 ms to the next, and a max filter keeps the high swings
 //! (docs/BENCHMARKS.md, "Why the live rate estimate runs high"). So each rank
-//! counts the payload bytes its WAN bulk connections had acknowledged in
+//! counts the payload bytes its WAN bulk connections had delivered in
 //! wall-clock windows of [`WINDOW`] ([`WindowMeter`]), sends each window to
 //! the other ranks of its domain (a `WanRate` frame on a LAN connection they
 //! already share), and sums the domain's windows ([`DomainSum`]).
@@ -41,10 +41,14 @@ pub const QUEUE_MIN: u32 = 1_000;
 /// Windows kept waiting for the other ranks' reports.
 const KEEP: u64 = 4;
 
-/// One rank's bytes per window, from its bulk sockets' `tcpi_bytes_acked`.
+/// One rank's bytes per window, from its bulk sockets' `tcpi_delivered`
+/// (segments, times the socket's MSS). Not `tcpi_bytes_acked`: that counts
+/// only what the cumulative ACK covers, so under loss a window that waits for
+/// a retransmission reads low and the next one high; `tcpi_delivered` counts
+/// selectively acknowledged segments when they arrive.
 #[derive(Debug, Clone, Default)]
 pub struct WindowMeter {
-    acked: Vec<Option<u64>>,
+    delivered: Vec<Option<u32>>,
     /// Time of the previous reading, ns (monotonic).
     prev_ns: Option<u64>,
     open: Option<Open>,
@@ -72,16 +76,16 @@ impl WindowMeter {
         wall_ns: u64,
         infos: &[Option<TcpInfo>],
     ) -> Option<WanRate> {
-        if self.acked.len() != infos.len() {
-            self.acked = vec![None; infos.len()];
+        if self.delivered.len() != infos.len() {
+            self.delivered = vec![None; infos.len()];
         }
         let (mut bytes, mut busy, mut app_limited, mut queued) = (0u64, false, false, false);
-        for (last, info) in self.acked.iter_mut().zip(infos) {
+        for (last, info) in self.delivered.iter_mut().zip(infos) {
             let Some(i) = info else { continue };
             if let Some(l) = *last {
-                bytes += i.bytes_acked.saturating_sub(l);
+                bytes += u64::from(i.delivered.wrapping_sub(l)) * u64::from(i.snd_mss);
             }
-            *last = Some(i.bytes_acked);
+            *last = Some(i.delivered);
             busy |= i.busy;
             app_limited |= i.busy && i.app_limited;
             queued |= i.busy && shows_queue(i);
@@ -237,9 +241,11 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn info(acked: u64, busy: bool) -> Option<TcpInfo> {
+    /// A reading after `bytes` were delivered, in 1,000-byte segments.
+    fn info(bytes: u64, busy: bool) -> Option<TcpInfo> {
         Some(TcpInfo {
-            bytes_acked: acked,
+            delivered: (bytes / 1000) as u32,
+            snd_mss: 1000,
             busy,
             rtt_us: 50_000,
             min_rtt_us: 40_000,

@@ -16,7 +16,7 @@
 //! - Every rank of a domain sends across the WAN at once (hierarchical
 //!   allreduce). When the domain has other ranks, start-up over, the rate
 //!   samples are the **domain's** ([`domain`]): each rank counts what its
-//!   bulk connections had acknowledged (`tcpi_bytes_acked`) in 200 ms
+//!   bulk connections had delivered (`tcpi_delivered` × MSS) in 200 ms
 //!   wall-clock windows and sends every window to the domain's other ranks
 //!   (a `WanRate` frame); the sum of a window is the path's rate however the
 //!   ranks split it while the path was full (no rank idle or app-limited,

@@ -287,6 +287,7 @@ fn two_ranks_seeded(
     let mut infos = [[info; 2]; 2];
     let mut history = std::collections::VecDeque::new();
     let (mut t, mut queue) = (0, 0.0f64);
+    let mut carry = [0.0f64; 2];
     let dt = TICK as f64 / 1e9;
     while t < until {
         t += TICK;
@@ -317,9 +318,11 @@ fn two_ranks_seeded(
         for r in 0..2 {
             let per_socket = got[r] / 2.0;
             for i in &mut infos[r] {
-                let bytes = (per_socket * dt) as u64;
-                i.bytes_acked += bytes;
-                i.delivered = i.delivered.wrapping_add((bytes / 1448) as u32 + 1);
+                let bytes = per_socket * dt + carry[r];
+                let segments = (bytes / 1448.0).floor();
+                carry[r] = bytes - segments * 1448.0;
+                i.bytes_acked += (segments * 1448.0) as u64;
+                i.delivered = i.delivered.wrapping_add(segments as u32);
                 i.delivery_rate = per_socket as u64;
                 i.rtt_us = rtt_us;
             }
@@ -415,7 +418,11 @@ fn the_domain_estimate_falls_only_on_repeated_full_windows() {
     let e = &mut c.est;
     e.domain_sample(12.0 * MB, Fill::Full, true, 800 * MS);
     e.domain_sample(13.0 * MB, Fill::Full, true, 1000 * MS);
-    assert_eq!(goodput(&mut c, S), 15.0 * MB, "the largest of three full windows");
+    assert_eq!(
+        goodput(&mut c, S),
+        15.0 * MB,
+        "the largest of three full windows"
+    );
     // Full windows older than 2 s no longer count.
     let e = &mut c.est;
     e.domain_sample(9.0 * MB, Fill::Full, true, 3100 * MS);
