@@ -17,13 +17,14 @@ use core::mem::size_of;
 
 use aya_ebpf::maps::{lpm_trie::Key, LpmTrie};
 use bpf_maps::classifier::{
-    AddrCacheEntry, Ipv4LpmData, Ipv6LpmData, RuleBitmap, TrieDefaults, ADDR_CACHE_SLOTS,
-    BITMAP_WORDS, LPM_SET_BITS, TRIE_DST_V4, TRIE_DST_V6, TRIE_SRC_V4, TRIE_SRC_V6,
+    AddrCacheEntry, Ipv4LpmData, Ipv6LpmData, RuleBitmap, TrieDefaults, ADDR_BITMAPS_PER_SET,
+    ADDR_CACHE_SLOTS, ADDR_POOL_NODES, ADDR_SLOT_LEAF, BITMAP_WORDS, LPM_SET_BITS, TRIE_DST_V4,
+    TRIE_DST_V6, TRIE_SRC_V4, TRIE_SRC_V6,
 };
 
 use crate::{
     classify::is_empty,
-    maps::{ADDR_CACHE, DST_V4, DST_V6, SRC_V4, SRC_V6, TRIE_DEFAULTS},
+    maps::{ADDR_BITMAPS, ADDR_CACHE, ADDR_NODES, DST_V4, DST_V6, SRC_V4, SRC_V6, TRIE_DEFAULTS},
     parse::ParsedFrame,
 };
 
@@ -132,6 +133,10 @@ fn lookup(frame: &ParsedFrame, set: u32, src: bool) -> Option<&'static RuleBitma
         if let Some(bitmap) = trivial_bitmap(defaults, trie) {
             return Some(bitmap);
         }
+        if defaults.tables & (1 << trie) != 0 {
+            let root = *defaults.roots.get(trie)?;
+            return walk(set, root, addr, if v4 { 1 } else { 4 });
+        }
     }
     match (v4, src) {
         (true, true) => lookup_v4(&SRC_V4, set, addr),
@@ -139,6 +144,47 @@ fn lookup(frame: &ParsedFrame, set: u32, src: bool) -> Option<&'static RuleBitma
         (false, true) => lookup_v6(&SRC_V6, set, addr),
         (false, false) => lookup_v6(&DST_V6, set, addr),
     }
+}
+
+/// The bitmap of `addr` (its first `words` words) in the stride-8 table of
+/// `set` rooted at `root`: one node lookup per address byte until a leaf
+/// (at most 4 for IPv4, 16 for IPv6), then the leaf's bitmap. `None` for a
+/// child index past the pool or a walk without a leaf (neither is ever
+/// written). Every index is checked by the map lookup itself.
+///
+/// Not inlined: one copy of the (unrolled) walk serves the four call sites
+/// (inlined copies made the program half again as large and every frame
+/// slower, cached ones too), and its lookups stay apart from the LPM
+/// lookups of the callers: LLVM merged an inlined bitmap lookup with them
+/// into one call through a map pointer chosen at run time, which the
+/// verifier cannot inline (a real `bpf_map_lookup_elem`, ~20 ns here).
+#[inline(never)]
+fn walk(set: u32, root: u32, addr: &[u32; 4], words: u32) -> Option<&'static RuleBitmap> {
+    let base = set * ADDR_POOL_NODES;
+    let mut node = root;
+    for (w, word) in addr.iter().enumerate() {
+        if w as u32 >= words {
+            break;
+        }
+        let mut word = *word;
+        for _ in 0..4 {
+            if node >= ADDR_POOL_NODES {
+                return None;
+            }
+            let n = ADDR_NODES.get(base + node)?;
+            let slot = n.slots[(word & 0xff) as usize];
+            if slot & ADDR_SLOT_LEAF != 0 {
+                let leaf = slot & !ADDR_SLOT_LEAF;
+                if leaf >= ADDR_BITMAPS_PER_SET {
+                    return None;
+                }
+                return ADDR_BITMAPS.get(set * ADDR_BITMAPS_PER_SET + leaf);
+            }
+            node = slot;
+            word >>= 8;
+        }
+    }
+    None
 }
 
 #[inline(always)]

@@ -19,6 +19,7 @@ use bpf_maps::classifier::{
 };
 
 use super::{
+    addr_table::AddrTables,
     compile::{CompiledRuleSet, LpmEntries},
     map_writes::LpmData,
     maps::{
@@ -61,19 +62,35 @@ impl ClassifierMaps {
                 MAP_ADMISSION_PORTS,
                 slots(ADMISSION_PORT_WORDS),
             )?,
+            addr_nodes: Vec::new(),
+            addr_bitmaps: Vec::new(),
         };
+        let src_v4 = read_lpm(&self.src_v4, MAP_SRC_V4, set)?;
+        let dst_v4 = read_lpm(&self.dst_v4, MAP_DST_V4, set)?;
+        let src_v6 = read_lpm(&self.src_v6, MAP_SRC_V6, set)?;
+        let dst_v6 = read_lpm(&self.dst_v6, MAP_DST_V6, set)?;
+        // The address tables are a function of the LPM entries: rebuilt from
+        // what the tries hold rather than read back (up to 2048 nodes of
+        // 1 KiB), and the defaults made to point at the rebuilt roots. What
+        // the node and bitmap slots hold stays unknown (`read` leaves them
+        // empty), so the next write of this set reads them back.
+        let addr_tables = AddrTables::build(&src_v4, &dst_v4, &src_v6, &dst_v6);
+        let mut trie_defaults = read.trie_defaults[0];
+        trie_defaults.tables = addr_tables.tables;
+        trie_defaults.roots = addr_tables.roots;
         let compiled = CompiledRuleSet {
             set,
             rule_count: 0,
-            src_v4: read_lpm(&self.src_v4, MAP_SRC_V4, set)?,
-            dst_v4: read_lpm(&self.dst_v4, MAP_DST_V4, set)?,
-            src_v6: read_lpm(&self.src_v6, MAP_SRC_V6, set)?,
-            dst_v6: read_lpm(&self.dst_v6, MAP_DST_V6, set)?,
+            src_v4,
+            dst_v4,
+            src_v6,
+            dst_v6,
             proto_dscp: read.proto_dscp.clone(),
             src_ports: read.src_ports.clone(),
             dst_ports: read.dst_ports.clone(),
             actions: read.actions.clone(),
-            trie_defaults: read.trie_defaults[0],
+            trie_defaults,
+            addr_tables,
             admission_v4: read_lpm(&self.admission_v4, MAP_ADMISSION_V4, set)?,
             admission_v6: read_lpm(&self.admission_v6, MAP_ADMISSION_V6, set)?,
             admission_ports: read.admission_ports.clone(),
