@@ -116,8 +116,8 @@ pub(super) struct KnownSlots {
     pub(super) actions: Vec<RuleAction>,
     pub(super) trie_defaults: Vec<TrieDefaults>,
     pub(super) admission_ports: Vec<u32>,
-    /// The used part of the set's address-table pool and bitmaps (slots
-    /// past a vector's end are unknown: read back before they are written).
+    /// The set's address-table pool and bitmaps (slots past a vector's end
+    /// are unknown: read back before they are written).
     pub(super) addr_nodes: Vec<AddrNode>,
     pub(super) addr_bitmaps: Vec<RuleBitmap>,
 }
@@ -413,12 +413,18 @@ impl ClassifierMaps {
             stats,
         )?;
         // The tables before the defaults that point into them (the set is
-        // not live yet either way).
+        // not live yet either way). The whole region of the set is written,
+        // zeros past what the tables use, so that the maps are a function of
+        // the rule set and a restore leaves them byte for byte as they were.
+        let mut nodes = c.addr_tables.nodes.clone();
+        nodes.resize(ADDR_POOL_NODES as usize, AddrNode::default());
+        let mut bitmaps = c.addr_tables.bitmaps.clone();
+        bitmaps.resize(ADDR_BITMAPS_PER_SET as usize, RuleBitmap::default());
         write_array(
             &mut self.addr_nodes,
             MAP_ADDR_NODES,
             set_base(ADDR_POOL_NODES),
-            &c.addr_tables.nodes,
+            &nodes,
             an,
             stats,
         )?;
@@ -426,7 +432,7 @@ impl ClassifierMaps {
             &mut self.addr_bitmaps,
             MAP_ADDR_BITMAPS,
             set_base(ADDR_BITMAPS_PER_SET),
-            &c.addr_tables.bitmaps,
+            &bitmaps,
             ab,
             stats,
         )?;
@@ -446,8 +452,8 @@ impl ClassifierMaps {
             actions: c.actions.clone(),
             trie_defaults: defaults.to_vec(),
             admission_ports: c.admission_ports.clone(),
-            addr_nodes: c.addr_tables.nodes.clone(),
-            addr_bitmaps: c.addr_tables.bitmaps.clone(),
+            addr_nodes: nodes,
+            addr_bitmaps: bitmaps,
         })
     }
 }

@@ -11,8 +11,9 @@
 
 use aya::maps::{lpm_trie::Key, Array, LpmTrie, MapData, PerCpuValues};
 use bpf_maps::classifier::{
-    AddrCacheEntry, ClassifierConfig, FragmentKey, ADDR_CACHE_SLOTS, ADMISSION_PORT_WORDS,
-    LPM_SET_BITS, MAP_ADDR_CACHE, MAP_ADMISSION_FRAGMENTS, MAP_ADMISSION_PORTS, MAP_ADMISSION_V4,
+    AddrCacheEntry, ClassifierConfig, FragmentKey, ADDR_BITMAPS_PER_SET, ADDR_CACHE_SLOTS,
+    ADDR_POOL_NODES, ADMISSION_PORT_WORDS, LPM_SET_BITS, MAP_ADDR_BITMAPS, MAP_ADDR_CACHE,
+    MAP_ADDR_NODES, MAP_ADMISSION_FRAGMENTS, MAP_ADMISSION_PORTS, MAP_ADMISSION_V4,
     MAP_ADMISSION_V6, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP,
     MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAP_TRIE_DEFAULTS, MAX_RULES,
     PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
@@ -62,22 +63,24 @@ impl ClassifierMaps {
                 MAP_ADMISSION_PORTS,
                 slots(ADMISSION_PORT_WORDS),
             )?,
-            addr_nodes: Vec::new(),
-            addr_bitmaps: Vec::new(),
+            addr_nodes: read_array(&self.addr_nodes, MAP_ADDR_NODES, slots(ADDR_POOL_NODES))?,
+            addr_bitmaps: read_array(
+                &self.addr_bitmaps,
+                MAP_ADDR_BITMAPS,
+                slots(ADDR_BITMAPS_PER_SET),
+            )?,
         };
         let src_v4 = read_lpm(&self.src_v4, MAP_SRC_V4, set)?;
         let dst_v4 = read_lpm(&self.dst_v4, MAP_DST_V4, set)?;
         let src_v6 = read_lpm(&self.src_v6, MAP_SRC_V6, set)?;
         let dst_v6 = read_lpm(&self.dst_v6, MAP_DST_V6, set)?;
-        // The address tables are a function of the LPM entries: rebuilt from
-        // what the tries hold rather than read back (up to 2048 nodes of
-        // 1 KiB), and the defaults made to point at the rebuilt roots. What
-        // the node and bitmap slots hold stays unknown (`read` leaves them
-        // empty), so the next write of this set reads them back.
-        let addr_tables = AddrTables::build(&src_v4, &dst_v4, &src_v6, &dst_v6);
-        let mut trie_defaults = read.trie_defaults[0];
-        trie_defaults.tables = addr_tables.tables;
-        trie_defaults.roots = addr_tables.roots;
+        let trie_defaults = read.trie_defaults[0];
+        let addr_tables = AddrTables {
+            nodes: read.addr_nodes.clone(),
+            bitmaps: read.addr_bitmaps.clone(),
+            tables: trie_defaults.tables,
+            roots: trie_defaults.roots,
+        };
         let compiled = CompiledRuleSet {
             set,
             rule_count: 0,
