@@ -61,12 +61,13 @@ pub const TRIE_DST_V4: usize = 1;
 pub const TRIE_SRC_V6: usize = 2;
 pub const TRIE_DST_V6: usize = 3;
 
-/// Slots of the per-CPU address cache (a power of two).
+/// Slots of the per-CPU classification cache (a power of two).
 pub const ADDR_CACHE_SLOTS: u32 = 256;
 
-/// [`ClassifierConfig::flags`]: do not use the address cache (every frame
-/// walks both LPM tries). Results are the same either way; the flag exists to
-/// measure and test the uncached path.
+/// [`ClassifierConfig::flags`]: do not use the classification cache
+/// ([`AddrCacheEntry`]; every frame is classified from the maps). Results
+/// are the same either way; the flag exists to measure and test the
+/// uncached path.
 pub const CLS_FLAG_NO_ADDR_CACHE: u32 = 1 << 0;
 /// [`ClassifierConfig::flags`]: the programs of this interface write log
 /// records (see [`crate::log`]). Off by default; set and cleared by
@@ -214,11 +215,12 @@ impl Default for AddrNode {
     }
 }
 
-/// One slot of the per-CPU, direct-mapped address cache: the AND of the
-/// source and destination LPM bitmaps for one address pair, valid only for
-/// the rule set *and* generation it was computed under (a rule set's contents
-/// change only together with the generation, so a stale slot never matches).
-/// Indexed by a hash of the addresses; an all-zero slot (family 0) is empty.
+/// One slot of the per-CPU, direct-mapped classification cache: the class
+/// and verdict of one flow (address pair, protocol, DSCP and ports: every
+/// input of classification), valid only for the rule set *and* generation
+/// it was computed under (a rule set's contents change only together with
+/// the generation, so a stale slot never matches). Indexed by a hash of the
+/// addresses and ports; an all-zero slot (family 0) is empty.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AddrCacheEntry {
@@ -229,7 +231,14 @@ pub struct AddrCacheEntry {
     /// 4 or 6; 0 = empty.
     pub family: u32,
     pub set: u32,
-    pub bitmap: RuleBitmap,
+    /// `proto << 16 | dscp << 8 | 1` when the frame has ports, without the
+    /// `1` when it has none.
+    pub l4: u32,
+    /// `src_port << 16 | dst_port`, 0 without ports.
+    pub ports: u32,
+    /// The result: traffic class and `VERDICT_*`.
+    pub class: u32,
+    pub verdict: u32,
 }
 
 /// [`TrieDefaults::policy`]: frames the parser could not fully read (see
@@ -289,7 +298,10 @@ crate::assert_no_padding!(
     [u32; 4],
     u32,
     u32,
-    RuleBitmap
+    u32,
+    u32,
+    u32,
+    u32
 );
 crate::impl_pod!(
     RuleBitmap,

@@ -8,14 +8,13 @@ use aya_ebpf::{
 };
 use bpf_maps::{
     classifier::{
-        AddrCacheEntry, AddrNode, ClassifierConfig, FragmentKey, Ipv4LpmData, Ipv6LpmData, RuleAction,
-        RuleBitmap, TrieDefaults, ADDR_BITMAPS_PER_SET, ADDR_CACHE_SLOTS, ADDR_POOL_NODES, ADMISSION_FRAG_ENTRIES, ADMISSION_LPM_ENTRIES,
-        ADMISSION_PORT_WORDS, LPM_MAX_ENTRIES, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+        AddrCacheEntry, AddrNode, ClassifierConfig, FragmentKey, Ipv4LpmData, Ipv6LpmData,
+        RuleAction, RuleBitmap, TrieDefaults, ADDR_BITMAPS_PER_SET, ADDR_CACHE_SLOTS,
+        ADDR_POOL_NODES, ADMISSION_FRAG_ENTRIES, ADMISSION_LPM_ENTRIES, ADMISSION_PORT_WORDS,
+        LPM_MAX_ENTRIES, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
     },
     counters::{IngressCounters, COUNTER_SLOTS, REASON_SLOTS},
-    paths::{
-        FlowKey, PathCounters, PathEntry, MAX_PATHS, PATH_COUNTER_SLOTS, PATH_FLOW_ENTRIES,
-    },
+    paths::{FlowKey, PathCounters, PathEntry, MAX_PATHS, PATH_COUNTER_SLOTS, PATH_FLOW_ENTRIES},
 };
 
 /// Single entry: the active rule set.
