@@ -225,32 +225,14 @@ fn lowest_set_bit(words: &[u64; BITMAP_WORDS]) -> Option<u32> {
     None
 }
 
-/// Trailing zeros of a non-zero word by binary search (BPF has no ctz).
+/// Trailing zeros of a non-zero word (BPF has no ctz, and LLVM's expansion
+/// wants a lookup table): the population count of the ones below the lowest
+/// set bit, without a branch.
 #[inline(always)]
-fn trailing_zeros(mut w: u64) -> u32 {
-    let mut n = 0;
-    if w & 0xffff_ffff == 0 {
-        n += 32;
-        w >>= 32;
-    }
-    if w & 0xffff == 0 {
-        n += 16;
-        w >>= 16;
-    }
-    if w & 0xff == 0 {
-        n += 8;
-        w >>= 8;
-    }
-    if w & 0xf == 0 {
-        n += 4;
-        w >>= 4;
-    }
-    if w & 0x3 == 0 {
-        n += 2;
-        w >>= 2;
-    }
-    if w & 0x1 == 0 {
-        n += 1;
-    }
-    n
+fn trailing_zeros(w: u64) -> u32 {
+    let mut x = (w & w.wrapping_neg()).wrapping_sub(1);
+    x -= (x >> 1) & 0x5555_5555_5555_5555;
+    x = (x & 0x3333_3333_3333_3333) + ((x >> 2) & 0x3333_3333_3333_3333);
+    x = (x + (x >> 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    (x.wrapping_mul(0x0101_0101_0101_0101) >> 56) as u32
 }
