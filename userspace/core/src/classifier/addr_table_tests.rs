@@ -146,7 +146,7 @@ fn near<const N: usize>(
     let mut a = *addr;
     let bit = usize::from(flip) % (N * 8);
     a[bit / 8] ^= 1 << (bit % 8);
-    if flip % 3 == 0 {
+    if flip.is_multiple_of(3) {
         a = *addr;
     }
     a
