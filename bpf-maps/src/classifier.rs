@@ -3,10 +3,12 @@
 //! A policy of up to [`MAX_RULES`] rules, sorted by priority, is compiled by
 //! userspace into one [`RuleBitmap`] per value of each packet field: bit `i`
 //! of the bitmap found for a field value is set when rule `i` accepts that
-//! value. The kernel looks up the source and destination prefixes (LPM tries),
-//! the (protocol, DSCP) pair and both ports (arrays), ANDs the five bitmaps and
-//! takes the lowest set bit: that is the highest-priority matching rule. The
-//! cost is the same for 1 or 256 rules.
+//! value. The kernel looks up the source and destination prefixes (stride-8
+//! tables, [`AddrNode`], compiled from the same entries as the LPM tries,
+//! which remain the fallback), the (protocol, DSCP) pair and both ports
+//! (arrays), ANDs the five bitmaps and takes the lowest set bit: that is the
+//! highest-priority matching rule. The cost is the same for 1 or 256 rules.
+//! A per-CPU cache ([`AddrCacheEntry`]) remembers the result per flow.
 //!
 //! Atomic replacement: every map holds [`RULE_SETS`] (two) complete rule sets,
 //! selected by the set index in its key. Userspace writes the inactive set in
