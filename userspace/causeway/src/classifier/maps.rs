@@ -17,7 +17,8 @@
 //!   than any program run) has passed since the last flip. The flip time is
 //!   stored in the config (`flipped_at_ns`, `CLOCK_BOOTTIME`) so that the
 //!   wait also holds between different processes.
-//! * the kernel's per-CPU address cache tags every slot with the rule set and
+//! * the kernel's per-CPU classification cache (a result per flow) tags
+//!   every slot with the rule set and
 //!   the generation it was computed under; the flip bumps the generation, so
 //!   no slot computed from a set's old contents is used after it is rewritten.
 //!
@@ -143,7 +144,7 @@ pub struct ClassifierMaps {
     /// Remembered first fragments, emptied of a retired generation by a
     /// rollback.
     pub(super) admission_fragments: HashMap<MapData, FragmentKey, u64>,
-    /// The kernel's address cache, emptied of a retired generation by a
+    /// The kernel's classification cache, emptied of a retired generation by a
     /// rollback ([`super::rollback`]).
     pub(super) cache: PerCpuArray<MapData, AddrCacheEntry>,
     pub(super) known: [Option<KnownSlots>; RULE_SETS as usize],
@@ -221,10 +222,11 @@ impl ClassifierMaps {
         self.last_stats
     }
 
-    /// Turns the kernel's per-CPU address cache on or off (it is on unless
-    /// turned off). Classification results are the same either way; off,
-    /// every frame looks both addresses up in the address tables (or LPM
-    /// tries) (for measurements and tests).
+    /// Turns the kernel's per-CPU classification cache (one result per
+    /// flow) on or off (it is on unless turned off). Results are the same
+    /// either way; off, every frame is classified from the maps, its
+    /// addresses looked up in the stride-8 tables (or LPM tries): the cost
+    /// of a flow's first frame (for measurements and tests).
     pub fn set_address_cache(&mut self, enabled: bool) -> Result<()> {
         let mut config = self.config()?;
         if enabled {
