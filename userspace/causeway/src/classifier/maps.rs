@@ -18,9 +18,9 @@
 //!   stored in the config (`flipped_at_ns`, `CLOCK_BOOTTIME`) so that the
 //!   wait also holds between different processes.
 //! * the kernel's per-CPU classification cache (a result per flow) tags
-//!   every slot with the rule set and
-//!   the generation it was computed under; the flip bumps the generation, so
-//!   no slot computed from a set's old contents is used after it is rewritten.
+//!   every slot with the rule set and the generation it was computed under;
+//!   the flip bumps the generation, so no slot computed from a set's old
+//!   contents is used after it is rewritten.
 //!
 //! # Few syscalls
 //! The handle remembers what each set's array slots hold (after writing or
