@@ -3,10 +3,12 @@
 //! A policy of up to [`MAX_RULES`] rules, sorted by priority, is compiled by
 //! userspace into one [`RuleBitmap`] per value of each packet field: bit `i`
 //! of the bitmap found for a field value is set when rule `i` accepts that
-//! value. The kernel looks up the source and destination prefixes (LPM tries),
-//! the (protocol, DSCP) pair and both ports (arrays), ANDs the five bitmaps and
-//! takes the lowest set bit: that is the highest-priority matching rule. The
-//! cost is the same for 1 or 256 rules.
+//! value. The kernel looks up the source and destination prefixes (stride-8
+//! tables, [`AddrNode`], compiled from the same entries as the LPM tries,
+//! which remain the fallback), the (protocol, DSCP) pair and both ports
+//! (arrays), ANDs the five bitmaps and takes the lowest set bit: that is the
+//! highest-priority matching rule. The cost is the same for 1 or 256 rules.
+//! A per-CPU cache ([`AddrCacheEntry`]) remembers the result per flow.
 //!
 //! Atomic replacement: every map holds [`RULE_SETS`] (two) complete rule sets,
 //! selected by the set index in its key. Userspace writes the inactive set in
@@ -61,12 +63,13 @@ pub const TRIE_DST_V4: usize = 1;
 pub const TRIE_SRC_V6: usize = 2;
 pub const TRIE_DST_V6: usize = 3;
 
-/// Slots of the per-CPU address cache (a power of two).
+/// Slots of the per-CPU classification cache (a power of two).
 pub const ADDR_CACHE_SLOTS: u32 = 256;
 
-/// [`ClassifierConfig::flags`]: do not use the address cache (every frame
-/// walks both LPM tries). Results are the same either way; the flag exists to
-/// measure and test the uncached path.
+/// [`ClassifierConfig::flags`]: do not use the classification cache
+/// ([`AddrCacheEntry`]; every frame is classified from the maps). Results
+/// are the same either way; the flag exists to measure and test the
+/// uncached path.
 pub const CLS_FLAG_NO_ADDR_CACHE: u32 = 1 << 0;
 /// [`ClassifierConfig::flags`]: the programs of this interface write log
 /// records (see [`crate::log`]). Off by default; set and cleared by
@@ -140,8 +143,9 @@ pub struct ClassifierConfig {
 /// Per rule set (an array indexed by set): which LPM tries hold nothing but
 /// their `/0` entry, and that entry's bitmap. No rule of the set constrains
 /// such a trie's field for its family, so every address finds that bitmap and
-/// the kernel skips the trie walk. Written with the rest of the inactive set,
-/// before the flip.
+/// the kernel skips the trie walk. Also which tries have a stride-8 table
+/// (see [`AddrNode`]) and its root. Written with the rest of the inactive
+/// set, before the flip.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TrieDefaults {
@@ -150,14 +154,75 @@ pub struct TrieDefaults {
     /// `POLICY_*` bits of this rule set (kept per set, so that a frame sees
     /// them together with the set it reads, never mixed across a flip).
     pub policy: u32,
+    /// Bit `TRIE_*` set: that trie's prefixes are also compiled into the
+    /// set's stride-8 table, rooted at node `roots[TRIE_*]` of the set's
+    /// pool; clear: the kernel walks the LPM trie. Always set for a non-empty
+    /// IPv4 trie; an IPv6 trie whose table does not fit the pool has only
+    /// its LPM trie.
+    pub tables: u32,
+    pub reserved: u32,
+    /// Root node of each trie's table, an index into the set's pool
+    /// (`0..ADDR_POOL_NODES`).
+    pub roots: [u32; 4],
     pub bitmaps: [RuleBitmap; 4],
 }
 
-/// One slot of the per-CPU, direct-mapped address cache: the AND of the
-/// source and destination LPM bitmaps for one address pair, valid only for
-/// the rule set *and* generation it was computed under (a rule set's contents
-/// change only together with the generation, so a stale slot never matches).
-/// Indexed by a hash of the addresses; an all-zero slot (family 0) is empty.
+/// The stride-8 address tables (multibit tries with controlled prefix
+/// expansion) that replace the LPM walk: one pool of [`ADDR_POOL_NODES`]
+/// nodes per rule set (map [`MAP_ADDR_NODES`], indexed
+/// `set * ADDR_POOL_NODES + node`), shared by the set's four tries, each
+/// rooted at [`TrieDefaults::roots`]. The root is indexed by the address's
+/// first byte, its children by the second, and so on: at most 4 lookups for
+/// IPv4, 16 for IPv6. A slot is either a child node index (below
+/// [`ADDR_POOL_NODES`]) or [`ADDR_SLOT_LEAF`] `|` an index into the set's
+/// bitmaps ([`MAP_ADDR_BITMAPS`], indexed `set * ADDR_BITMAPS_PER_SET +
+/// index`): the bitmap of the longest prefix that covers the slot (a
+/// covering prefix's bitmap is pushed down into child nodes, so one `u32`
+/// per slot suffices).
+pub const MAP_ADDR_NODES: &str = "CW_ADDR_NODES";
+/// Deduplicated rule bitmaps of the address tables.
+pub const MAP_ADDR_BITMAPS: &str = "CW_ADDR_BMP";
+/// Slots of an [`AddrNode`]: one per value of an address byte.
+pub const ADDR_NODE_SLOTS: usize = 256;
+/// Bit of a slot that makes it a leaf (a bitmap index), not a child.
+pub const ADDR_SLOT_LEAF: u32 = 1 << 31;
+/// Distinct prefixes a trie of one rule set holds: one per rule, plus `/0`.
+pub const ADDR_TRIE_PREFIXES: u32 = MAX_RULES as u32 + 1;
+/// Nodes in one rule set's pool. Each prefix longer than 8 bits adds at
+/// most one node per byte past the first, so an IPv4 trie needs at most
+/// `1 + 3 * MAX_RULES` nodes and both IPv4 tries always fit (asserted
+/// below); the IPv6 tries take what is left, each only if it fits whole.
+/// 2 × 2048 nodes of 1 KiB: 4 MiB of map memory.
+pub const ADDR_POOL_NODES: u32 = 2048;
+/// Bitmaps per rule set: at most one per prefix of each of the four tries.
+pub const ADDR_BITMAPS_PER_SET: u32 = 4 * ADDR_TRIE_PREFIXES;
+/// Nodes one IPv4 trie can need.
+pub const ADDR_V4_MAX_NODES: u32 = 1 + 3 * (ADDR_TRIE_PREFIXES - 1);
+const _: () = assert!(2 * ADDR_V4_MAX_NODES <= ADDR_POOL_NODES);
+const _: () = assert!(ADDR_POOL_NODES < ADDR_SLOT_LEAF);
+const _: () = assert!(ADDR_BITMAPS_PER_SET < ADDR_SLOT_LEAF);
+
+/// One node of an address table: a slot per value of the address byte.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AddrNode {
+    pub slots: [u32; ADDR_NODE_SLOTS],
+}
+
+impl Default for AddrNode {
+    fn default() -> Self {
+        Self {
+            slots: [0; ADDR_NODE_SLOTS],
+        }
+    }
+}
+
+/// One slot of the per-CPU, direct-mapped classification cache: the class
+/// and verdict of one flow (address pair, protocol, DSCP and ports: every
+/// input of classification), valid only for the rule set *and* generation
+/// it was computed under (a rule set's contents change only together with
+/// the generation, so a stale slot never matches). Indexed by a hash of the
+/// addresses and ports; an all-zero slot (family 0) is empty.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AddrCacheEntry {
@@ -168,7 +233,14 @@ pub struct AddrCacheEntry {
     /// 4 or 6; 0 = empty.
     pub family: u32,
     pub set: u32,
-    pub bitmap: RuleBitmap,
+    /// `proto << 16 | dscp << 8 | 1` when the frame has ports, without the
+    /// `1` when it has none.
+    pub l4: u32,
+    /// `src_port << 16 | dst_port`, 0 without ports.
+    pub ports: u32,
+    /// The result: traffic class and `VERDICT_*`.
+    pub class: u32,
+    pub verdict: u32,
 }
 
 /// [`TrieDefaults::policy`]: frames the parser could not fully read (see
@@ -214,7 +286,8 @@ pub struct FragmentKey {
 }
 
 crate::assert_no_padding!(FragmentKey, [u32; 4], [u32; 4], u32, u32);
-crate::assert_no_padding!(TrieDefaults, u32, u32, [RuleBitmap; 4]);
+crate::assert_no_padding!(TrieDefaults, u32, u32, u32, u32, [u32; 4], [RuleBitmap; 4]);
+crate::assert_no_padding!(AddrNode, [u32; ADDR_NODE_SLOTS]);
 crate::assert_no_padding!(RuleBitmap, [u64; BITMAP_WORDS]);
 crate::assert_no_padding!(Ipv4LpmData, u32, [u8; 4]);
 crate::assert_no_padding!(Ipv6LpmData, u32, [u8; 16]);
@@ -227,7 +300,10 @@ crate::assert_no_padding!(
     [u32; 4],
     u32,
     u32,
-    RuleBitmap
+    u32,
+    u32,
+    u32,
+    u32
 );
 crate::impl_pod!(
     RuleBitmap,
@@ -237,5 +313,6 @@ crate::impl_pod!(
     ClassifierConfig,
     AddrCacheEntry,
     TrieDefaults,
-    FragmentKey
+    FragmentKey,
+    AddrNode
 );

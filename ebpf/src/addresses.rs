@@ -1,40 +1,52 @@
 //! The address part of classification: the AND of the source and
-//! destination LPM bitmaps of a frame, through a per-CPU direct-mapped cache.
-//! On a miss, a trie that holds only its `/0` entry for the active set (no
-//! rule constrains that field for that family) is not walked: its bitmap is
-//! read from `CW_TRIE_DFLT`, written by userspace with the rest of the set.
+//! destination bitmaps of a frame. Each comes from the rule set's stride-8
+//! table for its trie (`walk`: one array lookup per address byte until a
+//! leaf, see `bpf_maps::classifier::AddrNode`), or from the kernel's LPM trie
+//! for an IPv6 trie that has no table (it did not fit). A trie that holds
+//! only its `/0` entry for the active set (no rule constrains that field for
+//! that family) is not looked up at all: its bitmap is read from
+//! `CW_TRIE_DFLT`, written by userspace with the rest of the set.
 //!
-//! A cache slot holds the ANDed bitmap for one address pair, tagged with the
-//! rule set and the generation it was computed under. Userspace changes a
-//! rule set's contents only together with a new generation, and a frame uses
-//! a slot only when the slot's (set, generation) equal what the frame read
-//! from the config, so a slot is never used after its set was rewritten
-//! (a torn config read yields a pair that no later frame reads again).
-//! Per-CPU slots are only touched by the program running on that CPU, with
-//! bottom halves disabled, so a slot is never read half-written.
+//! Frames of a flow seen before are answered by the classification cache
+//! (`classify.rs`) without coming here.
 
 use core::mem::size_of;
 
 use aya_ebpf::maps::{lpm_trie::Key, LpmTrie};
 use bpf_maps::classifier::{
-    AddrCacheEntry, Ipv4LpmData, Ipv6LpmData, RuleBitmap, TrieDefaults, ADDR_CACHE_SLOTS,
-    BITMAP_WORDS, LPM_SET_BITS, TRIE_DST_V4, TRIE_DST_V6, TRIE_SRC_V4, TRIE_SRC_V6,
+    Ipv4LpmData, Ipv6LpmData, RuleBitmap, TrieDefaults, ADDR_BITMAPS_PER_SET, ADDR_POOL_NODES,
+    ADDR_SLOT_LEAF, BITMAP_WORDS, LPM_SET_BITS, TRIE_DST_V4, TRIE_DST_V6, TRIE_SRC_V4, TRIE_SRC_V6,
 };
 
 use crate::{
     classify::is_empty,
-    maps::{ADDR_CACHE, DST_V4, DST_V6, SRC_V4, SRC_V6, TRIE_DEFAULTS},
+    maps::{ADDR_BITMAPS, ADDR_NODES, DST_V4, DST_V6, SRC_V4, SRC_V6},
     parse::ParsedFrame,
 };
 
 /// What a frame read from the classifier config, once.
 #[derive(Clone, Copy)]
 pub struct ConfigSnapshot {
+    /// False: there is no config (then every other field is zero).
+    pub present: bool,
     pub set: u32,
     pub generation: u64,
     pub use_cache: bool,
     /// `POLICY_*` bits of the set.
     pub policy: u32,
+    /// The set's `CW_TRIE_DFLT` entry.
+    pub defaults: Option<&'static TrieDefaults>,
+}
+
+impl ConfigSnapshot {
+    pub const ABSENT: Self = Self {
+        present: false,
+        set: 0,
+        generation: 0,
+        use_cache: false,
+        policy: 0,
+        defaults: None,
+    };
 }
 
 /// ANDs the frame's source and destination bitmaps into `acc`; false when
@@ -45,53 +57,17 @@ pub fn and_address_bitmaps(
     config: ConfigSnapshot,
     acc: &mut [u64; BITMAP_WORDS],
 ) -> bool {
-    if !config.use_cache {
-        let Some(src) = lookup(frame, config.set, true) else {
-            return false;
-        };
-        and(acc, src);
-        if is_empty(acc) {
-            return false;
-        }
-        let Some(dst) = lookup(frame, config.set, false) else {
-            return false;
-        };
-        and(acc, dst);
-        return !is_empty(acc);
-    }
-    let Some(slot) = ADDR_CACHE.get_ptr_mut(slot_index(frame)) else {
+    let Some(src) = lookup(frame, config, true) else {
         return false;
     };
-    // SAFETY: a valid per-CPU map value that only this CPU touches, and not
-    // re-entrantly (see the module comment).
-    let slot = unsafe { &mut *slot };
-    let family = u32::from(frame.ip_version);
-    let hit = slot.family == family
-        && slot.generation == config.generation
-        && slot.set == config.set
-        && slot.src == frame.src_addr
-        && slot.dst == frame.dst_addr;
-    if !hit {
-        let (Some(src), Some(dst)) = (
-            lookup(frame, config.set, true),
-            lookup(frame, config.set, false),
-        ) else {
-            return false;
-        };
-        let mut both = RuleBitmap::default();
-        for ((b, s), d) in both.words.iter_mut().zip(src.words).zip(dst.words) {
-            *b = s & d;
-        }
-        *slot = AddrCacheEntry {
-            generation: config.generation,
-            src: frame.src_addr,
-            dst: frame.dst_addr,
-            family,
-            set: config.set,
-            bitmap: both,
-        };
+    and(acc, src);
+    if is_empty(acc) {
+        return false;
     }
-    and(acc, &slot.bitmap);
+    let Some(dst) = lookup(frame, config, false) else {
+        return false;
+    };
+    and(acc, dst);
     !is_empty(acc)
 }
 
@@ -102,20 +78,12 @@ fn and(acc: &mut [u64; BITMAP_WORDS], bitmap: &RuleBitmap) {
     }
 }
 
-/// Cache slot of an address pair (multiplicative hash of the XORed words).
+/// The source (`src`) or destination bitmap of the frame: from
+/// `CW_TRIE_DFLT` when the set's trie for that field and family is trivial,
+/// otherwise from its table, or its LPM trie when it has no table.
 #[inline(always)]
-fn slot_index(frame: &ParsedFrame) -> u32 {
-    let mut x = 0u32;
-    for i in 0..4 {
-        x ^= frame.src_addr[i] ^ frame.dst_addr[i].rotate_left(16);
-    }
-    x.wrapping_mul(0x9e37_79b1) >> 24 & (ADDR_CACHE_SLOTS - 1)
-}
-
-/// The source (`src`) or destination LPM bitmap of the frame; without a
-/// trie walk when the set's trie for that field and family is trivial.
-#[inline(always)]
-fn lookup(frame: &ParsedFrame, set: u32, src: bool) -> Option<&'static RuleBitmap> {
+fn lookup(frame: &ParsedFrame, config: ConfigSnapshot, src: bool) -> Option<&'static RuleBitmap> {
+    let set = config.set;
     let addr = if src {
         &frame.src_addr
     } else {
@@ -128,11 +96,70 @@ fn lookup(frame: &ParsedFrame, set: u32, src: bool) -> Option<&'static RuleBitma
         (false, true) => TRIE_SRC_V6,
         (false, false) => TRIE_DST_V6,
     };
-    if let Some(defaults) = TRIE_DEFAULTS.get(set) {
+    if let Some(defaults) = config.defaults {
         if let Some(bitmap) = trivial_bitmap(defaults, trie) {
             return Some(bitmap);
         }
+        if defaults.tables & (1 << trie) != 0 {
+            let root = *defaults.roots.get(trie)?;
+            let leaf = walk(set, root, addr, if v4 { 4 } else { 16 });
+            if leaf >= ADDR_BITMAPS_PER_SET {
+                return None;
+            }
+            return ADDR_BITMAPS.get(set * ADDR_BITMAPS_PER_SET + leaf);
+        }
     }
+    lookup_lpm(set, addr, v4, src)
+}
+
+/// The leaf of `addr` in the stride-8 table of `set` rooted at `root`: one
+/// node lookup per address byte until a leaf, at most `levels` (4 for IPv4,
+/// 16 for IPv6). The bitmap index the leaf holds, or
+/// `ADDR_BITMAPS_PER_SET` for a child index past the pool or a walk without
+/// a leaf (neither is ever written). Every index is checked by the map
+/// lookup itself.
+///
+/// One small loop, inlined: a BPF-to-BPF call costs a return through the
+/// kernel's return thunk (several ns under this host's SRSO mitigation),
+/// and unrolled copies (16 levels, four call sites) made the program half
+/// again as large and every frame slower, cached ones too. The address is
+/// shifted through two registers, first byte lowest (words are as loaded
+/// from the wire, little-endian), so no stack slot is indexed at run time.
+#[inline(always)]
+fn walk(set: u32, root: u32, addr: &[u32; 4], levels: u32) -> u32 {
+    let base = set * ADDR_POOL_NODES;
+    let mut node = root;
+    let mut lo = u64::from(addr[0]) | u64::from(addr[1]) << 32;
+    let mut hi = u64::from(addr[2]) | u64::from(addr[3]) << 32;
+    let mut level = 0;
+    while level < levels && level < 16 {
+        if node >= ADDR_POOL_NODES {
+            break;
+        }
+        let Some(n) = ADDR_NODES.get(base + node) else {
+            break;
+        };
+        let slot = n.slots[(lo & 0xff) as usize];
+        if slot & ADDR_SLOT_LEAF != 0 {
+            return slot & !ADDR_SLOT_LEAF;
+        }
+        node = slot;
+        lo = lo >> 8 | hi << 56;
+        hi >>= 8;
+        level += 1;
+    }
+    ADDR_BITMAPS_PER_SET
+}
+
+/// The LPM trie's bitmap, for a trie without a table (rare: an IPv6 trie
+/// too large for the pool, or a set never written).
+///
+/// Not inlined: inlined, LLVM merged these trie lookups and the table's
+/// bitmap lookup into one call through a map pointer chosen at run time,
+/// which the verifier cannot inline (a real `bpf_map_lookup_elem`, ~20 ns
+/// here, on every walk).
+#[inline(never)]
+fn lookup_lpm(set: u32, addr: &[u32; 4], v4: bool, src: bool) -> Option<&'static RuleBitmap> {
     match (v4, src) {
         (true, true) => lookup_v4(&SRC_V4, set, addr),
         (true, false) => lookup_v4(&DST_V4, set, addr),

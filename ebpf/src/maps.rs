@@ -8,14 +8,13 @@ use aya_ebpf::{
 };
 use bpf_maps::{
     classifier::{
-        AddrCacheEntry, ClassifierConfig, FragmentKey, Ipv4LpmData, Ipv6LpmData, RuleAction,
-        RuleBitmap, TrieDefaults, ADDR_CACHE_SLOTS, ADMISSION_FRAG_ENTRIES, ADMISSION_LPM_ENTRIES,
-        ADMISSION_PORT_WORDS, LPM_MAX_ENTRIES, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
+        AddrCacheEntry, AddrNode, ClassifierConfig, FragmentKey, Ipv4LpmData, Ipv6LpmData,
+        RuleAction, RuleBitmap, TrieDefaults, ADDR_BITMAPS_PER_SET, ADDR_CACHE_SLOTS,
+        ADDR_POOL_NODES, ADMISSION_FRAG_ENTRIES, ADMISSION_LPM_ENTRIES, ADMISSION_PORT_WORDS,
+        LPM_MAX_ENTRIES, MAX_RULES, PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
     },
     counters::{IngressCounters, COUNTER_SLOTS, REASON_SLOTS},
-    paths::{
-        FlowKey, PathCounters, PathEntry, MAX_PATHS, PATH_COUNTER_SLOTS, PATH_FLOW_ENTRIES,
-    },
+    paths::{FlowKey, PathCounters, PathEntry, MAX_PATHS, PATH_COUNTER_SLOTS, PATH_FLOW_ENTRIES},
 };
 
 /// Single entry: the active rule set.
@@ -55,6 +54,16 @@ pub static INGRESS_COUNTERS: PerCpuArray<IngressCounters> =
 #[map(name = "CW_ADDR_CACHE")]
 pub static ADDR_CACHE: PerCpuArray<AddrCacheEntry> =
     PerCpuArray::with_max_entries(ADDR_CACHE_SLOTS, 0);
+
+/// Stride-8 address tables: each set's pool of nodes, indexed
+/// `set * ADDR_POOL_NODES + node` (see `bpf_maps::classifier::AddrNode`).
+#[map(name = "CW_ADDR_NODES")]
+pub static ADDR_NODES: Array<AddrNode> = Array::with_max_entries(RULE_SETS * ADDR_POOL_NODES, 0);
+
+/// The tables' leaf bitmaps, indexed `set * ADDR_BITMAPS_PER_SET + index`.
+#[map(name = "CW_ADDR_BMP")]
+pub static ADDR_BITMAPS: Array<RuleBitmap> =
+    Array::with_max_entries(RULE_SETS * ADDR_BITMAPS_PER_SET, 0);
 
 /// Indexed by set: tries that hold only their `/0` entry, and its bitmap.
 #[map(name = "CW_TRIE_DFLT")]

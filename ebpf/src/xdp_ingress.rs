@@ -95,7 +95,7 @@ fn verdict(drop: bool) -> u32 {
 pub fn xdp_ingress(ctx: &XdpContext) -> u32 {
     let (parsed, len) = parse(ctx);
     let config = active();
-    let policy = config.map_or(0, |c| c.policy);
+    let policy = config.policy;
     let frame = match parsed {
         Ok(frame) => frame,
         Err(why) => {
@@ -122,10 +122,10 @@ pub fn xdp_ingress(ctx: &XdpContext) -> u32 {
         }
     }
     crate::clock_probe::stamp_xdp_ingress(ctx, &frame);
-    let Some(config) = config else {
+    if !config.present {
         count_ingress(bpf_maps::classifier::DEFAULT_CLASS, len, false);
         return xdp_action::XDP_PASS;
-    };
+    }
     if policy & POLICY_ADMISSION != 0 {
         if let Some(reason) = crate::admission::check(&frame, config) {
             count_reason(reason, len, true);

@@ -17,7 +17,8 @@ use super::{
 };
 
 /// Writes `wanted` at `base..` wherever it differs from what the slots hold:
-/// `known` when this handle knows it, otherwise read back slot by slot.
+/// `known` when this handle knows it (the first `known.len()` slots),
+/// otherwise read back slot by slot.
 pub(super) fn write_array<V: Pod + PartialEq>(
     map: &mut Array<MapData, V>,
     name: &'static str,
@@ -28,8 +29,8 @@ pub(super) fn write_array<V: Pod + PartialEq>(
 ) -> Result<()> {
     for (i, value) in wanted.iter().enumerate() {
         let index = base + i as u32;
-        let held = match &known {
-            Some(k) => k[i],
+        let held = match known.as_ref().and_then(|k| k.get(i)) {
+            Some(k) => *k,
             None => {
                 stats.array_reads += 1;
                 map.get(&index, 0).map_err(map_err(name))?

@@ -17,9 +17,10 @@
 //!   than any program run) has passed since the last flip. The flip time is
 //!   stored in the config (`flipped_at_ns`, `CLOCK_BOOTTIME`) so that the
 //!   wait also holds between different processes.
-//! * the kernel's per-CPU address cache tags every slot with the rule set and
-//!   the generation it was computed under; the flip bumps the generation, so
-//!   no slot computed from a set's old contents is used after it is rewritten.
+//! * the kernel's per-CPU classification cache (a result per flow) tags
+//!   every slot with the rule set and the generation it was computed under;
+//!   the flip bumps the generation, so no slot computed from a set's old
+//!   contents is used after it is rewritten.
 //!
 //! # Few syscalls
 //! The handle remembers what each set's array slots hold (after writing or
@@ -36,8 +37,9 @@ use aya::{
     Ebpf,
 };
 use bpf_maps::classifier::{
-    AddrCacheEntry, ClassifierConfig, FragmentKey, Ipv4LpmData, Ipv6LpmData, RuleAction,
-    RuleBitmap, TrieDefaults, ADMISSION_PORT_WORDS, CLS_FLAG_NO_ADDR_CACHE, MAP_ADDR_CACHE,
+    AddrCacheEntry, AddrNode, ClassifierConfig, FragmentKey, Ipv4LpmData, Ipv6LpmData, RuleAction,
+    RuleBitmap, TrieDefaults, ADDR_BITMAPS_PER_SET, ADDR_POOL_NODES, ADMISSION_PORT_WORDS,
+    CLS_FLAG_NO_ADDR_CACHE, MAP_ADDR_BITMAPS, MAP_ADDR_CACHE, MAP_ADDR_NODES,
     MAP_ADMISSION_FRAGMENTS, MAP_ADMISSION_PORTS, MAP_ADMISSION_V4, MAP_ADMISSION_V6,
     MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP, MAP_RULE_ACTIONS,
     MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAP_TRIE_DEFAULTS, MAX_RULES, PORT_SLOTS,
@@ -115,6 +117,10 @@ pub(super) struct KnownSlots {
     pub(super) actions: Vec<RuleAction>,
     pub(super) trie_defaults: Vec<TrieDefaults>,
     pub(super) admission_ports: Vec<u32>,
+    /// The set's address-table pool and bitmaps (slots past a vector's end
+    /// are unknown: read back before they are written).
+    pub(super) addr_nodes: Vec<AddrNode>,
+    pub(super) addr_bitmaps: Vec<RuleBitmap>,
 }
 
 /// Open handles on every classifier map, plus what this handle knows of
@@ -130,13 +136,15 @@ pub struct ClassifierMaps {
     pub(super) dst_ports: Array<MapData, RuleBitmap>,
     pub(super) actions: Array<MapData, RuleAction>,
     pub(super) trie_defaults: Array<MapData, TrieDefaults>,
+    pub(super) addr_nodes: Array<MapData, AddrNode>,
+    pub(super) addr_bitmaps: Array<MapData, RuleBitmap>,
     pub(super) admission_v4: LpmTrie<MapData, Ipv4LpmData, u32>,
     pub(super) admission_v6: LpmTrie<MapData, Ipv6LpmData, u32>,
     pub(super) admission_ports: Array<MapData, u32>,
     /// Remembered first fragments, emptied of a retired generation by a
     /// rollback.
     pub(super) admission_fragments: HashMap<MapData, FragmentKey, u64>,
-    /// The kernel's address cache, emptied of a retired generation by a
+    /// The kernel's classification cache, emptied of a retired generation by a
     /// rollback ([`super::rollback`]).
     pub(super) cache: PerCpuArray<MapData, AddrCacheEntry>,
     pub(super) known: [Option<KnownSlots>; RULE_SETS as usize],
@@ -189,6 +197,8 @@ impl ClassifierMaps {
             dst_ports: typed(&mut get, MAP_DST_PORT)?,
             actions: typed(&mut get, MAP_RULE_ACTIONS)?,
             trie_defaults: typed(&mut get, MAP_TRIE_DEFAULTS)?,
+            addr_nodes: typed(&mut get, MAP_ADDR_NODES)?,
+            addr_bitmaps: typed(&mut get, MAP_ADDR_BITMAPS)?,
             admission_v4: typed(&mut get, MAP_ADMISSION_V4)?,
             admission_v6: typed(&mut get, MAP_ADMISSION_V6)?,
             admission_ports: typed(&mut get, MAP_ADMISSION_PORTS)?,
@@ -212,9 +222,11 @@ impl ClassifierMaps {
         self.last_stats
     }
 
-    /// Turns the kernel's per-CPU address cache on or off (it is on unless
-    /// turned off). Classification results are the same either way; off,
-    /// every frame walks both LPM tries (for measurements and tests).
+    /// Turns the kernel's per-CPU classification cache (one result per
+    /// flow) on or off (it is on unless turned off). Results are the same
+    /// either way; off, every frame is classified from the maps, its
+    /// addresses looked up in the stride-8 tables (or LPM tries): the cost
+    /// of a flow's first frame (for measurements and tests).
     pub fn set_address_cache(&mut self, enabled: bool) -> Result<()> {
         let mut config = self.config()?;
         if enabled {
@@ -347,7 +359,7 @@ impl ClassifierMaps {
         stats: &mut ApplyStats,
     ) -> Result<KnownSlots> {
         let set = c.set;
-        let (pd, sp, dp, act, td, ap) = match known {
+        let (pd, sp, dp, act, td, ap, an, ab) = match known {
             Some(k) => (
                 Some(k.proto_dscp),
                 Some(k.src_ports),
@@ -355,8 +367,10 @@ impl ClassifierMaps {
                 Some(k.actions),
                 Some(k.trie_defaults),
                 Some(k.admission_ports),
+                Some(k.addr_nodes),
+                Some(k.addr_bitmaps),
             ),
-            None => (None, None, None, None, None, None),
+            None => (None, None, None, None, None, None, None, None),
         };
 
         let set_base = |slots: u32| set * slots;
@@ -400,6 +414,30 @@ impl ClassifierMaps {
             act,
             stats,
         )?;
+        // The tables before the defaults that point into them (the set is
+        // not live yet either way). The whole region of the set is written,
+        // zeros past what the tables use, so that the maps are a function of
+        // the rule set and a restore leaves them byte for byte as they were.
+        let mut nodes = c.addr_tables.nodes.clone();
+        nodes.resize(ADDR_POOL_NODES as usize, AddrNode::default());
+        let mut bitmaps = c.addr_tables.bitmaps.clone();
+        bitmaps.resize(ADDR_BITMAPS_PER_SET as usize, RuleBitmap::default());
+        write_array(
+            &mut self.addr_nodes,
+            MAP_ADDR_NODES,
+            set_base(ADDR_POOL_NODES),
+            &nodes,
+            an,
+            stats,
+        )?;
+        write_array(
+            &mut self.addr_bitmaps,
+            MAP_ADDR_BITMAPS,
+            set_base(ADDR_BITMAPS_PER_SET),
+            &bitmaps,
+            ab,
+            stats,
+        )?;
         let defaults = [c.trie_defaults];
         write_array(
             &mut self.trie_defaults,
@@ -416,6 +454,8 @@ impl ClassifierMaps {
             actions: c.actions.clone(),
             trie_defaults: defaults.to_vec(),
             admission_ports: c.admission_ports.clone(),
+            addr_nodes: nodes,
+            addr_bitmaps: bitmaps,
         })
     }
 }

@@ -11,14 +11,16 @@
 
 use aya::maps::{lpm_trie::Key, Array, LpmTrie, MapData, PerCpuValues};
 use bpf_maps::classifier::{
-    AddrCacheEntry, ClassifierConfig, FragmentKey, ADDR_CACHE_SLOTS, ADMISSION_PORT_WORDS,
-    LPM_SET_BITS, MAP_ADDR_CACHE, MAP_ADMISSION_FRAGMENTS, MAP_ADMISSION_PORTS, MAP_ADMISSION_V4,
+    AddrCacheEntry, ClassifierConfig, FragmentKey, ADDR_BITMAPS_PER_SET, ADDR_CACHE_SLOTS,
+    ADDR_POOL_NODES, ADMISSION_PORT_WORDS, LPM_SET_BITS, MAP_ADDR_BITMAPS, MAP_ADDR_CACHE,
+    MAP_ADDR_NODES, MAP_ADMISSION_FRAGMENTS, MAP_ADMISSION_PORTS, MAP_ADMISSION_V4,
     MAP_ADMISSION_V6, MAP_CLASSIFIER_CONFIG, MAP_DST_PORT, MAP_DST_V4, MAP_DST_V6, MAP_PROTO_DSCP,
     MAP_RULE_ACTIONS, MAP_SRC_PORT, MAP_SRC_V4, MAP_SRC_V6, MAP_TRIE_DEFAULTS, MAX_RULES,
     PORT_SLOTS, PROTO_DSCP_SLOTS, RULE_SETS,
 };
 
 use super::{
+    addr_table::AddrTables,
     compile::{CompiledRuleSet, LpmEntries},
     map_writes::LpmData,
     maps::{
@@ -61,19 +63,37 @@ impl ClassifierMaps {
                 MAP_ADMISSION_PORTS,
                 slots(ADMISSION_PORT_WORDS),
             )?,
+            addr_nodes: read_array(&self.addr_nodes, MAP_ADDR_NODES, slots(ADDR_POOL_NODES))?,
+            addr_bitmaps: read_array(
+                &self.addr_bitmaps,
+                MAP_ADDR_BITMAPS,
+                slots(ADDR_BITMAPS_PER_SET),
+            )?,
+        };
+        let src_v4 = read_lpm(&self.src_v4, MAP_SRC_V4, set)?;
+        let dst_v4 = read_lpm(&self.dst_v4, MAP_DST_V4, set)?;
+        let src_v6 = read_lpm(&self.src_v6, MAP_SRC_V6, set)?;
+        let dst_v6 = read_lpm(&self.dst_v6, MAP_DST_V6, set)?;
+        let trie_defaults = read.trie_defaults[0];
+        let addr_tables = AddrTables {
+            nodes: read.addr_nodes.clone(),
+            bitmaps: read.addr_bitmaps.clone(),
+            tables: trie_defaults.tables,
+            roots: trie_defaults.roots,
         };
         let compiled = CompiledRuleSet {
             set,
             rule_count: 0,
-            src_v4: read_lpm(&self.src_v4, MAP_SRC_V4, set)?,
-            dst_v4: read_lpm(&self.dst_v4, MAP_DST_V4, set)?,
-            src_v6: read_lpm(&self.src_v6, MAP_SRC_V6, set)?,
-            dst_v6: read_lpm(&self.dst_v6, MAP_DST_V6, set)?,
+            src_v4,
+            dst_v4,
+            src_v6,
+            dst_v6,
             proto_dscp: read.proto_dscp.clone(),
             src_ports: read.src_ports.clone(),
             dst_ports: read.dst_ports.clone(),
             actions: read.actions.clone(),
-            trie_defaults: read.trie_defaults[0],
+            trie_defaults,
+            addr_tables,
             admission_v4: read_lpm(&self.admission_v4, MAP_ADMISSION_V4, set)?,
             admission_v6: read_lpm(&self.admission_v6, MAP_ADMISSION_V6, set)?,
             admission_ports: read.admission_ports.clone(),

@@ -185,6 +185,8 @@ fn object_declares_every_shared_map() {
         MAP_RULE_ACTIONS,
         MAP_ADDR_CACHE,
         MAP_TRIE_DEFAULTS,
+        MAP_ADDR_NODES,
+        MAP_ADDR_BITMAPS,
         MAP_INGRESS_COUNTERS,
         MAP_PATH_FLOWS,
         MAP_PATH_TABLE,

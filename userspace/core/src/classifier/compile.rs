@@ -10,6 +10,8 @@
 //!   contains the entry's prefix, and every rule without a prefix on that
 //!   field. A rule whose other prefix fixes the address family appears only in
 //!   the tries of that family.
+//!   The same entries are also compiled into stride-8 tables
+//!   (`addr_table`), which the kernel walks instead of the LPM tries.
 //! * (protocol, DSCP): rules whose protocol and DSCP accept the pair.
 //! * ports: rules whose range holds the port, plus rules without a range on
 //!   that side; the `NO_PORTS` slot holds only rules without any port range.
@@ -26,6 +28,7 @@ use bpf_maps::classifier::{
 };
 
 use super::{
+    addr_table::AddrTables,
     admission::{Admission, UnclassifiedAction},
     rule::{IpPrefix, PortRange, Rule, RuleSet, Verdict},
 };
@@ -53,8 +56,11 @@ pub struct CompiledRuleSet {
     /// `MAX_RULES` actions; slots past `rule_count` are zero.
     pub actions: Vec<RuleAction>,
     /// Which tries hold only their `/0` entry, and its bitmap; the
-    /// `POLICY_*` bits.
+    /// `POLICY_*` bits; which tries have a stride-8 table, and its root.
     pub trie_defaults: TrieDefaults,
+    /// The stride-8 tables of the four tries (`addr_table`), derived from
+    /// the LPM entries above.
+    pub addr_tables: AddrTables,
     /// Admitted source prefixes (value 1), per family.
     pub admission_v4: LpmEntries<4, u32>,
     pub admission_v6: LpmEntries<16, u32>,
@@ -90,6 +96,9 @@ pub fn compile(set_rules: &RuleSet, set: u32) -> CompiledRuleSet {
     note_default(&mut trie_defaults, TRIE_SRC_V6, &src_v6);
     note_default(&mut trie_defaults, TRIE_DST_V6, &dst_v6);
     trie_defaults.policy = policy_bits(set_rules);
+    let addr_tables = AddrTables::build(&src_v4, &dst_v4, &src_v6, &dst_v6);
+    trie_defaults.tables = addr_tables.tables;
+    trie_defaults.roots = addr_tables.roots;
     let (admission_v4, admission_v6, admission_ports) = admission_entries(set_rules.admission());
     CompiledRuleSet {
         set,
@@ -103,6 +112,7 @@ pub fn compile(set_rules: &RuleSet, set: u32) -> CompiledRuleSet {
         dst_ports: port_bitmaps(rules, |r| r.dst_ports),
         actions: actions(rules),
         trie_defaults,
+        addr_tables,
         admission_v4,
         admission_v6,
         admission_ports,

@@ -56,6 +56,25 @@ fn kernel_lookup(
         (IpAddr::V6(s), IpAddr::V6(d)) => (lpm(&c.src_v6, s.octets()), lpm(&c.dst_v6, d.octets())),
         _ => unreachable!("one family per frame"),
     };
+    // The stride-8 tables the kernel walks instead give the same bitmaps.
+    let (ts, td, sa, da) = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => (
+            TRIE_SRC_V4,
+            TRIE_DST_V4,
+            s.octets().to_vec(),
+            d.octets().to_vec(),
+        ),
+        (IpAddr::V6(s), IpAddr::V6(d)) => (
+            TRIE_SRC_V6,
+            TRIE_DST_V6,
+            s.octets().to_vec(),
+            d.octets().to_vec(),
+        ),
+        _ => unreachable!("one family per frame"),
+    };
+    assert_eq!(c.trie_defaults.tables, c.addr_tables.tables);
+    assert_eq!(c.addr_tables.lookup(ts, &sa), Some(s), "source table");
+    assert_eq!(c.addr_tables.lookup(td, &da), Some(d), "destination table");
     let (sp, dp) = ports.map_or((NO_PORTS as usize, NO_PORTS as usize), |(s, d)| {
         (usize::from(s), usize::from(d))
     });

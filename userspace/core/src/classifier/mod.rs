@@ -3,6 +3,7 @@
 //! reference classifier (`reference`) that the kernel program is
 //! differential-tested against. Writing the entries is `causeway::classifier::maps`.
 
+pub mod addr_table;
 pub mod admission;
 pub mod compile;
 pub mod reference;

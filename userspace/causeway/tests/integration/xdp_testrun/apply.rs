@@ -230,3 +230,52 @@ fn address_cache_never_serves_a_replaced_rule_set() {
         (3, 0, 1)
     );
 }
+
+/// An IPv6 trie whose stride-8 table does not fit the pool (200 unrelated
+/// /128s need ~3,000 nodes) has no table: the kernel walks its LPM trie, with
+/// the same results, cached or not.
+#[test]
+fn an_ipv6_trie_too_large_for_its_table_is_looked_up_in_the_lpm_trie() {
+    require_root!("an_ipv6_trie_too_large_for_its_table_is_looked_up_in_the_lpm_trie");
+    let mut h = Harness::load();
+    let mut rules: Vec<Rule> = (0..200u32)
+        .map(|i| Rule {
+            src: net(&format!("{:x}00:{:x}::1/128", 0x20 + i, i + 1)),
+            ..rule(i + 10, 4, Verdict::Pass)
+        })
+        .collect();
+    rules.push(Rule {
+        src: net("fd00:1::1/128"),
+        ..rule(1, 5, Verdict::Pass)
+    });
+    let rules = RuleSet::new(rules).expect("rule set");
+    let compiled = causeway::classifier::compile::compile(&rules, 0);
+    assert_eq!(
+        compiled.trie_defaults.tables & (1 << bpf_maps::classifier::TRIE_SRC_V6),
+        0,
+        "the source IPv6 table must not fit"
+    );
+    h.maps.apply(&rules).expect("apply");
+    let frame = |src: &str| {
+        cat(&[
+            &eth(&[], ETH_IPV6),
+            &ipv6(V6::new(src, "fd00:2::1", 17), &udp(40_000, 29_501, 16)),
+        ])
+    };
+    for cache in [false, true, true] {
+        h.maps.set_address_cache(cache).expect("cache flag");
+        let before = h.counters();
+        assert_eq!(h.run(&frame("fd00:1::1")), XDP_PASS);
+        assert_eq!(h.run(&frame("2000:1::1")), XDP_PASS);
+        assert_eq!(h.run(&frame("fd00:1::2")), XDP_PASS);
+        let after = h.counters();
+        let delta = |class: usize| after[class].packets - before[class].packets;
+        assert_eq!(delta(5), 1, "fd00:1::1 matches its /128 (cache {cache})");
+        assert_eq!(delta(4), 1, "2000:1::1 matches the first of the 200");
+        assert_eq!(
+            delta(DEFAULT_CLASS as usize),
+            1,
+            "fd00:1::2 matches nothing"
+        );
+    }
+}
