@@ -66,8 +66,14 @@ pub const PROBE_GAIN: f64 = 1.25;
 /// Gain of the phase after it, which drains what the probe queued.
 pub const DRAIN_GAIN: f64 = 0.75;
 /// A domain window with room on the path while the ranks were paced is
-/// worth this much more than they sent ([`LinkEstimator::domain_sample`]).
+/// worth this much more than they sent ([`LinkEstimator::domain_sample`]);
+/// each further window with room in a row doubles the step above 1, up to
+/// [`ROOM_STEP_MAX`]: an estimate far below the path (a start-up probe
+/// that measured a lossy path low) climbs within seconds, one near it by
+/// little.
 pub const ROOM_STEP: f64 = 1.05;
+/// See [`ROOM_STEP`].
+pub const ROOM_STEP_MAX: f64 = 1.25;
 /// Full domain windows within [`FULL_WINDOWS_SPAN`] needed to lower the
 /// domain's estimate.
 pub const FULLS_TO_FALL: usize = 3;
@@ -142,6 +148,8 @@ pub struct LinkEstimator {
     domain_bw: Option<(f64, u64)>,
     /// In domain mode: the full windows of the last [`FULL_WINDOWS_SPAN`].
     fulls: std::collections::VecDeque<(u64, f64)>,
+    /// In domain mode: windows with room in a row.
+    rooms: u32,
 }
 
 impl LinkEstimator {
@@ -158,6 +166,7 @@ impl LinkEstimator {
             domain_mode: false,
             domain_bw: None,
             fulls: Default::default(),
+            rooms: 0,
         }
     }
 
@@ -166,8 +175,10 @@ impl LinkEstimator {
     /// found the domain has other ranks):
     /// - any window is a lower bound of the path: the estimate rises to it;
     ///   a window with room while the ranks were `paced` (their caps, from
-    ///   this estimate, held them back) to [`ROOM_STEP`] times it, so the
-    ///   estimate climbs until a queue shows;
+    ///   this estimate, held them back) to [`ROOM_STEP`] times it (more
+    ///   after several in a row), so the estimate climbs until a queue
+    ///   shows; bounded by what was sent, it does not run away when the
+    ///   ranks were held back by something else (losses, windows);
     /// - a full window is the path's rate, but one can read low (a loss
     ///   recovery under a still-high smoothed RTT): the estimate falls only
     ///   to the largest of [`FULLS_TO_FALL`] or more full windows within
@@ -179,8 +190,15 @@ impl LinkEstimator {
         self.samples += 1;
         let old = self.domain_bw.map_or(0.0, |(b, _)| b);
         let mut new = match fill {
-            Fill::Room if paced => old.max(bytes_per_s * ROOM_STEP),
-            _ => old.max(bytes_per_s),
+            Fill::Room if paced => {
+                let step = 1.0 + (ROOM_STEP - 1.0) * f64::from(1u32 << self.rooms.min(8));
+                self.rooms += 1;
+                old.max(bytes_per_s * step.min(ROOM_STEP_MAX))
+            }
+            _ => {
+                self.rooms = 0;
+                old.max(bytes_per_s)
+            }
         };
         if fill == Fill::Full {
             let span = FULL_WINDOWS_SPAN.as_nanos() as u64;

@@ -259,11 +259,14 @@ fn two_ranks(
     pace: bool,
     shares: impl Fn(u64) -> f64,
 ) -> (f64, f64) {
-    two_ranks_seeded(rate(0), rate, until, domain, pace, shares)
+    two_ranks_seeded(rate(0), f64::INFINITY, rate, until, domain, pace, shares)
 }
 
+/// [`two_ranks`] from the estimate `seed`, each rank sending at most
+/// `most` bytes/s whatever its caps (its congestion window, say).
 fn two_ranks_seeded(
     seed: f64,
+    most: f64,
     rate: impl Fn(u64) -> f64,
     until: u64,
     domain: bool,
@@ -299,7 +302,11 @@ fn two_ranks_seeded(
             history[0]
         };
         let offered: Vec<f64> = (0..2)
-            .map(|r| sent_under[r].map_or(10.0 * r_now, |k| 2.0 * k as f64))
+            .map(|r| {
+                sent_under[r]
+                    .map_or(10.0 * r_now, |k| 2.0 * k as f64)
+                    .min(most)
+            })
             .collect();
         let total = offered[0] + offered[1];
         let got = if queue > 0.0 {
@@ -393,8 +400,10 @@ fn the_domain_estimate_follows_a_slower_path() {
 /// full window) and the rate at which the caps reach it (rate / target).
 #[test]
 fn paced_ranks_find_a_path_faster_than_their_seed() {
-    for (until, seed) in [(10 * S, 22.5 * MB), (20 * S, 12.5 * MB)] {
-        let (a, b) = two_ranks_seeded(seed, |_| 25.0 * MB, until, true, true, swing);
+    // The last: a lossy path's start-up probe measured a sixth of it.
+    for (until, seed) in [(10 * S, 22.5 * MB), (20 * S, 12.5 * MB), (10 * S, 4.0 * MB)] {
+        let inf = f64::INFINITY;
+        let (a, b) = two_ranks_seeded(seed, inf, |_| 25.0 * MB, until, true, true, swing);
         assert!(
             settled(a, 25.0 * MB) && settled(b, 25.0 * MB),
             "seeded {seed}: {a} {b}"
@@ -430,4 +439,17 @@ fn the_domain_estimate_falls_only_on_repeated_full_windows() {
     // Room while paced: the estimate climbs above what was sent.
     c.est.domain_sample(15.0 * MB, Fill::Room, true, 3300 * MS);
     assert_eq!(goodput(&mut c, 3300 * MS), 15.0 * MB * ROOM_STEP);
+}
+
+/// Ranks that cannot fill the path (their windows hold them at a third of
+/// it, no queue forms) raise the estimate only to a step above what they
+/// sent: it does not run away.
+#[test]
+fn ranks_held_back_by_something_else_do_not_run_the_estimate_away() {
+    let most = 25.0 * MB / 6.0;
+    let (a, b) = two_ranks_seeded(2.0 * MB, most, |_| 25.0 * MB, 10 * S, true, true, swing);
+    for g in [a, b] {
+        assert!(g <= 2.0 * most * ROOM_STEP_MAX * 1.01, "{g}");
+        assert!(g >= 2.0 * most, "{g}");
+    }
 }
