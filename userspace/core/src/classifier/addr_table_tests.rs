@@ -14,16 +14,7 @@ fn bm(n: u64) -> RuleBitmap {
 
 /// The specification: the bitmap of the longest prefix holding `addr`.
 fn naive<const N: usize>(entries: &LpmEntries<N>, addr: [u8; N]) -> Option<RuleBitmap> {
-    let value = |a: [u8; N]| a.iter().fold(0u128, |acc, b| (acc << 8) | u128::from(*b));
-    let bits = (N * 8) as u32;
-    entries
-        .iter()
-        .filter(|((a, len), _)| {
-            let shift = bits - u32::from(*len);
-            *len == 0 || (value(*a) >> shift) == (value(addr) >> shift)
-        })
-        .max_by_key(|((_, len), _)| *len)
-        .map(|(_, b)| *b)
+    super::super::compile::longest_prefix(entries, addr)
 }
 
 fn entries<const N: usize>(list: &[([u8; N], u8, u64)]) -> LpmEntries<N> {

@@ -281,6 +281,26 @@ fn actions(rules: &[Rule]) -> Vec<RuleAction> {
     out
 }
 
+/// The specification of an LPM lookup, for tests: the bitmap of the longest
+/// prefix of `entries` that holds `addr`.
+#[cfg(test)]
+pub(crate) fn longest_prefix<const N: usize>(
+    entries: &LpmEntries<N>,
+    addr: [u8; N],
+) -> Option<RuleBitmap> {
+    let value = |a: [u8; N]| a.iter().fold(0u128, |acc, b| (acc << 8) | u128::from(*b));
+    let bits = (N * 8) as u32;
+    let target = value(addr);
+    entries
+        .iter()
+        .filter(|((a, len), _)| {
+            let shift = bits - u32::from(*len);
+            *len == 0 || (value(*a) >> shift) == (target >> shift)
+        })
+        .max_by_key(|((_, len), _)| *len)
+        .map(|(_, b)| *b)
+}
+
 #[cfg(test)]
 #[path = "compile_tests.rs"]
 mod tests;

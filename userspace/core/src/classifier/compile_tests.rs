@@ -38,18 +38,7 @@ fn kernel_lookup(
     ports: Option<(u16, u16)>,
 ) -> Option<usize> {
     fn lpm<const N: usize>(entries: &LpmEntries<N>, addr: [u8; N]) -> RuleBitmap {
-        let value = |a: [u8; N]| a.iter().fold(0u128, |acc, b| (acc << 8) | u128::from(*b));
-        let bits = (N * 8) as u32;
-        let target = value(addr);
-        entries
-            .iter()
-            .filter(|((a, len), _)| {
-                let shift = bits - u32::from(*len);
-                *len == 0 || (value(*a) >> shift) == (target >> shift)
-            })
-            .max_by_key(|((_, len), _)| *len)
-            .map(|(_, b)| *b)
-            .expect("default entry always matches")
+        super::longest_prefix(entries, addr).expect("default entry always matches")
     }
     let (s, d) = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => (lpm(&c.src_v4, s.octets()), lpm(&c.dst_v4, d.octets())),
