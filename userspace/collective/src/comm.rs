@@ -137,7 +137,7 @@ impl Communicator {
             let mine = joined.topology.domain_of(id.rank);
             let queues = (0..id.world)
                 .filter(|&q| q != id.rank && joined.topology.domain_of(q) == mine)
-                .filter_map(|q| peers.get(q)?.as_ref()?.first_queue())
+                .filter_map(|q| peers.get(q)?.as_ref()?.small_frame_queue())
                 .collect();
             wan.set_domain(id.rank, queues);
         }
@@ -555,6 +555,10 @@ impl Drop for Communicator {
     fn drop(&mut self) {
         // Refuse shrink probes at once: this rank is leaving (see `membership`).
         self.seat.close();
+        // The WAN sampler sends windows to the domain's other ranks on their
+        // connections: stopped first, so none can slip in after the Goodbye,
+        // which ends the peer's reading (unread data makes a close a reset).
+        self.wan.take();
         self.jobs.take();
         if let Some(w) = self.worker.take() {
             let _ = w.join();

@@ -62,6 +62,8 @@ pub(crate) struct PeerLink {
     heard: Arc<Heard>,
     /// Bulk data over several WAN paths (`crate::stripe`), when striped.
     stripe: Option<Stripe>,
+    /// See [`PeerLink::small_frame_queue`].
+    small: Option<Sender<Out>>,
 }
 
 /// When a frame last arrived on any of one peer's connections.
@@ -134,10 +136,13 @@ impl PeerLink {
         self.all.len()
     }
 
-    /// The queue of one of the peer's connections (for small frames that
-    /// are not part of an operation).
-    pub fn first_queue(&self) -> Option<Sender<Out>> {
-        self.all.first().cloned()
+    /// The queue of a connection for small frames that are not part of an
+    /// operation (the WAN windows of `crate::estimates::domain`): a TCP,
+    /// TLS or shared-memory one. RDMA connections are left out: with them
+    /// the VM suite's mixed world (RDMA inside domains) hung at teardown on
+    /// 6.12, in the kernel, deleting the rxe devices; cause not found.
+    pub fn small_frame_queue(&self) -> Option<Sender<Out>> {
+        self.small.clone()
     }
 
     /// How the bulk data to this peer was striped, if it is.
@@ -179,6 +184,7 @@ pub(crate) fn start(
             nanos: AtomicU64::new(0),
         }),
         stripe: None,
+        small: None,
     };
     // Striped when the bulk connections span two paths or more.
     let mut paths: Vec<usize> = conns
@@ -197,6 +203,9 @@ pub(crate) fn start(
             .split()
             .map_err(|e| CollectiveError::io(format!("split {what}"), e))?;
         let (tx, rx) = channel();
+        if link.small.is_none() && !what.starts_with("rdma") {
+            link.small = Some(tx.clone());
+        }
         let (ev, ev2, pool, c2) = (events.clone(), events.clone(), pool.clone(), closer.clone());
         let heard = link.heard.clone();
         let dd = dedup.clone();
