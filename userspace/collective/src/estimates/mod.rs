@@ -212,7 +212,7 @@ impl LinkEstimator {
             self.fulls.push_back((now_ns, bytes_per_s));
             if self.fulls.len() >= FULLS_TO_FALL {
                 let most = self.fulls.iter().map(|&(_, r)| r).fold(0.0, f64::max);
-                new = new.min(most.max(bytes_per_s));
+                new = new.min(most);
             }
         }
         if new != old {
