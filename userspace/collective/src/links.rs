@@ -57,6 +57,7 @@ pub(crate) struct PeerLink {
     all: Vec<Sender<Out>>,
     next: usize,
     writers: Vec<thread::JoinHandle<()>>,
+    closers: Vec<Arc<dyn Closer>>,
     /// Connections not yet closed by the peer.
     pub open: usize,
     heard: Arc<Heard>,
@@ -119,6 +120,13 @@ impl PeerLink {
         self.writers.iter().all(|w| w.is_finished())
     }
 
+    /// True once every writer has finished and the peer's kernel has
+    /// acknowledged all of it ([`Closer::settled`]): only then may this
+    /// process exit without losing what the peer still needs.
+    pub fn settled(&self) -> bool {
+        self.flushed() && self.closers.iter().all(|c| c.settled())
+    }
+
     /// When anything (a heartbeat included) last arrived from the peer; the
     /// link's start if nothing has.
     pub fn last_heard(&self) -> Instant {
@@ -178,6 +186,7 @@ pub(crate) fn start(
         all: Vec::new(),
         next: 0,
         writers: Vec::new(),
+        closers: Vec::new(),
         open: conns.len(),
         heard: Arc::new(Heard {
             epoch: Instant::now(),
@@ -210,6 +219,7 @@ pub(crate) fn start(
         let heard = link.heard.clone();
         let dd = dedup.clone();
         let inbox = rates.clone();
+        let own_writer = tx.clone();
         let written = match (striped && c.data && !c.latency, c.path) {
             (true, Some((path, sock))) => {
                 let written = Arc::new(AtomicU64::new(0));
@@ -237,10 +247,12 @@ pub(crate) fn start(
                     events: ev,
                     dedup: dd,
                     rates: inbox,
+                    own_writer,
                 };
                 reader(peer, r, to, pool, max_frame, c2, &heard);
             }),
         )?;
+        link.closers.push(closer.clone());
         let (c3, tracer) = (closer.clone(), tracer.clone());
         link.writers.push(spawn(
             format!("cw-tx-{peer}-{i}"),
@@ -269,6 +281,11 @@ struct Recipients {
     dedup: Option<Arc<Dedup>>,
     /// The WAN windows of a rank of this rank's domain.
     rates: Option<RateInbox>,
+    /// This connection's writer: after the peer's Goodbye it half-closes
+    /// too, so no heartbeat reaches the peer's socket once its process has
+    /// gone (the kernel would answer with a reset and drop what the peer
+    /// still had unsent).
+    own_writer: Sender<Out>,
 }
 
 fn reader(
@@ -284,6 +301,7 @@ fn reader(
         events,
         dedup,
         rates,
+        own_writer,
     } = to;
     loop {
         let got = read_frame(&mut r, max, &pool);
@@ -294,11 +312,14 @@ fn reader(
             Ok(f) if f.header.kind == FrameKind::Heartbeat => continue,
             // A chunk resent on another path after this one arrived (or the reverse).
             Ok(f) if dedup.as_ref().is_some_and(|d| d.duplicate(&f.header)) => continue,
-            Ok(f) if f.header.kind == FrameKind::Goodbye => Event::Closed {
-                peer,
-                graceful: true,
-                detail: "goodbye".into(),
-            },
+            Ok(f) if f.header.kind == FrameKind::Goodbye => {
+                let _ = own_writer.send(Out::Close);
+                Event::Closed {
+                    peer,
+                    graceful: true,
+                    detail: "goodbye".into(),
+                }
+            }
             Ok(f) if f.header.kind == FrameKind::Hello => {
                 closer.close();
                 Event::Closed {

@@ -25,6 +25,15 @@ pub trait Closer: Send + Sync {
     /// Half-close: no more writes; the peer reads end-of-stream after the data
     /// already sent, and our reads go on (so nothing unread makes the kernel reset it).
     fn finish(&self);
+    /// True once the peer's kernel has acknowledged everything written (and
+    /// the half-close), or the connection is gone. A process that exits
+    /// before then loses what is still queued: a frame from the peer that
+    /// arrives at a closed socket makes the kernel reset the connection and
+    /// drop its unsent data. Transports whose completed writes are already at
+    /// the peer (shared memory, RDMA) are always settled.
+    fn settled(&self) -> bool {
+        true
+    }
 }
 
 pub type Reader = Box<dyn Read + Send>;

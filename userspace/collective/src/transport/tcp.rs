@@ -160,6 +160,17 @@ impl Closer for TcpCloser {
     fn finish(&self) {
         let _ = self.0.shutdown(Shutdown::Write);
     }
+    fn settled(&self) -> bool {
+        settled(&self.0)
+    }
+}
+
+/// `TCP_CLOSE` in `tcpi_state`.
+const TCP_STATE_CLOSE: u8 = 7;
+
+/// See [`Closer::settled`]: nothing unsent or unacknowledged, or closed.
+pub(crate) fn settled(s: &TcpStream) -> bool {
+    tcp_info(s).map_or(true, |i| i.state == TCP_STATE_CLOSE || !i.busy)
 }
 
 impl Transport for TcpTransport {
@@ -329,6 +340,8 @@ pub struct TcpInfo {
     /// `tcpi_max_pacing_rate`; the cap is `u64::MAX` when none is set).
     pub pacing_rate: u64,
     pub max_pacing_rate: u64,
+    /// The connection's state (`tcpi_state`, the kernel's `TCP_*` values).
+    pub state: u8,
 }
 
 /// `struct tcp_info` (linux/tcp.h) up to `tcpi_delivered_ce`; the kernel
@@ -396,6 +409,7 @@ pub fn tcp_info(s: &TcpStream) -> io::Result<TcpInfo> {
         snd_mss: raw.u32s_a[2],
         pacing_rate: raw.pacing_rate,
         max_pacing_rate: raw.max_pacing_rate,
+        state: raw.bytes[0],
     })
 }
 
@@ -445,6 +459,53 @@ mod info_tests {
         assert!(i.rtt_us > 0 && i.min_rtt_us > 0, "{i:?}");
         assert_eq!(i.max_pacing_rate, 1 << 30, "{i:?}");
         assert!(i.snd_mss > 0);
+    }
+
+    /// `settled`: false while written bytes wait for the peer's kernel (a
+    /// peer that does not read), true once it has acknowledged all of them
+    /// and the half-close, and true for a connection the peer reset.
+    #[test]
+    fn a_connection_is_settled_once_the_peer_acknowledged_everything() {
+        use std::io::{Read, Write};
+        let pair = || {
+            let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+            let a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+            let (b, _) = l.accept().expect("accept");
+            (a, b)
+        };
+        let wait_for = |what: &dyn Fn() -> bool| {
+            for _ in 0..400 {
+                if what() {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            false
+        };
+        const LEN: usize = 64 << 20;
+        let (a, mut b) = pair();
+        assert!(settled(&a), "nothing written yet");
+        let mut w = a.try_clone().expect("clone");
+        let writer = std::thread::spawn(move || w.write_all(&vec![1u8; LEN]));
+        // The peer does not read: the buffers fill and the rest waits.
+        assert!(wait_for(&|| !settled(&a)), "queued bytes are not settled");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!settled(&a));
+        let mut got = vec![0u8; LEN];
+        b.read_exact(&mut got).expect("read");
+        writer.join().expect("writer").expect("write");
+        a.shutdown(Shutdown::Write).expect("half-close");
+        assert!(wait_for(&|| settled(&a)), "acknowledged, FIN included");
+
+        // A peer that goes away with unread data resets the connection:
+        // nothing can be delivered any more, so nothing is waited for.
+        let (a, b) = pair();
+        let mut w = a.try_clone().expect("clone");
+        let writer = std::thread::spawn(move || w.write_all(&vec![1u8; LEN]));
+        assert!(wait_for(&|| !settled(&a)));
+        drop(b);
+        assert!(wait_for(&|| settled(&a)), "reset: settled");
+        assert!(writer.join().expect("writer").is_err());
     }
 
     /// A large read returns only once `RCVLOWAT_MAX` bytes are queued (the

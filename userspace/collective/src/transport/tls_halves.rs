@@ -132,4 +132,7 @@ impl Closer for TlsCloser {
         let _ = (&self.sock).write_all(&out);
         let _ = self.sock.shutdown(Shutdown::Write);
     }
+    fn settled(&self) -> bool {
+        super::super::tcp::settled(&self.sock)
+    }
 }
