@@ -183,8 +183,11 @@ impl Communicator {
             tracer,
             wan,
         };
+        let mut wan_floor = false;
         if opts.probe && id.world > 1 {
-            comm.model = crate::probe::measure(&comm, &opts)?;
+            let probed = crate::probe::measure(&comm, &opts)?;
+            comm.model = probed.model;
+            wan_floor = probed.wan_floor;
             if let Some(spec) = &opts.cost_overrides {
                 comm.model.apply_overrides(spec)?;
             }
@@ -202,6 +205,9 @@ impl Communicator {
                 .wan_pacing
                 .then(|| (ranks, opts.wan_rate_bps.map(|b| b as f64 / 8.0)));
             wan.started(ranks, seed, pace);
+            if wan_floor && opts.cost_overrides.is_none() {
+                wan.seed_is_floor();
+            }
         }
         if opts.wan_warm_bytes > 0 && id.world > 1 {
             let (bulk, lat) = (opts.wan_warm_bytes, opts.latency_bytes);

@@ -55,6 +55,17 @@ pub fn rate(r: &Round, alpha: f64) -> f64 {
     r.bytes as f64 / (r.secs - 2.0 * alpha).max(1e-9)
 }
 
+/// Whether the WAN probe stopped while its rate still rose (the budget or
+/// the doubling limit ended it, or it ran one round): then its rate is
+/// only a lower bound of the path's.
+pub fn still_rising(rounds: &[Round], alpha: f64) -> bool {
+    let Some((last, earlier)) = rounds.split_last() else {
+        return false;
+    };
+    let best_before = earlier.iter().map(|r| rate(r, alpha)).fold(0.0, f64::max);
+    rate(last, alpha) > STILL_RISING * best_before
+}
+
 /// The round the WAN estimate comes from: the fastest (a round that met a
 /// random loss is slower than the path, not a measure of it).
 pub fn fastest(rounds: &[Round], alpha: f64) -> Option<Round> {
@@ -129,8 +140,16 @@ fn timed(comm: &impl ProbeLink, plan: Plan, len: usize) -> Result<Duration> {
     Ok(t.elapsed())
 }
 
+/// What the start-up probe found, the same on every rank.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Probed {
+    pub model: CostModel,
+    /// The WAN's β is a lower bound ([`still_rising`]).
+    pub wan_floor: bool,
+}
+
 /// Probes every link class present and returns the model all ranks agree on.
-pub(crate) fn measure(comm: &impl ProbeLink, opts: &Options) -> Result<CostModel> {
+pub(crate) fn measure(comm: &impl ProbeLink, opts: &Options) -> Result<Probed> {
     let me = comm.rank();
     let mut model = opts.cost;
     let mut classes = Vec::new();
@@ -145,14 +164,15 @@ pub(crate) fn measure(comm: &impl ProbeLink, opts: &Options) -> Result<CostModel
         let ping = timed(comm, exchange_plan(me, a, b, PINGS, 1), 2)?;
         timed(comm, exchange_plan(me, a, b, 1, bulk - 1), bulk)?;
         let alpha = ping.as_secs_f64() / (2 * PINGS) as f64;
-        let last = if class == LinkClass::InterDomain {
+        let (last, floor) = if class == LinkClass::InterDomain {
             wan_rounds(comm, (a, b), bulk, alpha, opts.rendezvous_timeout)?
         } else {
             let t = timed(comm, exchange_plan(me, a, b, 1, bulk - 1), bulk)?;
-            Round {
+            let r = Round {
                 bytes: bulk,
                 secs: t.as_secs_f64(),
-            }
+            };
+            (r, false)
         };
         if me == a {
             let beta = ((last.secs - 2.0 * alpha) / (last.bytes - 1) as f64).max(1e-12);
@@ -176,23 +196,29 @@ pub(crate) fn measure(comm: &impl ProbeLink, opts: &Options) -> Result<CostModel
                 gbit_s = 8.0 / beta / 1e9,
                 "probed"
             );
-            comm.publish(&key(class), format!("{alpha} {beta}").as_bytes())?;
+            let floor = u8::from(floor);
+            comm.publish(&key(class), format!("{alpha} {beta} {floor}").as_bytes())?;
         }
     }
+    let mut wan_floor = false;
     for class in classes {
         let v = comm.lookup(&key(class), opts.rendezvous_timeout)?;
         let s = String::from_utf8_lossy(&v).into_owned();
         let mut it = s.split(' ').map(str::parse::<f64>);
-        match (it.next(), it.next()) {
-            (Some(Ok(alpha)), Some(Ok(beta))) => model.set(class, LinkCost { alpha, beta }),
+        match (it.next(), it.next(), it.next()) {
+            (Some(Ok(alpha)), Some(Ok(beta)), Some(Ok(floor))) => {
+                model.set(class, LinkCost { alpha, beta });
+                wan_floor |= class == LinkClass::InterDomain && floor != 0.0;
+            }
             _ => return Err(StoreError::Protocol(format!("bad probe result {s:?}")).into()),
         }
     }
-    Ok(model)
+    Ok(Probed { model, wan_floor })
 }
 
 /// The WAN bulk rounds of pair (a, b), doubling from `bulk` bytes while
-/// [`grow`] says so; returns the [`fastest`]. Every rank runs the same
+/// [`grow`] says so; returns the [`fastest`], and (on rank `a`) whether
+/// the rate [`still_rising`] when the rounds stopped. Every rank runs the same
 /// number of plans (those outside the pair, empty ones), so every rank
 /// reads `a`'s decision after each round.
 fn wan_rounds(
@@ -201,7 +227,7 @@ fn wan_rounds(
     bulk: usize,
     alpha: f64,
     timeout: Duration,
-) -> Result<Round> {
+) -> Result<(Round, bool)> {
     let me = comm.rank();
     let mut rounds: Vec<Round> = Vec::new();
     let mut bytes = bulk;
@@ -220,8 +246,9 @@ fn wan_rounds(
             comm.lookup(&key, timeout)? == b"1"
         };
         if !again {
-            return fastest(&rounds, alpha)
-                .ok_or_else(|| StoreError::Protocol("WAN probe ran no round".into()).into());
+            let best = fastest(&rounds, alpha)
+                .ok_or_else(|| StoreError::Protocol("WAN probe ran no round".into()))?;
+            return Ok((best, still_rising(&rounds, alpha)));
         }
         bytes *= 2;
     }
@@ -247,6 +274,12 @@ mod tests {
         assert!(grow(&[r(1, 0.3)], a), "one round says nothing of the trend");
         assert!(grow(&[r(1, 0.3), r(2, 0.35)], a), "rate ×1.7: again");
         assert!(!grow(&[r(4, 0.2), r(8, 0.38)], a), "rate ×1.07: done");
+        assert!(!still_rising(&[r(4, 0.2), r(8, 0.38)], a), "converged");
+        // A 120 ms path: one 1 MiB round in slow start uses the budget.
+        assert!(!grow(&[r(1, 0.9)], 0.06), "the next round would not fit");
+        assert!(still_rising(&[r(1, 0.9)], 0.06), "its rate is a floor");
+        assert!(still_rising(&[r(1, 0.3), r(2, 0.35)], a));
+        assert!(!still_rising(&[], a));
         assert!(
             !grow(&[r(1, 0.1), r(2, 0.6), r(4, 0.25)], a),
             "a round slowed by a loss does not lower the bar"

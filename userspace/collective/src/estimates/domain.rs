@@ -152,7 +152,11 @@ pub enum Fill {
     /// window: the path could have carried more than the sum (what held the
     /// ranks back was their pacing, or their own congestion control).
     Room,
-    /// Anything else: the sum is a lower bound of the path's rate.
+    /// A rank was idle or app-limited, and no rank saw a queue in a quarter
+    /// of the window or more: a lower bound that says nothing of a limit.
+    Idle,
+    /// Anything else (a queue somewhere, not throughout): a lower bound,
+    /// near the path's rate.
     Partly,
 }
 
@@ -223,8 +227,12 @@ impl DomainSum {
                 let busy = m.values().all(|r| !r.limited);
                 let fill = if busy && m.values().all(|r| r.queued) {
                     Fill::Full
-                } else if busy && m.values().all(|r| r.clear) {
-                    Fill::Room
+                } else if m.values().all(|r| r.clear) {
+                    if busy {
+                        Fill::Room
+                    } else {
+                        Fill::Idle
+                    }
                 } else {
                     Fill::Partly
                 };
@@ -330,23 +338,37 @@ mod tests {
         d.add(1, rate(9, 5.0, true));
         d.add(0, rate(10, 1.0, true));
         assert_eq!(d.take_complete(), vec![(17e6, Fill::Partly)]);
+        // ... and so does an idle rank in a window without a queue, which
+        // also says nothing of a limit.
+        let idle = |w, mb| WanRate {
+            queued: false,
+            clear: true,
+            ..rate(w, mb, false)
+        };
+        d.add(0, idle(10, 1.0));
+        d.add(1, idle(10, 5.0));
+        d.add(0, rate(11, 1.0, true));
+        d.add(1, rate(11, 1.0, true));
+        assert_eq!(d.take_complete(), vec![(6e6, Fill::Idle)]);
         // So does a window in which one rank saw no queue throughout.
         let unqueued = |w, mb, clear| WanRate {
             queued: false,
             clear,
             ..rate(w, mb, true)
         };
-        d.add(0, unqueued(11, 12.0, false));
-        d.add(1, rate(11, 12.0, true));
         d.add(0, rate(12, 1.0, true));
+        assert_eq!(d.take_complete(), vec![(2e6, Fill::Full)]);
+        d.add(0, unqueued(13, 12.0, false));
+        d.add(1, rate(13, 12.0, true));
+        d.add(0, rate(14, 1.0, true));
         assert_eq!(d.take_complete(), vec![(24e6, Fill::Partly)]);
         // Busy ranks and no queue anywhere: the path had room.
-        d.add(0, unqueued(13, 11.0, true));
-        d.add(1, unqueued(13, 11.0, true));
-        d.add(0, rate(14, 1.0, true));
+        d.add(0, unqueued(15, 11.0, true));
+        d.add(1, unqueued(15, 11.0, true));
+        d.add(0, rate(16, 1.0, true));
         assert_eq!(d.take_complete(), vec![(22e6, Fill::Room)]);
         // Windows that never complete are forgotten.
-        for w in 15..30 {
+        for w in 17..30 {
             d.add(0, rate(w, 1.0, true));
         }
         assert!(d.take_complete().is_empty());

@@ -150,6 +150,9 @@ pub struct LinkEstimator {
     fulls: std::collections::VecDeque<(u64, f64)>,
     /// In domain mode: windows with room in a row.
     rooms: u32,
+    /// In domain mode: the estimate has been set by full windows
+    /// ([`FULLS_TO_FALL`] of them), not only by lower bounds and the seed.
+    measured: bool,
 }
 
 impl LinkEstimator {
@@ -167,6 +170,7 @@ impl LinkEstimator {
             domain_bw: None,
             fulls: Default::default(),
             rooms: 0,
+            measured: false,
         }
     }
 
@@ -178,7 +182,11 @@ impl LinkEstimator {
     ///   this estimate, held them back) to [`ROOM_STEP`] times it (more
     ///   after several in a row), so the estimate climbs until a queue
     ///   shows; bounded by what was sent, it does not run away when the
-    ///   ranks were held back by something else (losses, windows);
+    ///   ranks were held back by something else (losses, windows); the
+    ///   run of windows with room is broken only by a window that saw a
+    ///   queue ([`Fill::Full`], [`Fill::Partly`]), not by one where a rank
+    ///   idled ([`Fill::Idle`]: between the steps of a collective, or
+    ///   waiting for a retransmission on a lossy path);
     /// - a full window is the path's rate, but one can read low (a loss
     ///   recovery under a still-high smoothed RTT): the estimate falls only
     ///   to the largest of [`FULLS_TO_FALL`] or more full windows within
@@ -195,7 +203,8 @@ impl LinkEstimator {
                 self.rooms += 1;
                 old.max(bytes_per_s * step.min(ROOM_STEP_MAX))
             }
-            _ => {
+            Fill::Idle | Fill::Room => old.max(bytes_per_s),
+            Fill::Full | Fill::Partly => {
                 self.rooms = 0;
                 old.max(bytes_per_s)
             }
@@ -213,6 +222,7 @@ impl LinkEstimator {
             if self.fulls.len() >= FULLS_TO_FALL {
                 let most = self.fulls.iter().map(|&(_, r)| r).fold(0.0, f64::max);
                 new = new.min(most);
+                self.measured = true;
             }
         }
         if new != old {
@@ -249,6 +259,12 @@ impl LinkEstimator {
             self.domain_bw = Some((bytes_per_s, now_ns));
         }
         self.path.delivery_sample(bytes_per_s, false, now_ns);
+    }
+
+    /// Whether full windows have set the domain's estimate (see
+    /// [`Control::seed_is_floor`]).
+    pub fn measured(&self) -> bool {
+        self.measured
     }
 
     /// One reading of every socket at `now_ns` (`None`: unreadable).
@@ -379,6 +395,9 @@ pub struct Control {
     /// ranks ([`Control::set_domain`]); used once start-up is over.
     pub domain: Option<(domain::WindowMeter, domain::DomainSum)>,
     started: bool,
+    /// No cap until full windows have measured the path
+    /// ([`Control::seed_is_floor`]).
+    hold: bool,
 }
 
 impl Control {
@@ -389,6 +408,7 @@ impl Control {
             applied: None,
             domain: None,
             started: false,
+            hold: false,
         }
     }
 
@@ -427,7 +447,7 @@ impl Control {
             if let Some(r) = report {
                 sum.add_mine(r);
             }
-            let paced = self.pacer.is_some();
+            let paced = self.pacer.is_some() && !self.hold;
             for (rate, fill) in sum.take_complete() {
                 self.est.domain_sample(rate, fill, paced, now_ns);
             }
@@ -437,6 +457,12 @@ impl Control {
 
     fn cap(&mut self, now_ns: u64, infos: &[Option<TcpInfo>]) -> Option<u64> {
         let (pacer, fixed) = self.pacer.clone()?;
+        if self.hold {
+            if fixed.is_none() && !self.est.measured() {
+                return None;
+            }
+            self.hold = false;
+        }
         let last = self.est.estimate(now_ns);
         let goodput = fixed.or(last.map(|e| e.goodput_bps / 8.0))?;
         let min_rtt = last.map_or(0, |e| e.min_rtt.as_nanos() as u64);
@@ -475,6 +501,19 @@ impl Control {
                 fixed,
             )
         });
+    }
+
+    /// The seed given to [`Control::started`] is only a lower bound: the
+    /// start-up probe stopped while its rate still rose (a long path whose
+    /// probe rounds ended in TCP's start-up). Caps from it would hold the
+    /// ranks to that floor (a sixth of a 120 ms, 50 Mbit/s path: 64 MiB took
+    /// 2 to 6 times the bound while the estimate climbed), so pacing waits
+    /// until the domain's full windows have measured the path; until then
+    /// the congestion control alone (BBR by default) paces. No effect with
+    /// a configured rate, or where the domain has no other rank (no windows:
+    /// the seed is never replaced, so the caps start from it as before).
+    pub fn seed_is_floor(&mut self) {
+        self.hold = self.domain.is_some();
     }
 
     /// The estimate at `now_ns`, with the cap applied now.
@@ -582,6 +621,11 @@ impl Sampler {
     pub fn started(&self, sharers: usize, seed: Option<f64>, pace: Option<(usize, Option<f64>)>) {
         let now = self.now_ns();
         self.lock().started(now, sharers, seed, pace);
+    }
+
+    /// The seed given to [`Sampler::started`] is only a lower bound.
+    pub fn seed_is_floor(&self) {
+        self.lock().seed_is_floor();
     }
 }
 

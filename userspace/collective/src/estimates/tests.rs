@@ -453,3 +453,72 @@ fn ranks_held_back_by_something_else_do_not_run_the_estimate_away() {
         assert!(g >= 2.0 * most, "{g}");
     }
 }
+
+/// The run of windows with room that sets the step: a window in which a
+/// rank idled (between a collective's steps, or waiting for a
+/// retransmission) neither extends nor breaks it; a window that saw a queue
+/// breaks it. Before, every idle window restarted the steps at 1.05, and a
+/// lossy path's low seed took about a minute to climb (docs/BENCHMARKS.md).
+#[test]
+fn idle_windows_keep_the_run_of_windows_with_room() {
+    let at = |k: u64| 1000 * MS + k * 200 * MS;
+    let mut c = Control::new(1);
+    c.set_domain(0);
+    c.started(0, 2, Some(10.0 * MB), None);
+    // Each window with room sent what the estimate's caps allowed.
+    let room = |c: &mut Control, k: u64| {
+        let e = goodput(c, at(k));
+        c.est
+            .domain_sample(e * PACING_TARGET, Fill::Room, true, at(k));
+        goodput(c, at(k)) / e
+    };
+    let steps: Vec<f64> = (0..2).map(|k| room(&mut c, k)).collect();
+    c.est.domain_sample(1.0 * MB, Fill::Idle, true, at(2));
+    let third = room(&mut c, 3);
+    let step = |rooms: i32| (1.0 + (ROOM_STEP - 1.0) * 2f64.powi(rooms)).min(ROOM_STEP_MAX);
+    let want = [step(0), step(1), step(2)].map(|s| (s * PACING_TARGET).max(1.0));
+    for (got, want) in steps.iter().chain([&third]).zip(want) {
+        assert!((got - want).abs() < 1e-9, "{steps:?} {third}");
+    }
+    // A window with a queue somewhere breaks the run.
+    c.est.domain_sample(1.0 * MB, Fill::Partly, true, at(4));
+    assert!((room(&mut c, 5) - want[0]).abs() < 1e-9);
+}
+
+/// A seed that is only a lower bound (the probe stopped while its rate
+/// still rose) sets no cap: pacing starts once three full windows have
+/// measured the path, from what they measured. A seed that is not starts
+/// the caps at once.
+#[test]
+fn a_floor_seed_waits_for_full_windows_before_pacing() {
+    let at = |k: u64| 1000 * MS + k * 200 * MS;
+    let info = Some(TcpInfo {
+        rtt_us: 50_000,
+        min_rtt_us: 40_000,
+        snd_mss: 1448,
+        busy: true,
+        ..TcpInfo::default()
+    });
+    let start = |floor: bool| {
+        let mut c = Control::new(1);
+        c.set_domain(0);
+        c.started(0, 2, Some(4.0 * MB), Some((2, None)));
+        if floor {
+            c.seed_is_floor();
+        }
+        c
+    };
+    assert!(start(false).tick(at(0), &[info]).is_some());
+    let mut c = start(true);
+    assert_eq!(c.tick(at(0), &[info]), None, "no cap from a floor");
+    for k in 1..=2 {
+        c.est.domain_sample(25.0 * MB, Fill::Full, true, at(k));
+        assert_eq!(c.tick(at(k), &[info]), None, "{k} full windows");
+    }
+    c.est.domain_sample(25.0 * MB, Fill::Full, true, at(3));
+    let cap = c
+        .tick(at(3), &[info])
+        .expect("paced after three full windows");
+    let lowest = 25.0 * MB * PACING_TARGET * DRAIN_GAIN / 2.0;
+    assert!(cap as f64 >= lowest, "{cap}");
+}
