@@ -109,7 +109,12 @@ fn lookup(frame: &ParsedFrame, config: ConfigSnapshot, src: bool) -> Option<&'st
             return ADDR_BITMAPS.get(set * ADDR_BITMAPS_PER_SET + leaf);
         }
     }
-    lookup_lpm(set, addr, v4, src)
+    lookup_lpm(
+        set,
+        u64::from(addr[0]) | u64::from(addr[1]) << 32,
+        u64::from(addr[2]) | u64::from(addr[3]) << 32,
+        u32::from(v4) << 1 | u32::from(src),
+    )
 }
 
 /// The leaf of `addr` in the stride-8 table of `set` rooted at `root`: one
@@ -158,13 +163,19 @@ fn walk(set: u32, root: u32, addr: &[u32; 4], levels: u32) -> u32 {
 /// bitmap lookup into one call through a map pointer chosen at run time,
 /// which the verifier cannot inline (a real `bpf_map_lookup_elem`, ~20 ns
 /// here, on every walk).
+///
+/// The address comes by value (words 0–1 in `lo`, 2–3 in `hi`; `which` is
+/// `v4 << 1 | src`): a pointer into the parsed frame made LLVM keep the
+/// whole frame in a stack copy, written on every frame before the cache
+/// lookup, for this rare call.
 #[inline(never)]
-fn lookup_lpm(set: u32, addr: &[u32; 4], v4: bool, src: bool) -> Option<&'static RuleBitmap> {
-    match (v4, src) {
-        (true, true) => lookup_v4(&SRC_V4, set, addr),
-        (true, false) => lookup_v4(&DST_V4, set, addr),
-        (false, true) => lookup_v6(&SRC_V6, set, addr),
-        (false, false) => lookup_v6(&DST_V6, set, addr),
+fn lookup_lpm(set: u32, lo: u64, hi: u64, which: u32) -> Option<&'static RuleBitmap> {
+    let addr = [lo as u32, (lo >> 32) as u32, hi as u32, (hi >> 32) as u32];
+    match which {
+        3 => lookup_v4(&SRC_V4, set, &addr),
+        2 => lookup_v4(&DST_V4, set, &addr),
+        1 => lookup_v6(&SRC_V6, set, &addr),
+        _ => lookup_v6(&DST_V6, set, &addr),
     }
 }
 

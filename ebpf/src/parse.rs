@@ -216,6 +216,136 @@ pub fn parse_frame(
     Ok(frame)
 }
 
+/// The common frames in one pass: Ethernet, at most one 802.1Q tag, then
+/// IPv4 without options and unfragmented, or IPv6 without extension
+/// headers, carrying TCP or UDP, the whole datagram inside the linear data.
+/// One bounds check covers the IP header and the ports; every other frame
+/// is `None`, and the caller parses it with [`parse_frame`].
+///
+/// For every frame it accepts the result is exactly what
+/// `parse_frame(data, data_end, data_end - data)` returns (the differential
+/// tests compare both paths with the reference model): the conditions
+/// checked here are the ones under which [`parse_frame`] takes no other
+/// branch (IHL 5, no fragment bits, a length that fits both the L4 header
+/// and the frame, no extension header).
+#[inline(always)]
+pub fn parse_common(data: usize, data_end: usize) -> Option<ParsedFrame> {
+    let eth = bounded(data, data_end, 0, ETH_HLEN + 4)?;
+    // SAFETY: 18 bytes checked.
+    let mut ethertype = unsafe { be16_at(eth, 12) };
+    let mut l3 = ETH_HLEN;
+    if ethertype == ETH_P_8021Q {
+        // SAFETY: as above (bytes 16..18).
+        ethertype = unsafe { be16_at(eth, 16) };
+        l3 += 4;
+    }
+    let linear = data_end - data;
+    if ethertype == ETH_P_IPV4 {
+        // The 20-byte header and the 4 bytes of ports; TCP's longer header
+        // is inside the datagram (checked below), itself inside the frame.
+        let p = bounded(data, data_end, l3, 24)?;
+        // SAFETY: every read is inside the 24 bytes just checked.
+        let (version_ihl, tos, total_len, frag, proto, src, dst, src_port, dst_port) = unsafe {
+            (
+                byte(p, 0),
+                byte(p, 1),
+                be16_at(p, 2),
+                be16_at(p, 6),
+                byte(p, 9),
+                word_at(p, 12),
+                word_at(p, 16),
+                be16_at(p, 20),
+                be16_at(p, 22),
+            )
+        };
+        let header_len = match proto {
+            IPPROTO_UDP => 8,
+            IPPROTO_TCP => 20,
+            _ => return None,
+        };
+        let total_len = usize::from(total_len);
+        if version_ihl != 0x45
+            || frag & 0x3fff != 0
+            || total_len < 20 + header_len
+            || l3 + total_len > linear
+        {
+            return None;
+        }
+        return Some(ParsedFrame {
+            l3_offset: l3 as u32,
+            l4_offset: (l3 + 20) as u32,
+            ip_end: (l3 + total_len) as u32,
+            ip_version: 4,
+            proto,
+            dscp: tos >> 2,
+            flags: FLAG_HAS_PORTS,
+            src_port,
+            dst_port,
+            frag_id: 0,
+            frag_proto: 0,
+            src_addr: [src, 0, 0, 0],
+            dst_addr: [dst, 0, 0, 0],
+        });
+    }
+    if ethertype != ETH_P_IPV6 {
+        return None;
+    }
+    let p = bounded(data, data_end, l3, 44)?;
+    // SAFETY: every read is inside the 44 bytes just checked.
+    let (b0, b1, payload_len, next, src_port, dst_port) = unsafe {
+        (
+            byte(p, 0),
+            byte(p, 1),
+            be16_at(p, 4),
+            byte(p, 6),
+            be16_at(p, 40),
+            be16_at(p, 42),
+        )
+    };
+    let header_len = match next {
+        IPPROTO_UDP => 8,
+        IPPROTO_TCP => 20,
+        _ => return None,
+    };
+    let payload_len = usize::from(payload_len);
+    if b0 >> 4 != 6 || payload_len < header_len || l3 + 40 + payload_len > linear {
+        return None;
+    }
+    // SAFETY: as above (bytes 8..40).
+    let (src_addr, dst_addr) = unsafe {
+        (
+            [
+                word_at(p, 8),
+                word_at(p, 12),
+                word_at(p, 16),
+                word_at(p, 20),
+            ],
+            [
+                word_at(p, 24),
+                word_at(p, 28),
+                word_at(p, 32),
+                word_at(p, 36),
+            ],
+        )
+    };
+    let traffic_class = ((b0 & 0x0f) << 4) | (b1 >> 4);
+    Some(ParsedFrame {
+        l3_offset: l3 as u32,
+        l4_offset: (l3 + 40) as u32,
+        ip_end: (l3 + 40 + payload_len) as u32,
+        ip_version: 6,
+        proto: next,
+        dscp: traffic_class >> 2,
+        flags: FLAG_HAS_PORTS,
+        src_port,
+        dst_port,
+        frag_id: 0,
+        frag_proto: 0,
+        src_addr,
+        dst_addr,
+    })
+}
+
 #[inline(always)]
 fn parse_ipv4(
     data: usize,

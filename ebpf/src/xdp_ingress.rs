@@ -28,7 +28,7 @@ use crate::{
     classify::{active, classify_with},
     counters::{count_ingress, count_reason},
     parse::{
-        parse_frame, ParseError, ParsedFrame, FLAG_EXT_UNFINISHED, FLAG_L4_TRUNCATED,
+        parse_common, parse_frame, ParseError, ParsedFrame, FLAG_EXT_UNFINISHED, FLAG_L4_TRUNCATED,
         FLAG_LENGTH_OVERRUN,
     },
 };
@@ -55,6 +55,9 @@ fn frame_len(ctx: &XdpContext) -> u64 {
 fn parse(ctx: &XdpContext) -> (Result<ParsedFrame, ParseError>, u64) {
     let (data, data_end) = (ctx.data(), ctx.data_end());
     let linear = data_end - data;
+    if let Some(frame) = parse_common(data, data_end) {
+        return (Ok(frame), linear as u64);
+    }
     let first = parse_frame(data, data_end, linear);
     if let Ok(frame) = &first {
         if frame.flags & FLAG_LENGTH_OVERRUN == 0 {

@@ -26,7 +26,12 @@ fn main() {
     for dir in ["ebpf/src", "bpf-maps/src"] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
-    for file in ["ebpf/Cargo.toml", "ebpf/Cargo.lock", "bpf-maps/Cargo.toml"] {
+    for file in [
+        "ebpf/Cargo.toml",
+        "ebpf/Cargo.lock",
+        "ebpf/.cargo/config.toml",
+        "bpf-maps/Cargo.toml",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(file).display());
     }
 

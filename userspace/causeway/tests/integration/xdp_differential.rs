@@ -9,6 +9,7 @@
 //! Reproduce a failure with the seed it prints:
 //! `CAUSEWAY_DIFF_SEED=<seed> cargo test -p causeway --test integration xdp_differential::`.
 
+mod edges;
 pub(crate) mod gen;
 
 use bpf_maps::counters::{
@@ -189,6 +190,97 @@ fn kernel_agrees_with_reference_model() {
         totals.iter().map(|c| c.drops).sum::<u64>() > 1_000,
         "and frames that rules drop"
     );
+}
+
+/// The parser's fast path and its fallback edges (see `edges.rs`): every
+/// frame through each rule set, with the cache on and off, against the
+/// reference model, per frame (action, class slot, reason) and in total.
+#[test]
+fn parser_fast_path_edges_agree_with_reference_model() {
+    require_root!("parser_fast_path_edges_agree_with_reference_model");
+    let frames = edges::frames();
+    let mut h = Harness::load();
+    let mut model = vec![IngressCounters::default(); COUNTER_SLOTS as usize];
+    let mut model_reasons = vec![IngressCounters::default(); REASON_SLOTS as usize];
+    let mut memory = FragmentMemory::default();
+    let mut mismatches = Vec::new();
+    let mut classes = std::collections::BTreeMap::new();
+    for (index, rules) in edges::rule_sets().iter().enumerate() {
+        for cache in [true, false] {
+            h.maps
+                .set_address_cache(cache)
+                .expect("setting the cache flag");
+            memory.generation = h.maps.apply(rules).expect("applying the edge rule set");
+            for frame in &frames {
+                let action = h.run(frame);
+                let outcome = reference::evaluate_with(rules, frame, &mut memory);
+                let want_action = if outcome.dropped() { 1 } else { 2 };
+                let want_slot = match outcome {
+                    Outcome::Unclassified(_)
+                    | Outcome::UnclassifiedDropped(_)
+                    | Outcome::PartialDropped(_) => Some(UNCLASSIFIED_SLOT),
+                    Outcome::Refused(_) => None,
+                    Outcome::Classified { class, .. } => Some(u32::from(class)),
+                };
+                *classes.entry(want_slot).or_insert(0usize) += 1;
+                let bump = |m: &mut IngressCounters| {
+                    m.packets += 1;
+                    m.bytes += frame.len() as u64;
+                    m.drops += u64::from(outcome.dropped());
+                };
+                if let Some(s) = want_slot {
+                    bump(&mut model[s as usize]);
+                }
+                if let Some(r) = outcome.reason() {
+                    bump(&mut model_reasons[r as usize]);
+                }
+                let counted = want_slot.map(|s| slot(&h, s));
+                let counted_reason = outcome.reason().map(|r| read(&h, MAP_REASON_COUNTERS, r));
+                if action != want_action
+                    || counted != want_slot.map(|s| model[s as usize])
+                    || counted_reason != outcome.reason().map(|r| model_reasons[r as usize])
+                {
+                    mismatches.push(format!(
+                        "rule set {index}, cache {cache}: kernel action {action} (slot {want_slot:?} \
+                         now {counted:?}, reason {counted_reason:?}), reference {outcome:?}\n  frame {}",
+                        hex(frame)
+                    ));
+                    model = (0..COUNTER_SLOTS).map(|s| slot(&h, s)).collect();
+                    model_reasons = (0..REASON_SLOTS)
+                        .map(|r| read(&h, MAP_REASON_COUNTERS, r))
+                        .collect();
+                    if mismatches.len() >= 10 {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "{} frames per pass; frames per expected slot: {classes:?}",
+        frames.len()
+    );
+    assert!(
+        mismatches.is_empty(),
+        "kernel and reference disagree:\n{}",
+        mismatches.join("\n")
+    );
+    let totals: Vec<IngressCounters> = (0..COUNTER_SLOTS).map(|s| slot(&h, s)).collect();
+    assert_eq!(totals, model, "final counters differ from the model");
+    let reasons: Vec<IngressCounters> = (0..REASON_SLOTS)
+        .map(|r| read(&h, MAP_REASON_COUNTERS, r))
+        .collect();
+    assert_eq!(reasons, model_reasons, "final reason counters differ");
+    // Every rule's class is reached, and so are the unclassified slot and
+    // admission refusals.
+    for class in 1..=8u32 {
+        assert!(
+            classes.get(&Some(class)).copied().unwrap_or(0) > 20,
+            "class {class} is hardly reached: {classes:?}"
+        );
+    }
+    assert!(classes.get(&None).copied().unwrap_or(0) > 20);
+    assert!(classes.get(&Some(UNCLASSIFIED_SLOT)).copied().unwrap_or(0) > 1_000);
 }
 
 fn hex(frame: &[u8]) -> String {
