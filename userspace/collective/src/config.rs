@@ -80,8 +80,9 @@ pub struct Options {
     /// WAN at start-up to warm the connections (`CAUSEWAY_WARM_BYTES`,
     /// `4mb`; 0 = off; see [`crate::warm`]).
     pub wan_warm_bytes: usize,
-    /// One more connection to each peer in another domain, loss-based and
-    /// unpaced, for transfers of at most `latency_bytes`.
+    /// One more connection to each peer in another domain, with no pacing
+    /// cap and its own congestion control (`tcp::LATENCY_CONGESTION`), for
+    /// transfers of at most `latency_bytes`.
     pub wan_latency_stream: bool,
     pub latency_bytes: usize,
     /// Codec of the payloads that cross domains when a call names none
@@ -226,7 +227,7 @@ impl Options {
     /// across domains, `default` = the system's), `CAUSEWAY_WAN_RATE` (WAN rate per
     /// direction, e.g. `200mbit`: pace connections across domains; unset = off),
     /// `CAUSEWAY_LATENCY_STREAM` (0/1) and `CAUSEWAY_LATENCY_BYTES` (a size: transfers
-    /// up to it take the extra loss-based connection across domains),
+    /// up to it take the extra uncapped connection across domains),
     /// `CAUSEWAY_WAN_CODEC` (`none`, `bf16`, `fp16`, `int8[:BLOCK[:stochastic]]`,
     /// `topk:1%`, `lz4`, `zstd[:LEVEL]`: [`crate::codec::CodecSpec::parse`]),
     /// `CAUSEWAY_TRANSPORT` (`auto`, `tcp`, `rdma`: links inside a domain over

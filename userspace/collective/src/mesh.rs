@@ -387,11 +387,9 @@ struct Kind {
 /// Congestion control and pacing of one TCP connection to `q`. Across domains
 /// the bulk connections get the configured congestion control and, when the WAN
 /// rate is known, a pacing cap (see [`wan_pacing_share`]). The latency connection
-/// keeps the loss-based one it was created with ([`tcp::LATENCY_CONGESTION`], set
-/// before the handshake): BBR paces at its bandwidth estimate, which small
-/// (app-limited) transfers keep far below the path's rate, and once a connection
-/// ran BBR the kernel keeps pacing it. Other connections accepted from the
-/// listener (which carries the latency choice) get the system default back.
+/// keeps the one it was created with ([`tcp::LATENCY_CONGESTION`], set before the
+/// handshake) and no cap. Other connections accepted from the listener (which
+/// carries the latency choice) get the system default back.
 ///
 /// A striped pair's bulk connections ([`Kind::striped`]) get the congestion
 /// control but no pacing cap and no place in [`Joined::wan_bulk`]: the
