@@ -4,7 +4,10 @@
 
 use aya::{programs::TestRunResult, Ebpf};
 use bpf_maps::counters::IngressCounters;
-use causeway::{classifier::ClassifierMaps, ebpf_object::EBPF_OBJECT};
+use causeway::{
+    classifier::{ClassifierMaps, Rule, Verdict},
+    ebpf_object::EBPF_OBJECT,
+};
 use causeway_test_support::bpf::{self, XDP_CLASSIFIER, XDP_PASS};
 
 /// A freshly loaded Causeway object with the XDP programs loaded (not attached).
@@ -33,5 +36,20 @@ impl Harness {
     /// Ingress counters per slot, summed over CPUs.
     pub fn counters(&self) -> Vec<IngressCounters> {
         bpf::ingress_counters(&self.ebpf)
+    }
+}
+
+/// A rule that matches every frame, to be narrowed with `..rule(...)`.
+pub fn rule(priority: u32, class: u8, verdict: Verdict) -> Rule {
+    Rule {
+        priority,
+        src: None,
+        dst: None,
+        proto: None,
+        src_ports: None,
+        dst_ports: None,
+        dscp: None,
+        class,
+        verdict,
     }
 }

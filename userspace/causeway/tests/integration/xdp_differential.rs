@@ -55,6 +55,77 @@ fn read(h: &Harness, map: &str, slot: u32) -> IngressCounters {
     )
 }
 
+/// The class slot a frame with `outcome` is counted in (none for an
+/// admission refusal: only its reason counts it).
+fn counted_in(outcome: Outcome) -> Option<u32> {
+    match outcome {
+        Outcome::Unclassified(_) | Outcome::UnclassifiedDropped(_) | Outcome::PartialDropped(_) => {
+            Some(UNCLASSIFIED_SLOT)
+        }
+        Outcome::Refused(_) => None,
+        Outcome::Classified { class, .. } => Some(u32::from(class)),
+    }
+}
+
+/// The counters the kernel must hold, per class slot and per reason, kept
+/// from the reference model's outcomes frame by frame.
+struct Model {
+    slots: Vec<IngressCounters>,
+    reasons: Vec<IngressCounters>,
+}
+
+impl Model {
+    fn new() -> Self {
+        Model {
+            slots: vec![IngressCounters::default(); COUNTER_SLOTS as usize],
+            reasons: vec![IngressCounters::default(); REASON_SLOTS as usize],
+        }
+    }
+
+    /// Counts `frame` as `outcome` says and compares the kernel's `action`
+    /// and counters with it; on a mismatch, says how they differ and takes
+    /// the kernel's counters (so later frames find new cases).
+    fn check(
+        &mut self,
+        h: &Harness,
+        frame: &[u8],
+        outcome: Outcome,
+        action: u32,
+    ) -> Option<String> {
+        let want_action = if outcome.dropped() { 1 } else { 2 };
+        let want_slot = counted_in(outcome);
+        let bump = |m: &mut IngressCounters| {
+            m.packets += 1;
+            m.bytes += frame.len() as u64;
+            m.drops += u64::from(outcome.dropped());
+        };
+        if let Some(s) = want_slot {
+            bump(&mut self.slots[s as usize]);
+        }
+        if let Some(r) = outcome.reason() {
+            bump(&mut self.reasons[r as usize]);
+        }
+        // A frame counted in any other slot leaves this one short.
+        let counted = want_slot.map(|s| slot(h, s));
+        let counted_reason = outcome.reason().map(|r| read(h, MAP_REASON_COUNTERS, r));
+        if action == want_action
+            && counted == want_slot.map(|s| self.slots[s as usize])
+            && counted_reason == outcome.reason().map(|r| self.reasons[r as usize])
+        {
+            return None;
+        }
+        self.slots = (0..COUNTER_SLOTS).map(|s| slot(h, s)).collect();
+        self.reasons = (0..REASON_SLOTS)
+            .map(|r| read(h, MAP_REASON_COUNTERS, r))
+            .collect();
+        Some(format!(
+            "kernel action {action} (slot {want_slot:?} now {counted:?}, reason \
+             {counted_reason:?}), reference {outcome:?}\n  frame {}",
+            hex(frame)
+        ))
+    }
+}
+
 #[test]
 fn kernel_agrees_with_reference_model() {
     require_root!("kernel_agrees_with_reference_model");
@@ -62,8 +133,7 @@ fn kernel_agrees_with_reference_model() {
     println!("differential seed: {seed} (set CAUSEWAY_DIFF_SEED={seed} to reproduce)");
     let mut rng = StdRng::seed_from_u64(seed);
     let mut h = Harness::load();
-    let mut model = vec![IngressCounters::default(); COUNTER_SLOTS as usize];
-    let mut model_reasons = vec![IngressCounters::default(); REASON_SLOTS as usize];
+    let mut model = Model::new();
     let mut memory = FragmentMemory::default();
     let mut escapes = 0usize;
     let mut mismatches = Vec::new();
@@ -84,49 +154,12 @@ fn kernel_agrees_with_reference_model() {
             let action = h.run(&frame);
             frames += 1;
             let outcome = reference::evaluate_with(&rules, &frame, &mut memory);
-            let dropped = u64::from(outcome.dropped());
-            let want_action = if outcome.dropped() { 1 } else { 2 };
             escapes += usize::from(outcome.dropped() && action != 1);
-            let want_slot = match outcome {
-                Outcome::Unclassified(_)
-                | Outcome::UnclassifiedDropped(_)
-                | Outcome::PartialDropped(_) => Some(UNCLASSIFIED_SLOT),
-                Outcome::Refused(_) => None,
-                Outcome::Classified { class, .. } => Some(u32::from(class)),
-            };
-            let bump = |m: &mut IngressCounters| {
-                m.packets += 1;
-                m.bytes += frame.len() as u64;
-                m.drops += dropped;
-            };
-            if let Some(s) = want_slot {
-                bump(&mut model[s as usize]);
-            }
-            if let Some(r) = outcome.reason() {
-                bump(&mut model_reasons[r as usize]);
-            }
-            // A frame counted in any other slot leaves this one short.
-            let counted = want_slot.map(|s| slot(&h, s));
-            let counted_reason = outcome.reason().map(|r| read(&h, MAP_REASON_COUNTERS, r));
-            if action != want_action
-                || counted != want_slot.map(|s| model[s as usize])
-                || counted_reason != outcome.reason().map(|r| model_reasons[r as usize])
-            {
+            if let Some(m) = model.check(&h, &frame, outcome, action) {
                 mismatches.push(format!(
-                    "rule set {set_index} ({} rules), frame {}: kernel action {action} (slot {want_slot:?} now {:?}, reason {:?}), \
-                     reference {:?}\n  frame {}",
-                    rules.len(),
-                    frames,
-                    counted,
-                    counted_reason,
-                    outcome,
-                    hex(&frame)
+                    "rule set {set_index} ({} rules), frame {frames}: {m}",
+                    rules.len()
                 ));
-                // Resynchronise the model with the kernel to keep finding new cases.
-                model = (0..COUNTER_SLOTS).map(|s| slot(&h, s)).collect();
-                model_reasons = (0..REASON_SLOTS)
-                    .map(|r| read(&h, MAP_REASON_COUNTERS, r))
-                    .collect();
                 if mismatches.len() >= 10 {
                     break;
                 }
@@ -148,7 +181,7 @@ fn kernel_agrees_with_reference_model() {
         mismatches.join("\n")
     );
     assert_eq!(
-        totals, model,
+        totals, model.slots,
         "seed {seed}: final counters differ from the model"
     );
     let reasons: Vec<IngressCounters> = (0..REASON_SLOTS)
@@ -163,7 +196,7 @@ fn kernel_agrees_with_reference_model() {
     );
     assert_eq!(escapes, 0, "seed {seed}: frames the model drops passed");
     assert_eq!(
-        reasons, model_reasons,
+        reasons, model.reasons,
         "seed {seed}: final reason counters differ from the model"
     );
     // The generator must reach every malformation and both admission paths,
@@ -200,8 +233,7 @@ fn parser_fast_path_edges_agree_with_reference_model() {
     require_root!("parser_fast_path_edges_agree_with_reference_model");
     let frames = edges::frames();
     let mut h = Harness::load();
-    let mut model = vec![IngressCounters::default(); COUNTER_SLOTS as usize];
-    let mut model_reasons = vec![IngressCounters::default(); REASON_SLOTS as usize];
+    let mut model = Model::new();
     let mut memory = FragmentMemory::default();
     let mut mismatches = Vec::new();
     let mut classes = std::collections::BTreeMap::new();
@@ -214,41 +246,9 @@ fn parser_fast_path_edges_agree_with_reference_model() {
             for frame in &frames {
                 let action = h.run(frame);
                 let outcome = reference::evaluate_with(rules, frame, &mut memory);
-                let want_action = if outcome.dropped() { 1 } else { 2 };
-                let want_slot = match outcome {
-                    Outcome::Unclassified(_)
-                    | Outcome::UnclassifiedDropped(_)
-                    | Outcome::PartialDropped(_) => Some(UNCLASSIFIED_SLOT),
-                    Outcome::Refused(_) => None,
-                    Outcome::Classified { class, .. } => Some(u32::from(class)),
-                };
-                *classes.entry(want_slot).or_insert(0usize) += 1;
-                let bump = |m: &mut IngressCounters| {
-                    m.packets += 1;
-                    m.bytes += frame.len() as u64;
-                    m.drops += u64::from(outcome.dropped());
-                };
-                if let Some(s) = want_slot {
-                    bump(&mut model[s as usize]);
-                }
-                if let Some(r) = outcome.reason() {
-                    bump(&mut model_reasons[r as usize]);
-                }
-                let counted = want_slot.map(|s| slot(&h, s));
-                let counted_reason = outcome.reason().map(|r| read(&h, MAP_REASON_COUNTERS, r));
-                if action != want_action
-                    || counted != want_slot.map(|s| model[s as usize])
-                    || counted_reason != outcome.reason().map(|r| model_reasons[r as usize])
-                {
-                    mismatches.push(format!(
-                        "rule set {index}, cache {cache}: kernel action {action} (slot {want_slot:?} \
-                         now {counted:?}, reason {counted_reason:?}), reference {outcome:?}\n  frame {}",
-                        hex(frame)
-                    ));
-                    model = (0..COUNTER_SLOTS).map(|s| slot(&h, s)).collect();
-                    model_reasons = (0..REASON_SLOTS)
-                        .map(|r| read(&h, MAP_REASON_COUNTERS, r))
-                        .collect();
+                *classes.entry(counted_in(outcome)).or_insert(0usize) += 1;
+                if let Some(m) = model.check(&h, frame, outcome, action) {
+                    mismatches.push(format!("rule set {index}, cache {cache}: {m}"));
                     if mismatches.len() >= 10 {
                         break;
                     }
@@ -266,11 +266,11 @@ fn parser_fast_path_edges_agree_with_reference_model() {
         mismatches.join("\n")
     );
     let totals: Vec<IngressCounters> = (0..COUNTER_SLOTS).map(|s| slot(&h, s)).collect();
-    assert_eq!(totals, model, "final counters differ from the model");
+    assert_eq!(totals, model.slots, "final counters differ from the model");
     let reasons: Vec<IngressCounters> = (0..REASON_SLOTS)
         .map(|r| read(&h, MAP_REASON_COUNTERS, r))
         .collect();
-    assert_eq!(reasons, model_reasons, "final reason counters differ");
+    assert_eq!(reasons, model.reasons, "final reason counters differ");
     // Every rule's class is reached, and so are the unclassified slot and
     // admission refusals.
     for class in 1..=8u32 {

@@ -12,24 +12,10 @@ use causeway::classifier::{
 };
 use causeway_test_support::{frames::*, require_root};
 
-use crate::classifier_harness::Harness;
+use crate::classifier_harness::{rule, Harness};
 
 const XDP_PASS: u32 = 2;
 const XDP_DROP: u32 = 1;
-
-fn rule(priority: u32, class: u8, verdict: Verdict) -> Rule {
-    Rule {
-        priority,
-        src: None,
-        dst: None,
-        proto: None,
-        src_ports: None,
-        dst_ports: None,
-        dscp: None,
-        class,
-        verdict,
-    }
-}
 
 fn net(s: &str) -> Option<IpPrefix> {
     let (addr, len) = s.split_once('/').expect("addr/len");

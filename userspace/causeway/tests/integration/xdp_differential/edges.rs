@@ -125,17 +125,7 @@ pub fn frames() -> Vec<Vec<u8>> {
 }
 
 fn rule(priority: u32, class: u8) -> Rule {
-    Rule {
-        priority,
-        src: None,
-        dst: None,
-        proto: None,
-        src_ports: None,
-        dst_ports: None,
-        dscp: None,
-        class,
-        verdict: Verdict::Pass,
-    }
+    crate::classifier_harness::rule(priority, class, Verdict::Pass)
 }
 
 fn prefix(addr: &str, len: u8) -> IpPrefix {
