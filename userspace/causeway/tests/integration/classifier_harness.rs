@@ -41,15 +41,5 @@ impl Harness {
 
 /// A rule that matches every frame, to be narrowed with `..rule(...)`.
 pub fn rule(priority: u32, class: u8, verdict: Verdict) -> Rule {
-    Rule {
-        priority,
-        src: None,
-        dst: None,
-        proto: None,
-        src_ports: None,
-        dst_ports: None,
-        dscp: None,
-        class,
-        verdict,
-    }
+    Rule::any(priority, class, verdict)
 }

@@ -9,17 +9,7 @@ use super::*;
 use crate::classifier::DscpSet;
 
 fn rule(priority: u32) -> Rule {
-    Rule {
-        priority,
-        src: None,
-        dst: None,
-        proto: None,
-        src_ports: None,
-        dst_ports: None,
-        dscp: None,
-        class: 1,
-        verdict: Verdict::Pass,
-    }
+    Rule::any(priority, 1, Verdict::Pass)
 }
 
 fn prefix(s: &str) -> IpPrefix {

@@ -203,17 +203,7 @@ fn first_matching_rule_wins() {
 }
 
 fn any_rule(priority: u32) -> Rule {
-    Rule {
-        priority,
-        src: None,
-        dst: None,
-        proto: None,
-        src_ports: None,
-        dst_ports: None,
-        dscp: None,
-        class: 1,
-        verdict: Verdict::Pass,
-    }
+    Rule::any(priority, 1, Verdict::Pass)
 }
 
 #[test]

@@ -184,6 +184,24 @@ pub struct Rule {
     pub verdict: Verdict,
 }
 
+impl Rule {
+    /// A rule with no match fields (it matches every frame), to be narrowed
+    /// with struct update syntax: `Rule { proto: Some(17), ..Rule::any(10, 2, Verdict::Pass) }`.
+    pub fn any(priority: u32, class: u8, verdict: Verdict) -> Rule {
+        Rule {
+            priority,
+            src: None,
+            dst: None,
+            proto: None,
+            src_ports: None,
+            dst_ports: None,
+            dscp: None,
+            class,
+            verdict,
+        }
+    }
+}
+
 /// Rules sorted by priority, checked against every limit of the kernel maps,
 /// with the policy parts that act before them (unclassified action,
 /// admission).
@@ -322,17 +340,7 @@ mod tests {
 
     #[test]
     fn rule_set_sorts_and_rejects_duplicates() {
-        let rule = |priority| Rule {
-            priority,
-            src: None,
-            dst: None,
-            proto: None,
-            src_ports: None,
-            dst_ports: None,
-            dscp: None,
-            class: 1,
-            verdict: Verdict::Pass,
-        };
+        let rule = |priority| Rule::any(priority, 1, Verdict::Pass);
         let set = RuleSet::new(vec![rule(20), rule(10)]).unwrap();
         assert_eq!(set.rules()[0].priority, 10);
         assert_eq!(
