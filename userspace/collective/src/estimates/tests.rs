@@ -129,6 +129,43 @@ fn pacing_at_the_estimate_holds_it_and_keeps_the_domain_below_the_rate() {
     );
 }
 
+/// A rank's share goes to its connections with data waiting to be sent; one
+/// that has sent all it has (a chunk's tail in flight, waiting for ACKs)
+/// takes no part of it. With none waiting, those in flight share it.
+#[test]
+fn the_share_is_split_among_the_connections_with_data_to_send() {
+    let mut c = Control::new(3);
+    c.started(0, 1, Some(24.0 * MB), Some((1, Some(24.0 * MB))));
+    let info = |busy, unsent| {
+        Some(TcpInfo {
+            busy,
+            unsent,
+            snd_mss: 1448,
+            ..TcpInfo::default()
+        })
+    };
+    let share = 24.0 * MB * PACING_TARGET;
+    let cap = c.tick(
+        MS,
+        &[info(true, true), info(true, false), info(false, false)],
+    );
+    assert_eq!(cap, Some(share as u64), "one connection sending");
+    let cap = c.tick(
+        2 * MS,
+        &[info(true, true), info(true, true), info(false, false)],
+    );
+    assert_eq!(cap, Some((share / 2.0) as u64), "two sending");
+    let cap = c.tick(
+        3 * MS,
+        &[info(true, false), info(true, false), info(true, false)],
+    );
+    assert_eq!(
+        cap,
+        Some((share / 3.0) as u64),
+        "none sending, three in flight"
+    );
+}
+
 /// A rank alone on the path (its domain's other ranks idle) delivers up to
 /// its probing cap, above its share: that must not raise the domain's
 /// estimate by the sharers' factor.
@@ -413,7 +450,8 @@ fn paced_ranks_find_a_path_faster_than_their_seed() {
 
 /// One full window that reads low (a loss recovery under a smoothed RTT
 /// still high) does not lower the domain's estimate; three within 2 s do,
-/// to the largest of them; lower bounds only raise it.
+/// but only to the largest window of those 2 s, full or not (the path
+/// carried that much); lower bounds only raise it.
 #[test]
 fn the_domain_estimate_falls_only_on_repeated_full_windows() {
     let mut c = Control::new(1);
@@ -422,23 +460,28 @@ fn the_domain_estimate_falls_only_on_repeated_full_windows() {
     let e = &mut c.est;
     e.domain_sample(15.0 * MB, Fill::Full, true, 200 * MS);
     e.domain_sample(20.0 * MB, Fill::Partly, true, 400 * MS);
-    e.domain_sample(20.0 * MB, Fill::Room, false, 600 * MS);
+    e.domain_sample(18.0 * MB, Fill::Room, false, 600 * MS);
     assert_eq!(goodput(&mut c, 600 * MS), 25.0 * MB);
     let e = &mut c.est;
     e.domain_sample(12.0 * MB, Fill::Full, true, 800 * MS);
     e.domain_sample(13.0 * MB, Fill::Full, true, 1000 * MS);
     assert_eq!(
         goodput(&mut c, S),
-        15.0 * MB,
-        "the largest of three full windows"
+        20.0 * MB,
+        "the largest window of the span, not of its full windows"
     );
+    // Older than 2 s, the high window no longer counts: a path that got
+    // slower is followed, to the largest of its full windows.
+    let e = &mut c.est;
+    e.domain_sample(14.0 * MB, Fill::Full, true, 2700 * MS);
+    assert_eq!(goodput(&mut c, 2700 * MS), 14.0 * MB);
     // Full windows older than 2 s no longer count.
     let e = &mut c.est;
-    e.domain_sample(9.0 * MB, Fill::Full, true, 3100 * MS);
-    assert_eq!(goodput(&mut c, 3100 * MS), 15.0 * MB);
+    e.domain_sample(9.0 * MB, Fill::Full, true, 4600 * MS);
+    assert_eq!(goodput(&mut c, 4600 * MS), 14.0 * MB);
     // Room while paced: the estimate climbs above what was sent.
-    c.est.domain_sample(15.0 * MB, Fill::Room, true, 3300 * MS);
-    assert_eq!(goodput(&mut c, 3300 * MS), 15.0 * MB * ROOM_STEP);
+    c.est.domain_sample(14.0 * MB, Fill::Room, true, 4800 * MS);
+    assert_eq!(goodput(&mut c, 4800 * MS), 14.0 * MB * ROOM_STEP);
 }
 
 /// Ranks that cannot fill the path (their windows hold them at a third of

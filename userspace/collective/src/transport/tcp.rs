@@ -336,6 +336,9 @@ pub struct TcpInfo {
     /// Whether the connection has data in flight or queued unsent
     /// (`tcpi_unacked`, `tcpi_notsent_bytes`).
     pub busy: bool,
+    /// Whether the connection has data queued that it has not sent yet
+    /// (`tcpi_notsent_bytes`): a pacing cap holds it back now.
+    pub unsent: bool,
     /// Segments retransmitted so far (`tcpi_total_retrans`).
     pub total_retrans: u32,
     /// Maximum segment size (`tcpi_snd_mss`).
@@ -407,6 +410,7 @@ pub fn tcp_info(s: &TcpStream) -> io::Result<TcpInfo> {
         delivery_rate: raw.delivery_rate,
         app_limited: raw.bytes[7] & 1 != 0,
         busy: raw.u32s_a[4] > 0 || raw.u32s_b[2] > 0,
+        unsent: raw.u32s_b[2] > 0,
         delivered: raw.delivered,
         bytes_acked: raw.bytes_acked,
         total_retrans: raw.u32s_a[23],
