@@ -85,6 +85,13 @@ pub struct Options {
     /// transfers of at most `latency_bytes`.
     pub wan_latency_stream: bool,
     pub latency_bytes: usize,
+    /// Transfers across domains of at most this many bytes go on the latency
+    /// connection and, as a copy, on a bulk one: under random loss the copy
+    /// that arrives whole first completes the transfer, so one lost segment
+    /// does not add a retransmission's round trip
+    /// (`CAUSEWAY_WAN_DUPLICATE_BYTES`, `64kb`; 0 = off; needs the latency
+    /// connection).
+    pub wan_duplicate_bytes: usize,
     /// Codec of the payloads that cross domains when a call names none
     /// (`CAUSEWAY_WAN_CODEC`; a lossy one applies to allreduce and
     /// reduce-scatter only, see [`crate::CallOptions`]).
@@ -134,6 +141,7 @@ impl Default for Options {
             wan_warm_bytes: 4 << 20,
             wan_latency_stream: true,
             latency_bytes: 256 << 10,
+            wan_duplicate_bytes: 64 << 10,
             wan_codec: crate::codec::CodecSpec::None,
             wan_paths: Vec::new(),
             ports: causeway_core::traffic::ListenPorts::default(),
@@ -245,6 +253,13 @@ impl Options {
                 Ok(usize::try_from(bytes).unwrap_or(usize::MAX))
             })
         };
+        // A size where `0` turns the feature off.
+        let size_or_off = |name| -> Result<Option<usize>, ConfigError> {
+            match std::env::var(name) {
+                Ok(v) if v.trim() == "0" => Ok(Some(0)),
+                _ => size(name),
+            }
+        };
         if let Some(d) = unit_var("CAUSEWAY_TIMEOUT", parse_duration)? {
             o.timeout = d;
         }
@@ -286,7 +301,9 @@ impl Options {
             .map(|v| v != 0)
             .unwrap_or(o.wan_latency_stream);
         o.latency_bytes = size("CAUSEWAY_LATENCY_BYTES")?.unwrap_or(o.latency_bytes);
-        o.wan_warm_bytes = size("CAUSEWAY_WARM_BYTES")?.unwrap_or(o.wan_warm_bytes);
+        o.wan_duplicate_bytes =
+            size_or_off("CAUSEWAY_WAN_DUPLICATE_BYTES")?.unwrap_or(o.wan_duplicate_bytes);
+        o.wan_warm_bytes = size_or_off("CAUSEWAY_WARM_BYTES")?.unwrap_or(o.wan_warm_bytes);
         if let Some(bps) = unit_var("CAUSEWAY_WAN_RATE", parse_rate_bps)? {
             o.wan_rate_bps = Some(bps);
         }

@@ -164,6 +164,42 @@ impl<'p, P> Executor<'p, P> {
         self.settle(res)
     }
 
+    /// Whether the chunk `id` from `peer` has arrived already (applied, or
+    /// kept for a step not reached yet). The second copy of a frame sent
+    /// twice ([`crate::wire::FrameKind::DataCopy`]) is dropped when it has,
+    /// before it is decoded; nothing changes either way. A step's chunks from
+    /// one peer never overlap, so the chunk starting at `id.offset` has
+    /// arrived when that byte has. False for an empty chunk, and for one the
+    /// plan does not have: its first copy gets the error.
+    pub fn holds(&self, peer: Rank, id: ChunkId) -> bool {
+        let (l, s) = (id.lane, id.step);
+        if l >= self.lanes.len() || s >= self.plan.lanes[l].steps.len() {
+            return false;
+        }
+        let kept = self.early.get(&(l, s)).is_some_and(|v| {
+            v.iter()
+                .any(|c| c.peer == peer && c.offset == id.offset && c.len > 0)
+        });
+        if kept {
+            return true;
+        }
+        if !self.started || l >= self.next_lane {
+            return false;
+        }
+        let lane = &self.lanes[l];
+        if s != lane.step {
+            // A step behind the lane's is complete: all of it arrived.
+            return s < lane.step;
+        }
+        let Some(rel) = usize::try_from(id.offset).ok() else {
+            return false;
+        };
+        lane.recvs
+            .iter()
+            .find(|p| p.peer == peer)
+            .is_some_and(|p| p.got.covers(rel..rel.saturating_add(1)))
+    }
+
     /// `peer` closed every connection in order: fine only if everything still
     /// needed from it has already arrived (and waits in the stash).
     pub fn peer_left(&mut self, peer: Rank, now: Duration) -> Result<(), ExecError> {

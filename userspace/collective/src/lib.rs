@@ -43,6 +43,7 @@
 //! | `CAUSEWAY_TCP_CC` | congestion control across domains (`bbr`; `default` keeps the system's) |
 //! | `CAUSEWAY_SOCKET_BUFFER` | SO_SNDBUF/SO_RCVBUF across domains (`8mb` when `net.core.rmem_max` allows; `auto` = the kernel's autotuning) |
 //! | `CAUSEWAY_LATENCY_STREAM`, `CAUSEWAY_LATENCY_BYTES` | one more connection per remote peer across domains, without pacing cap (1), for transfers up to this size (`256kb`) |
+//! | `CAUSEWAY_WAN_DUPLICATE_BYTES` | transfers across domains up to this size go on the latency connection and, as a copy, on a bulk one; the receiver keeps the first whole copy, so a lost segment does not cost a round trip (`64kb`; 0 = off) |
 //! | `CAUSEWAY_WAN_RATE` | WAN rate per direction when known, e.g. `200mbit`: the bulk streams of a domain are paced (SO_MAX_PACING_RATE) to share 96 % of it (unset: paced to the live estimate, `estimates`) |
 //! | `CAUSEWAY_WAN_PACING` | pace the bulk streams across domains (1, default) or not (0): 96 % of the WAN rate per domain, with a probing gain cycle when the rate is estimated |
 //! | `CAUSEWAY_WARM_BYTES` | bytes each rank exchanges both ways with its WAN counterpart at start-up (with 3 latency-sized transfers) so the first operation finds warm connections (`4mb`; 0 = off) |

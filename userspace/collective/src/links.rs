@@ -83,16 +83,27 @@ impl Heard {
 impl PeerLink {
     /// Queues a data frame: a frame of a `small` transfer on the latency
     /// connection if there is one, others on the next bulk data connection
-    /// (round-robin striping).
+    /// (round-robin striping). With `twice` (a small transfer that is worth
+    /// sending twice) and a latency connection beside unstriped bulk ones,
+    /// the frame goes as a [`FrameKind::DataCopy`] on both.
     /// `queued`: when it was queued, for the trace.
     pub fn send_data(
         &mut self,
-        h: FrameHeader,
+        mut h: FrameHeader,
         payload: PooledBuf,
         small: bool,
+        twice: bool,
         queued: Option<Instant>,
     ) -> bool {
         if let (true, Some(l)) = (small, &self.latency) {
+            if twice && self.stripe.is_none() && !self.data.is_empty() {
+                h.kind = FrameKind::DataCopy;
+                let copy = PooledBuf::unpooled(payload.to_vec());
+                let i = self.next % self.data.len();
+                self.next = self.next.wrapping_add(1);
+                let sent = self.data[i].send(Out::Frame(h, copy, None)).is_ok();
+                return l.send(Out::Frame(h, payload, queued)).is_ok() && sent;
+            }
             return l.send(Out::Frame(h, payload, queued)).is_ok();
         }
         if let Some(s) = &self.stripe {
@@ -425,7 +436,7 @@ impl Batch {
         w.frames(&self.frames)?;
         let done = Instant::now();
         for ((h, p), queued) in self.frames.iter().zip(&self.queued_at) {
-            if h.kind == FrameKind::Data {
+            if matches!(h.kind, FrameKind::Data | FrameKind::DataCopy) {
                 *written += (crate::wire::HEADER_LEN + p.len()) as u64;
             }
             if let (Some(t), Some(start)) = (&self.tracer, queued) {

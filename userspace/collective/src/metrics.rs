@@ -8,12 +8,15 @@
 //! | `causeway_op_duration_seconds` (histogram) | `rank`, `epoch`, `op`, `size_bucket` |
 //! | `causeway_link_sent_bytes_total`, `causeway_link_received_bytes_total` | `rank`, `epoch`, `link` (`host`: same host, shared memory or loopback; `domain`: same domain; `wan`: across domains) |
 //! | `causeway_op_errors_total` | `rank`, `epoch`, `op`, `kind` |
+//! | `causeway_wan_copies_dropped_total` | `rank`, `epoch`: second copies of frames sent twice (small transfers across domains, `CAUSEWAY_WAN_DUPLICATE_BYTES`) dropped on arrival |
 //!
 //! An operation's duration is the time the engine ran it (from its start
 //! to its result; the wait behind earlier operations is not included). Its
 //! size is the working buffer's bytes (for allgather the gathered buffer).
 //! Bytes are data-frame payloads as written to and read from the
-//! connections (after a codec across domains), start-up probes included.
+//! connections (after a codec across domains), start-up probes included; a
+//! frame sent twice counts once, its dropped copy in
+//! `causeway_wan_copies_dropped_total`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -106,6 +109,7 @@ pub struct RankMetrics {
     ops: [[Histogram; SIZE_LABELS.len()]; OPS.len()],
     sent: [AtomicU64; LINKS.len()],
     received: [AtomicU64; LINKS.len()],
+    copies_dropped: AtomicU64,
     /// (op, kind) → count; failures are rare, so a lock is fine here.
     errors: Mutex<BTreeMap<(usize, &'static str), u64>>,
 }
@@ -118,6 +122,7 @@ impl RankMetrics {
             ops: Default::default(),
             sent: Default::default(),
             received: Default::default(),
+            copies_dropped: AtomicU64::new(0),
             errors: Mutex::new(BTreeMap::new()),
         }
     }
@@ -149,6 +154,16 @@ impl RankMetrics {
 
     pub fn received(&self, class: LinkClass, bytes: usize) {
         self.received[link_index(class)].fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The second copy of a frame sent twice arrived and was dropped.
+    pub fn copy_dropped(&self) {
+        self.copies_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Second copies dropped so far.
+    pub fn copies_dropped(&self) -> u64 {
+        self.copies_dropped.load(Ordering::Relaxed)
     }
 
     /// Operations of `kind` completed so far (all sizes).
@@ -243,6 +258,18 @@ pub(crate) fn encode_all(
                     .encode_counter::<NoLabelSet, u64, u64>(&v.load(Ordering::Relaxed), None)?;
             }
         }
+    }
+    let mut e = enc.encode_descriptor(
+        "causeway_wan_copies_dropped",
+        "Second copies of frames sent twice across domains, dropped on arrival",
+        None,
+        MetricType::Counter,
+    )?;
+    for m in ranks {
+        let (rank, epoch) = base(m);
+        let labels = [("rank", rank.as_str()), ("epoch", epoch.as_str())];
+        e.encode_family(&labels)?
+            .encode_counter::<NoLabelSet, u64, u64>(&m.copies_dropped(), None)?;
     }
     let mut e = enc.encode_descriptor(
         "causeway_op_errors",

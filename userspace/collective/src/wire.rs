@@ -52,6 +52,10 @@ pub enum FrameKind {
     /// What the sender's WAN connections delivered in its last window, for
     /// the ranks of its domain (payload: [`WanRate`]).
     WanRate = 6,
+    /// A [`FrameKind::Data`] frame sent twice, on two connections (a small
+    /// transfer across domains, so that one loss does not cost it a round
+    /// trip): the receiver takes the first copy and drops the other.
+    DataCopy = 7,
 }
 
 /// Malformed input. Any of these closes the connection it came from.
@@ -164,6 +168,7 @@ impl FrameHeader {
             4 => FrameKind::Goodbye,
             5 => FrameKind::Heartbeat,
             6 => FrameKind::WanRate,
+            7 => FrameKind::DataCopy,
             k => return Err(FrameError::UnknownKind(k)),
         };
         let reserved = u16::from_le_bytes(le(b, 6));

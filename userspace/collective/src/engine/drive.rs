@@ -337,7 +337,11 @@ impl Driver<'_, '_> {
             return Ok(());
         }
         let mismatch = |detail: String| CollectiveError::Mismatch { peer, detail };
-        if h.kind != FrameKind::Data {
+        // One of two copies of a small transfer's frame: the first to
+        // arrive counts, the other is dropped (before its operation, or as
+        // a duplicate within it).
+        let copy = h.kind == FrameKind::DataCopy;
+        if h.kind != FrameKind::Data && !copy {
             return Err(mismatch(format!("unexpected {:?} frame", h.kind)));
         }
         if self.judge.is_failing() {
@@ -348,20 +352,28 @@ impl Driver<'_, '_> {
             self.e.future.push((peer, f, at));
             return Ok(self.ex.note_activity(now)?);
         }
+        if h.op < self.seq && copy {
+            self.copy_dropped();
+            return Ok(());
+        }
         if h.op < self.seq {
             return Err(mismatch(format!(
                 "frame for op {} lane {} step {} does not exist (running op {})",
                 h.op, h.lane, h.step, self.seq
             )));
         }
-        if let Some(m) = &self.e.metrics {
-            m.received(self.e.topo.class(self.e.me, peer), f.payload.len());
-        }
         let id = ChunkId {
             lane: h.lane as usize,
             step: h.step as usize,
             offset: h.offset,
         };
+        if copy && self.ex.holds(peer, id) {
+            self.copy_dropped();
+            return Ok(());
+        }
+        if let Some(m) = &self.e.metrics {
+            m.received(self.e.topo.class(self.e.me, peer), f.payload.len());
+        }
         let wire_len = f.payload.len();
         let payload = if h.call == Some(self.call) && self.crosses(peer) {
             let started = self.e.tracer.as_ref().map(|_| Instant::now());
@@ -434,8 +446,9 @@ impl Driver<'_, '_> {
             m.sent(self.e.topo.class(self.e.me, peer), p.len());
         }
         let small = s.transfer_len <= self.e.opts.latency_bytes;
+        let twice = (1..=self.e.opts.wan_duplicate_bytes).contains(&s.transfer_len);
         let queued = self.e.tracer.as_ref().map(|_| Instant::now());
-        if !link.send_data(h, p, small, queued) {
+        if !link.send_data(h, p, small, twice, queued) {
             self.lost(peer, "connection closed".into());
         }
         Ok(())
@@ -461,6 +474,12 @@ impl Driver<'_, '_> {
                 bytes,
             };
             t.record(kind(c), at, Instant::now());
+        }
+    }
+
+    fn copy_dropped(&self) {
+        if let Some(m) = &self.e.metrics {
+            m.copy_dropped();
         }
     }
 

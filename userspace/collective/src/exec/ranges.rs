@@ -35,6 +35,17 @@ impl Received {
         true
     }
 
+    /// Whether all of `r` has arrived.
+    pub fn covers(&self, r: Range<usize>) -> bool {
+        if r.is_empty() {
+            return true;
+        }
+        let k = self.ranges.partition_point(|x| x.end <= r.start);
+        self.ranges
+            .get(k)
+            .is_some_and(|x| x.start <= r.start && r.end <= x.end)
+    }
+
     pub fn total(&self) -> usize {
         self.total
     }
@@ -65,5 +76,17 @@ mod tests {
         assert!(!r.insert(8..12), "touches the first, overlaps the second");
         assert!(r.insert(8..10));
         assert_eq!(r.ranges, vec![0..20]);
+    }
+
+    #[test]
+    fn covers_only_what_arrived_whole() {
+        let mut r = Received::default();
+        assert!(r.insert(0..8) && r.insert(16..24));
+        assert!(r.covers(0..8) && r.covers(2..6) && r.covers(16..24));
+        assert!(r.covers(5..5), "nothing is always there");
+        assert!(!r.covers(4..12), "runs past the first range");
+        assert!(!r.covers(8..16), "the gap");
+        assert!(!r.covers(0..24), "spans the gap");
+        assert!(!r.covers(24..32));
     }
 }

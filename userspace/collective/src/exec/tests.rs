@@ -186,6 +186,38 @@ fn chunks_arriving_out_of_order_are_applied_in_step_order() {
     assert!(ex.is_done());
 }
 
+/// What the engine asks before it takes the second copy of a frame sent
+/// twice: kept early, applied, or in a completed step, a chunk is held;
+/// part of it, another peer's or an unknown one is not; asking changes
+/// nothing.
+#[test]
+fn a_chunk_is_held_once_it_arrived_kept_or_applied() {
+    let plan = one_lane(vec![vec![recv(1, 0, 4)], vec![recv(1, 4, 4)]]);
+    let mut ex = Executor::<()>::new(&plan, cfg(1, 8));
+    assert!(!ex.holds(1, id(0, 0, 0)));
+    ex.chunk_arrived(1, Some(CALL), id(0, 1, 0), 8, (), secs(0.0))
+        .expect("kept before the start");
+    assert!(ex.holds(1, id(0, 1, 0)), "kept early");
+    assert!(!ex.holds(1, id(0, 1, 8)), "another offset");
+    assert!(!ex.holds(2, id(0, 1, 0)), "another peer");
+    ex.start(secs(0.0)).expect("starts");
+    ex.chunk_arrived(1, Some(CALL), id(0, 0, 0), 8, (), secs(0.1))
+        .expect("first half");
+    assert!(ex.holds(1, id(0, 0, 0)), "applied");
+    assert!(!ex.holds(1, id(0, 0, 8)), "the half still missing");
+    assert!(!ex.holds(1, id(0, 0, 12)), "inside the half still missing");
+    assert!(!ex.holds(1, id(3, 0, 0)), "no such lane");
+    assert!(!ex.holds(1, id(0, 5, 0)), "no such step");
+    ex.chunk_arrived(1, Some(CALL), id(0, 0, 8), 8, (), secs(0.2))
+        .expect("second half");
+    assert!(ex.holds(1, id(0, 0, 8)), "a completed step");
+    assert!(ex.holds(1, id(0, 1, 0)), "the kept chunk, now applied");
+    ex.chunk_arrived(1, Some(CALL), id(0, 1, 8), 8, (), secs(0.3))
+        .expect("the last chunk");
+    assert!(ex.is_done());
+    assert!(ex.holds(1, id(0, 1, 8)), "a finished operation");
+}
+
 #[test]
 fn duplicate_unknown_and_misplaced_chunks_are_typed_errors() {
     let plan = one_lane(vec![vec![send(1, 0, 4), recv(1, 4, 4)]]);

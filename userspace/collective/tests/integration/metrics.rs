@@ -14,7 +14,7 @@ use crate::world::{run_world, test_options, AllArrive};
 const OPS: usize = 5;
 const ELEMS: usize = 1 << 18; // 1 MiB of f32
 
-fn scrape(addr: SocketAddr) -> String {
+pub(crate) fn scrape(addr: SocketAddr) -> String {
     let mut s = TcpStream::connect(addr).expect("connect to the metrics listener");
     write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").expect("request");
     let mut out = String::new();
@@ -25,7 +25,7 @@ fn scrape(addr: SocketAddr) -> String {
 
 /// `name{labels} value` samples of the text, summed over `rank` by the
 /// label `by`.
-fn sum_by(text: &str, name: &str, by: &str) -> BTreeMap<String, f64> {
+pub(crate) fn sum_by(text: &str, name: &str, by: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for line in text.lines().filter(|l| l.starts_with(&format!("{name}{{"))) {
         let (labels, value) = line.rsplit_once(' ').expect("sample");

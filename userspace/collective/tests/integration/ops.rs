@@ -274,6 +274,35 @@ fn two_domains_hierarchical_world_1_to_8() {
     }
 }
 
+/// Every transfer across domains sent twice (on the latency connection and
+/// a bulk one, `wan_duplicate_bytes`): the receivers keep the first copy of
+/// each frame and drop the other, within its operation or after it; the
+/// metrics count the dropped copies.
+#[test]
+fn two_domains_with_every_wan_transfer_sent_twice() {
+    let opts = Options {
+        algorithm: Some(Algorithm::Hierarchical),
+        latency_bytes: usize::MAX,
+        wan_duplicate_bytes: usize::MAX,
+        metrics_addr: Some("127.0.0.1:0".parse().expect("addr")),
+        ..test_options()
+    };
+    for n in [2, 3, 5] {
+        let dropped = run_world(&two_domains(n), &opts, |c| {
+            every_dtype(c);
+            let text = crate::metrics::scrape(c.metrics_addr().expect("metrics served"));
+            let name = "causeway_wan_copies_dropped_total";
+            let by_rank = crate::metrics::sum_by(&text, name, "rank");
+            by_rank.get(&c.rank().to_string()).copied().unwrap_or(0.0)
+        });
+        eprintln!("world of {n}: copies dropped per rank {dropped:?}");
+        assert!(
+            dropped.iter().sum::<f64>() > 0.0,
+            "world of {n}: no copy dropped: {dropped:?}"
+        );
+    }
+}
+
 /// Random (inexact) floats: every rank must end with the same bits.
 #[test]
 fn float_results_are_bit_identical_on_every_rank() {

@@ -30,6 +30,8 @@ fn set(vars: &[(&str, &str)]) {
         "CAUSEWAY_CHUNK_BYTES",
         "CAUSEWAY_PROBE_BYTES",
         "CAUSEWAY_LATENCY_BYTES",
+        "CAUSEWAY_WAN_DUPLICATE_BYTES",
+        "CAUSEWAY_WARM_BYTES",
         "CAUSEWAY_SOCKET_BUFFER",
         "CAUSEWAY_WAN_RATE",
         "CAUSEWAY_WAN_MBIT",
@@ -197,6 +199,20 @@ fn torchrun_environment() {
         Options::from_env().expect("valid").wan_socket_buffer,
         Some(4 << 20)
     );
+    // Sizes whose 0 turns a feature off; other sizes refuse 0.
+    set(&[
+        ("CAUSEWAY_WAN_DUPLICATE_BYTES", "0"),
+        ("CAUSEWAY_WARM_BYTES", " 0 "),
+    ]);
+    let o = Options::from_env().expect("valid");
+    assert_eq!((o.wan_duplicate_bytes, o.wan_warm_bytes), (0, 0));
+    set(&[("CAUSEWAY_WAN_DUPLICATE_BYTES", "16kb")]);
+    assert_eq!(
+        Options::from_env().expect("valid").wan_duplicate_bytes,
+        16 << 10
+    );
+    set(&[("CAUSEWAY_CHUNK_BYTES", "0")]);
+    assert!(Options::from_env().is_err(), "a chunk of 0 bytes");
 
     // A bad value: the error names the variable, the value and what was expected.
     for (name, value, want) in [
