@@ -70,7 +70,6 @@ struct ConnState {
     in_flight: u64,
     /// Since when the socket has held unacknowledged bytes (ns), if it does.
     busy_since: Option<u64>,
-    last: Option<sock::TcpSample>,
 }
 
 struct PathSt {
@@ -379,10 +378,9 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
         if !feed {
             continue;
         }
-        let Some(info) = sock::tcp_info(&c.sock) else {
+        let Ok(info) = crate::transport::tcp::tcp_info(&c.sock) else {
             continue;
         };
-        cs.last = Some(info);
         let busy_for = cs.busy_since.map_or(0, |b| now.saturating_sub(b));
         if busy_for >= DOWN_AFTER.as_nanos() as u64 && info.last_ack_recv_ms >= down_ms {
             stalled[c.path] = true;

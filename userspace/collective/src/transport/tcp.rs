@@ -341,6 +341,8 @@ pub struct TcpInfo {
     pub unsent: bool,
     /// Segments retransmitted so far (`tcpi_total_retrans`).
     pub total_retrans: u32,
+    /// Milliseconds since the last ACK arrived (`tcpi_last_ack_recv`).
+    pub last_ack_recv_ms: u32,
     /// Maximum segment size (`tcpi_snd_mss`).
     pub snd_mss: u32,
     /// The kernel's current pacing rate and its cap (`tcpi_pacing_rate`,
@@ -414,6 +416,7 @@ pub fn tcp_info(s: &TcpStream) -> io::Result<TcpInfo> {
         delivered: raw.delivered,
         bytes_acked: raw.bytes_acked,
         total_retrans: raw.u32s_a[23],
+        last_ack_recv_ms: raw.u32s_a[12],
         snd_mss: raw.u32s_a[2],
         pacing_rate: raw.pacing_rate,
         max_pacing_rate: raw.max_pacing_rate,
