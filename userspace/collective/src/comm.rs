@@ -75,8 +75,10 @@ impl Communicator {
         CommunicatorBuilder::new(rank, world)
     }
 
-    pub(crate) fn start(id: Identity, opts: Options, host_store: bool) -> Result<Self> {
+    pub(crate) fn start(id: Identity, mut opts: Options, host_store: bool) -> Result<Self> {
         opts.validate()?;
+        let agent = crate::agent_paths::socket(opts.agent_socket.as_deref());
+        opts.wan_paths = crate::agent_paths::resolve(&opts.wan_paths, agent.as_deref());
         if id.world == 0 {
             return Err(crate::error::ConfigError::EmptyWorld.into());
         }

@@ -100,6 +100,10 @@ pub struct Options {
     /// (`CAUSEWAY_WAN_PATHS`, comma-separated; empty: one path). With two or
     /// more on both ends, bulk chunks are striped over the paths ([`crate::stripe`]).
     pub wan_paths: Vec<std::net::IpAddr>,
+    /// The host agent's control socket, asked for the WAN paths when
+    /// `wan_paths` is empty (`CAUSEWAY_AGENT_SOCKET`; unset: the agent's
+    /// default, when it exists; see [`crate::agent_paths`]).
+    pub agent_socket: Option<std::path::PathBuf>,
     /// Ports this rank may accept peers on (`CAUSEWAY_PORT_BASE`,
     /// `CAUSEWAY_PORT_COUNT`): the first free one is taken.
     pub ports: causeway_core::traffic::ListenPorts,
@@ -144,6 +148,7 @@ impl Default for Options {
             wan_duplicate_bytes: 64 << 10,
             wan_codec: crate::codec::CodecSpec::None,
             wan_paths: Vec::new(),
+            agent_socket: None,
             ports: causeway_core::traffic::ListenPorts::default(),
             tls: Default::default(),
             transport: Default::default(),
@@ -326,6 +331,9 @@ impl Options {
         }
         if let Some(p) = var("CAUSEWAY_WAN_PATHS") {
             o.wan_paths = crate::stripe::parse_paths(&p)?;
+        }
+        if let Some(p) = var("CAUSEWAY_AGENT_SOCKET").filter(|p| !p.trim().is_empty()) {
+            o.agent_socket = Some(p.trim().into());
         }
         o.ports = ports_from_env(o.ports)?;
         o.tls = crate::transport::tls_config::TlsSettings::from_env()?;

@@ -1,5 +1,6 @@
 //! The collective library on the agent's clock maps and the emulated WAN.
 
+mod agent_paths;
 mod convergence;
 mod multipath;
 mod multipath_rate;

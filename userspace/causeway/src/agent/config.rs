@@ -36,6 +36,12 @@
 //!
 //! [steering]                        # optional: the path-steering controller
 //! iface = "br0"                     # (see `super::steering` for the keys)
+//!
+//! [library]                         # optional: for the communication library
+//! wan_paths = ["10.0.1.10", "10.0.2.10"]  # this host's own address on each
+//!                                   # WAN path, in path order; a library on
+//!                                   # this host asks for them on the control
+//!                                   # socket and stripes over the paths
 //! ```
 
 use std::{
@@ -95,7 +101,18 @@ struct FileConfig {
     interfaces: Vec<FileIface>,
     clock: FileClock,
     steering: Option<super::steering::FileSteering>,
+    library: Option<FileLibrary>,
 }
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileLibrary {
+    #[serde(default)]
+    wan_paths: Vec<std::net::IpAddr>,
+}
+
+/// Most WAN paths a library stripes over (its `CAUSEWAY_WAN_PATHS` limit).
+pub const MAX_LIBRARY_PATHS: usize = 8;
 
 /// A group by id or by name.
 #[derive(Debug, Deserialize)]
@@ -166,6 +183,9 @@ pub struct AgentConfig {
     pub estimator: EstimatorConfig,
     /// The path-steering controller (`[steering]`, [`super::steering`]).
     pub steering: Option<super::steering::SteeringConfig>,
+    /// This host's own address on each WAN path, in path order (`[library]
+    /// wan_paths`), for the communication library on this host.
+    pub library_wan_paths: Vec<std::net::IpAddr>,
 }
 
 impl AgentConfig {
@@ -306,8 +326,34 @@ impl AgentConfig {
                 .steering
                 .map(super::steering::SteeringConfig::validate)
                 .transpose()?,
+            library_wan_paths: library_paths(f.library)?,
         })
     }
+}
+
+/// `[library] wan_paths`: distinct unicast addresses, at most
+/// [`MAX_LIBRARY_PATHS`].
+fn library_paths(l: Option<FileLibrary>) -> Result<Vec<std::net::IpAddr>, ConfigError> {
+    let paths = l.map(|l| l.wan_paths).unwrap_or_default();
+    if paths.len() > MAX_LIBRARY_PATHS {
+        return Err(ConfigError::Invalid(format!(
+            "library.wan_paths: at most {MAX_LIBRARY_PATHS} paths (got {})",
+            paths.len()
+        )));
+    }
+    for (i, a) in paths.iter().enumerate() {
+        if a.is_unspecified() || a.is_multicast() {
+            return Err(ConfigError::Invalid(format!(
+                "library.wan_paths[{i}]: {a} is not a host's own unicast address"
+            )));
+        }
+        if paths[..i].contains(a) {
+            return Err(ConfigError::Invalid(format!(
+                "library.wan_paths[{i}]: {a} names the same address as an earlier path"
+            )));
+        }
+    }
+    Ok(paths)
 }
 
 /// A group's id, looked up by name when given one.
@@ -385,6 +431,18 @@ drift_ppb = 20000
             AgentConfig::parse(&GOOD.replace("interval = \"50ms\"", "interval = \"250ms\""))
                 .expect("valid");
         assert_eq!(with_unit.interval, Duration::from_millis(250));
+        assert!(c.library_wan_paths.is_empty());
+        let lib = AgentConfig::parse(&format!(
+            "{GOOD}\n[library]\nwan_paths = [\"10.0.1.10\", \"fd00::a\"]\n"
+        ))
+        .expect("valid");
+        assert_eq!(
+            lib.library_wan_paths,
+            vec![
+                "10.0.1.10".parse::<std::net::IpAddr>().expect("ip"),
+                "fd00::a".parse().expect("ip")
+            ]
+        );
     }
 
     #[test]
@@ -440,6 +498,26 @@ drift_ppb = 20000
                 "at least one peer",
             ),
         ];
+        let library = |paths: &str| format!("{GOOD}\n[library]\nwan_paths = [{paths}]\n");
+        let nine = (1..=9)
+            .map(|k| format!("\"10.0.{k}.1\""))
+            .collect::<Vec<_>>();
+        let cases = cases.into_iter().chain([
+            (library("\"10.0.1\""), "invalid IP address syntax"),
+            (
+                library("\"0.0.0.0\""),
+                "library.wan_paths[0]: 0.0.0.0 is not",
+            ),
+            (
+                library("\"10.0.1.10\", \"10.0.1.10\""),
+                "library.wan_paths[1]: 10.0.1.10 names the same address",
+            ),
+            (library(&nine.join(", ")), "at most 8 paths (got 9)"),
+            (
+                format!("{GOOD}\n[library]\npaths = []\n"),
+                "unknown field `paths`",
+            ),
+        ]);
         for (text, needle) in cases {
             let err = AgentConfig::parse(&text).expect_err(needle).to_string();
             let chain = format!("{err} {:?}", AgentConfig::parse(&text).err());

@@ -10,7 +10,13 @@
 //! ← {"ok":true,"clock":{...}}
 //! → {"command":"ping"}
 //! ← {"ok":true}
+//! → {"command":"paths"}
+//! ← {"ok":true,"paths":{"wan_paths":["10.0.1.10","10.0.2.10"]}}
 //! ```
+//!
+//! `paths` is what the communication library on this host asks at start-up
+//! (`causeway_collective::agent_paths`): this host's address on each WAN
+//! path (`[library]` in agent.toml; none configured: an empty list).
 
 use std::{
     io::{BufRead, BufReader, Write},
@@ -34,6 +40,14 @@ use super::report::AgentReport;
 pub enum Request {
     Ping,
     ClockStatus,
+    Paths,
+}
+
+/// The answer to [`Request::Paths`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathsReport {
+    /// This host's own address on each WAN path, in path order.
+    pub wan_paths: Vec<std::net::IpAddr>,
 }
 
 /// The response to a [`Request`].
@@ -44,6 +58,8 @@ pub struct Response {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<AgentReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<PathsReport>,
 }
 
 /// Control socket failures.
@@ -166,11 +182,21 @@ async fn handle(
                     ok: true,
                     error: None,
                     clock: None,
+                    paths: None,
                 },
                 Ok(Request::ClockStatus) => Response {
                     ok: true,
                     error: None,
                     clock: Some(report.borrow().clone()),
+                    paths: None,
+                },
+                Ok(Request::Paths) => Response {
+                    ok: true,
+                    error: None,
+                    clock: None,
+                    paths: Some(PathsReport {
+                        wan_paths: report.borrow().wan_paths.clone(),
+                    }),
                 },
                 Err(e) => failure(&format!("bad request: {e}")),
             }
@@ -190,6 +216,7 @@ fn failure(msg: &str) -> Response {
         ok: false,
         error: Some(msg.to_string()),
         clock: None,
+        paths: None,
     }
 }
 
@@ -228,7 +255,47 @@ pub fn request(path: &Path, req: &Request) -> Result<Response, ControlError> {
 
 #[cfg(test)]
 mod tests {
-    use super::permitted;
+    use super::*;
+
+    /// The served socket answers `paths` with the report's addresses, and
+    /// `ping` with none; a bad request names what was wrong.
+    #[test]
+    fn paths_answers_with_this_hosts_wan_addresses() {
+        let dir = std::env::temp_dir().join(format!("cw-control-{}", std::process::id()));
+        let sock = dir.join("agent.sock");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let addrs: Vec<std::net::IpAddr> = vec![
+            "10.0.1.10".parse().expect("ip"),
+            "fd00::2".parse().expect("ip"),
+        ];
+        let report = AgentReport {
+            wan_paths: addrs.clone(),
+            ..AgentReport::default()
+        };
+        let (_report_tx, report_rx) = watch::channel(report);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let listener = rt.block_on(async { bind(&sock, None) }).expect("bind");
+        let task = rt.spawn(serve(listener, None, report_rx, stop_rx));
+        let got = request(&sock, &Request::Paths).expect("paths");
+        assert_eq!(got.paths, Some(PathsReport { wan_paths: addrs }));
+        let ping = request(&sock, &Request::Ping).expect("ping");
+        assert!(ping.ok && ping.paths.is_none());
+        let mut raw = StdUnixStream::connect(&sock).expect("connect");
+        raw.write_all(b"{\"command\":\"route\"}\n").expect("write");
+        let mut line = String::new();
+        BufReader::new(raw).read_line(&mut line).expect("read");
+        assert!(
+            line.contains("bad request") && line.contains("route"),
+            "{line}"
+        );
+        let _ = stop_tx.send(true);
+        let _ = rt.block_on(task);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn root_the_agent_and_the_control_group_are_permitted() {

@@ -205,6 +205,7 @@ pub async fn run(cfg: AgentConfig, layout: Layout, scope: NetnsScope) -> Result<
         scope: scope.to_string(),
         kernel_stamps,
         interfaces: owned.iter().map(|o| o.report.clone()).collect(),
+        wan_paths: cfg.library_wan_paths.clone(),
         ..AgentReport::default()
     };
     let (report_tx, report_rx) = watch::channel(report.clone());

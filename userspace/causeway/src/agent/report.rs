@@ -54,6 +54,9 @@ pub struct AgentReport {
     pub session: SessionStatus,
     /// Estimates published to the pinned peer map so far.
     pub published: u64,
+    /// This host's address on each WAN path (`[library] wan_paths`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wan_paths: Vec<std::net::IpAddr>,
 }
 
 /// The map value for an estimate; `generation` counts updates.
