@@ -26,6 +26,8 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::stripe::MAX_PATHS;
+
 /// The agent's control socket in the root network namespace
 /// (`causeway agent`'s default).
 pub const DEFAULT_SOCKET: &str = "/run/causeway/root/agent.sock";
@@ -34,8 +36,6 @@ pub const DEFAULT_SOCKET: &str = "/run/causeway/root/agent.sock";
 const TIMEOUT: Duration = Duration::from_secs(2);
 /// The most an answer may be (a line of JSON).
 const MAX_ANSWER: u64 = 64 << 10;
-/// Most paths a communicator stripes over.
-const MAX_PATHS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentPathsError {

@@ -260,8 +260,8 @@ impl Options {
         };
         // A size where `0` turns the feature off.
         let size_or_off = |name| -> Result<Option<usize>, ConfigError> {
-            match std::env::var(name) {
-                Ok(v) if v.trim() == "0" => Ok(Some(0)),
+            match var(name) {
+                Some(v) if v.trim() == "0" => Ok(Some(0)),
                 _ => size(name),
             }
         };
@@ -332,7 +332,7 @@ impl Options {
         if let Some(p) = var("CAUSEWAY_WAN_PATHS") {
             o.wan_paths = crate::stripe::parse_paths(&p)?;
         }
-        if let Some(p) = var("CAUSEWAY_AGENT_SOCKET").filter(|p| !p.trim().is_empty()) {
+        if let Some(p) = var("CAUSEWAY_AGENT_SOCKET") {
             o.agent_socket = Some(p.trim().into());
         }
         o.ports = ports_from_env(o.ports)?;

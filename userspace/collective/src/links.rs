@@ -99,19 +99,24 @@ impl PeerLink {
             if twice && self.stripe.is_none() && !self.data.is_empty() {
                 h.kind = FrameKind::DataCopy;
                 let copy = PooledBuf::unpooled(payload.to_vec());
-                let i = self.next % self.data.len();
-                self.next = self.next.wrapping_add(1);
-                let sent = self.data[i].send(Out::Frame(h, copy, None)).is_ok();
-                return l.send(Out::Frame(h, payload, queued)).is_ok() && sent;
+                let sent = l.send(Out::Frame(h, payload, queued)).is_ok();
+                return self.next_data().send(Out::Frame(h, copy, None)).is_ok() && sent;
             }
             return l.send(Out::Frame(h, payload, queued)).is_ok();
         }
         if let Some(s) = &self.stripe {
             return s.send(h, payload, queued);
         }
+        self.next_data()
+            .send(Out::Frame(h, payload, queued))
+            .is_ok()
+    }
+
+    /// The next bulk data connection, round-robin.
+    fn next_data(&mut self) -> &Sender<Out> {
         let i = self.next % self.data.len();
         self.next = self.next.wrapping_add(1);
-        self.data[i].send(Out::Frame(h, payload, queued)).is_ok()
+        &self.data[i]
     }
 
     /// Queues a control frame on every connection (after every data frame

@@ -352,11 +352,11 @@ impl Driver<'_, '_> {
             self.e.future.push((peer, f, at));
             return Ok(self.ex.note_activity(now)?);
         }
-        if h.op < self.seq && copy {
-            self.copy_dropped();
-            return Ok(());
-        }
         if h.op < self.seq {
+            if copy {
+                self.copy_dropped();
+                return Ok(());
+            }
             return Err(mismatch(format!(
                 "frame for op {} lane {} step {} does not exist (running op {})",
                 h.op, h.lane, h.step, self.seq
