@@ -140,17 +140,7 @@ fn ipv6_extension_chains() {
 
 #[test]
 fn first_matching_rule_wins() {
-    let base = Rule {
-        priority: 0,
-        src: None,
-        dst: None,
-        proto: None,
-        src_ports: None,
-        dst_ports: None,
-        dscp: None,
-        class: 0,
-        verdict: Verdict::Pass,
-    };
+    let base = Rule::any(0, 0, Verdict::Pass);
     let ports = Rule {
         priority: 1,
         proto: Some(17),
