@@ -101,7 +101,7 @@ impl Communicator {
         };
         let wan_bulk =
             std::mem::take(&mut *joined.wan_bulk.lock().unwrap_or_else(|p| p.into_inner()));
-        let wan = crate::estimates::Sampler::start(id.rank, wan_bulk);
+        let wan = crate::estimates::Sampler::start(id.rank, wan_bulk, opts.wan_inflight_gain);
         let seat = Seat::new(
             &id,
             &opts,

@@ -76,6 +76,11 @@ pub struct Options {
     /// estimated (or configured) WAN rate (`CAUSEWAY_WAN_PACING`, 1 = default;
     /// see [`crate::estimates`]).
     pub wan_pacing: bool,
+    /// Clamp each bulk connection's receive window across domains to this
+    /// multiple of what it delivered in its best minimum RTT, from the
+    /// first byte on (`CAUSEWAY_WAN_INFLIGHT_GAIN`, `1.5`; 0 = off; see
+    /// [`crate::estimates::inflight`]).
+    pub wan_inflight_gain: Option<f64>,
     /// Bytes each rank exchanges both ways with its counterpart across the
     /// WAN at start-up to warm the connections (`CAUSEWAY_WARM_BYTES`,
     /// `4mb`; 0 = off; see [`crate::warm`]).
@@ -142,6 +147,7 @@ impl Default for Options {
             wan_congestion: Some("bbr".into()),
             wan_rate_bps: None,
             wan_pacing: true,
+            wan_inflight_gain: Some(crate::estimates::inflight::INFLIGHT_GAIN),
             wan_warm_bytes: 4 << 20,
             wan_latency_stream: true,
             latency_bytes: 256 << 10,
@@ -302,6 +308,19 @@ impl Options {
             None => {}
         }
         o.wan_pacing = parse_var::<u8>("CAUSEWAY_WAN_PACING")?.map_or(o.wan_pacing, |v| v != 0);
+        if let Some(g) = parse_var::<f64>("CAUSEWAY_WAN_INFLIGHT_GAIN")? {
+            o.wan_inflight_gain = if g == 0.0 {
+                None
+            } else if g.is_finite() && g >= 1.0 {
+                Some(g)
+            } else {
+                return Err(ConfigError::InvalidVar {
+                    name: "CAUSEWAY_WAN_INFLIGHT_GAIN".into(),
+                    value: g.to_string(),
+                    reason: "expected 0 (off) or a gain of at least 1".into(),
+                });
+            };
+        }
         o.wan_latency_stream = parse_var::<u8>("CAUSEWAY_LATENCY_STREAM")?
             .map(|v| v != 0)
             .unwrap_or(o.wan_latency_stream);

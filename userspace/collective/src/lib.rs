@@ -46,6 +46,7 @@
 //! | `CAUSEWAY_WAN_DUPLICATE_BYTES` | transfers across domains up to this size go on the latency connection and, as a copy, on a bulk one; the receiver keeps the first whole copy, so a lost segment does not cost a round trip (`64kb`; 0 = off) |
 //! | `CAUSEWAY_WAN_RATE` | WAN rate per direction when known, e.g. `200mbit`: the bulk streams of a domain are paced (SO_MAX_PACING_RATE) to share 96 % of it (unset: paced to the live estimate, `estimates`) |
 //! | `CAUSEWAY_WAN_PACING` | pace the bulk streams across domains (1, default) or not (0): 96 % of the WAN rate per domain, with a probing gain cycle when the rate is estimated |
+//! | `CAUSEWAY_WAN_INFLIGHT_GAIN` | clamp each bulk connection's receive window across domains to this multiple of what it delivered in its best minimum RTT, so start-up (probe, warm-up, before any pacing) does not overflow the bottleneck's queue (`1.5`; 0 = off) |
 //! | `CAUSEWAY_WARM_BYTES` | bytes each rank exchanges both ways with its WAN counterpart at start-up (with 3 latency-sized transfers) so the first operation finds warm connections (`4mb`; 0 = off) |
 //! | `CAUSEWAY_PORT_BASE`, `CAUSEWAY_PORT_COUNT` | a rank accepts its peers on the first free port of this range (29600, 400; base 0 = any port). Every connection is tagged for the kernel: DSCP and `SO_PRIORITY` per kind (bulk AF11/0, latency AF21/4, control and the store CS5/6: [`transport::tagging`]); `causeway policy example` classifies them |
 //! | `CAUSEWAY_SHM` | shared memory between same-host ranks (1) |

@@ -333,6 +333,12 @@ pub struct TcpInfo {
     pub delivered: u32,
     /// Payload bytes acknowledged so far (`tcpi_bytes_acked`).
     pub bytes_acked: u64,
+    /// Data segments received so far, in order or not (`tcpi_data_segs_in`).
+    pub data_segs_in: u32,
+    /// Largest segment received (`tcpi_rcv_mss`).
+    pub rcv_mss: u32,
+    /// The receiver's RTT estimate (`tcpi_rcv_rtt`, 0 when none).
+    pub rcv_rtt_us: u32,
     /// Whether the connection has data in flight or queued unsent
     /// (`tcpi_unacked`, `tcpi_notsent_bytes`).
     pub busy: bool,
@@ -415,6 +421,9 @@ pub fn tcp_info(s: &TcpStream) -> io::Result<TcpInfo> {
         unsent: raw.u32s_b[2] > 0,
         delivered: raw.delivered,
         bytes_acked: raw.bytes_acked,
+        data_segs_in: raw.u32s_b[4],
+        rcv_mss: raw.u32s_a[3],
+        rcv_rtt_us: raw.u32s_a[21],
         total_retrans: raw.u32s_a[23],
         last_ack_recv_ms: raw.u32s_a[12],
         snd_mss: raw.u32s_a[2],
@@ -422,6 +431,14 @@ pub fn tcp_info(s: &TcpStream) -> io::Result<TcpInfo> {
         max_pacing_rate: raw.max_pacing_rate,
         state: raw.bytes[0],
     })
+}
+
+/// Clamps the receive window a connection advertises (`TCP_WINDOW_CLAMP`,
+/// bytes; the kernel raises values below half its minimum buffer):
+/// the peer never has more than that in flight towards us.
+pub fn set_window_clamp(s: &TcpStream, bytes: u32) -> io::Result<()> {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    setsockopt(s, libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, &v)
 }
 
 /// Caps the bytes a connection keeps queued unsent (TCP_NOTSENT_LOWAT): the
@@ -470,6 +487,30 @@ mod info_tests {
         assert!(i.rtt_us > 0 && i.min_rtt_us > 0, "{i:?}");
         assert_eq!(i.max_pacing_rate, 1 << 30, "{i:?}");
         assert!(i.snd_mss > 0);
+    }
+
+    /// The receiver counts the segments it received, and takes a window
+    /// clamp on a live connection (data still flows under it).
+    #[test]
+    fn a_clamped_receiver_counts_what_it_received() {
+        use std::io::{Read, Write};
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (mut b, _) = l.accept().expect("accept");
+        set_window_clamp(&b, 128 << 10).expect("clamp accepted");
+        let t = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut n = 0;
+            while n < 4 << 20 {
+                n += b.read(&mut buf).expect("read");
+            }
+            tcp_info(&b).expect("TCP_INFO")
+        });
+        a.write_all(&vec![7u8; 4 << 20]).expect("write");
+        let i = t.join().expect("reader");
+        assert!(i.rcv_mss > 0, "{i:?}");
+        let arrived = u64::from(i.data_segs_in) * u64::from(i.rcv_mss);
+        assert!(arrived > 0, "{i:?}");
     }
 
     /// `settled`: false while written bytes wait for the peer's kernel (a

@@ -32,6 +32,7 @@ fn set(vars: &[(&str, &str)]) {
         "CAUSEWAY_LATENCY_BYTES",
         "CAUSEWAY_WAN_DUPLICATE_BYTES",
         "CAUSEWAY_WARM_BYTES",
+        "CAUSEWAY_WAN_INFLIGHT_GAIN",
         "CAUSEWAY_SOCKET_BUFFER",
         "CAUSEWAY_WAN_RATE",
         "CAUSEWAY_WAN_MBIT",
@@ -211,6 +212,25 @@ fn torchrun_environment() {
         Options::from_env().expect("valid").wan_duplicate_bytes,
         16 << 10
     );
+    // The in-flight governor's gain: 0 turns it off, below 1 is refused.
+    assert_eq!(
+        Options::from_env().expect("valid").wan_inflight_gain,
+        Some(1.5)
+    );
+    set(&[("CAUSEWAY_WAN_INFLIGHT_GAIN", "0")]);
+    assert_eq!(Options::from_env().expect("valid").wan_inflight_gain, None);
+    set(&[("CAUSEWAY_WAN_INFLIGHT_GAIN", "1.25")]);
+    assert_eq!(
+        Options::from_env().expect("valid").wan_inflight_gain,
+        Some(1.25)
+    );
+    for bad in ["0.5", "-1", "NaN", "fast"] {
+        set(&[("CAUSEWAY_WAN_INFLIGHT_GAIN", bad)]);
+        assert!(
+            matches!(Options::from_env(), Err(ConfigError::InvalidVar { name, .. }) if name == "CAUSEWAY_WAN_INFLIGHT_GAIN"),
+            "{bad}"
+        );
+    }
     set(&[("CAUSEWAY_CHUNK_BYTES", "0")]);
     assert!(Options::from_env().is_err(), "a chunk of 0 bytes");
 
