@@ -3,12 +3,11 @@
 //! receiver sees it.
 //!
 //! Pacing ([`super::Pacer`]) starts only once start-up is over. Before it,
-//! the start-up probe's rounds (and, on a path whose probe ended as a floor,
-//! the warm-up) run the congestion control's own start-up, and BBR's
-//! start-up keeps up to 2.89 BDPs in flight: on a lossless path whose
-//! bottleneck holds one BDP, the queue overflowed (1.6–2.0 k drops per
-//! start-up on wan40, docs/BENCHMARKS.md). The receiver bounds the sender by
-//! its window:
+//! the start-up probe's rounds run the congestion control's own start-up,
+//! and BBR's start-up keeps up to 2.89 BDPs in flight: on a lossless path
+//! whose bottleneck holds one BDP, the queue overflowed (1.6–2.0 k drops
+//! per start-up on wan40, docs/BENCHMARKS.md). The receiver bounds the
+//! sender by its window:
 //! - each reading, the segments that **arrived** on a connection
 //!   (`tcpi_data_segs_in` × `tcpi_rcv_mss`, in order or not) over a short
 //!   span (a quarter of the minimum RTT, at least 20 ms, at most one RTT)
@@ -23,19 +22,19 @@
 //!   clamped (`TCP_WINDOW_CLAMP`) to what it had in flight (what arrived on
 //!   it over the last RTT) plus an equal part of the budget's headroom (the
 //!   budget less what all had in flight): the clamps never add up to more
-//!   than the budget, and one connection alone grows to all of it within
-//!   about an RTT. Once the path is full they keep at most the gain times
-//!   one BDP in flight, so the queue holds at most (gain − 1) BDP.
+//!   than the budget (and the floors), and a connection alone grows
+//!   towards all of it. Once the path is full they keep at most the gain
+//!   times one BDP in flight, so the queue holds at most (gain − 1) BDP.
 //!   Per-connection budgets would not do: each connection carries the
 //!   whole path's rate at some time (one chunk travels on one connection),
 //!   and then all at once would keep their sum in flight (1.3 k drops in a
 //!   wan40 start-up).
 //! - the best rate is kept for the connections' life, so an idle connection
-//!   resumes with its full window (warm connections). The sampler releases
-//!   the clamps ([`RELEASED`]) once pacing caps are in force: the caps then
-//!   keep the queue short, and a window sized by the minimum RTT would only
-//!   cut a connection that carries more than it has before while the RTT
-//!   carries some queue.
+//!   resumes with its full window. The sampler releases the clamps
+//!   ([`RELEASED`]) when start-up is over: pacing caps keep the queue short
+//!   from then on, and a window sized by the minimum RTT would only cut a
+//!   connection that carries more than it has before while the RTT carries
+//!   some queue.
 //!
 //! Pure: time and readings come in, clamps go out; the sampler thread
 //! applies them ([`super::Sampler`]).
@@ -160,6 +159,9 @@ impl InflightGovernor {
             None => vec![0; now.len()],
         };
         let budget = self.gain * self.best * rtt_ns as f64 * 1e-9;
+        // An equal part of the headroom for each: shares in proportion to
+        // what each had in flight ramped faster and overflowed (0–132
+        // drops per wan40 start-up, against 0).
         let headroom = (budget - total(&recent) as f64).max(0.0) / self.tracks.len().max(1) as f64;
         self.tracks
             .iter_mut()

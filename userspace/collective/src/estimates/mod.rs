@@ -39,8 +39,8 @@
 //!   receive window to a multiple of what it delivered in its best minimum
 //!   RTT, from the first byte on: the start-up probe and the warm-up run
 //!   before any pacing cap, and the congestion control's own start-up would
-//!   overflow a one-BDP bottleneck queue. Once the caps are in force the
-//!   clamps are released.
+//!   overflow a one-BDP bottleneck queue. The clamps are released when
+//!   start-up is over.
 //! - [`Sampler`] is the thread that reads the sockets and applies the caps
 //!   and the clamps.
 
@@ -537,6 +537,11 @@ impl Control {
         });
     }
 
+    /// Whether start-up is over ([`Control::started`]).
+    pub fn is_started(&self) -> bool {
+        self.started
+    }
+
     /// The seed given to [`Control::started`] is only a lower bound: the
     /// start-up probe stopped while its rate still rose (a long path whose
     /// probe rounds ended in TCP's start-up). Caps from it would hold the
@@ -695,17 +700,21 @@ fn run(shared: &Shared, sockets: &[TcpStream], inflight_gain: Option<f64>) {
         let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let (cap, window, paced) = {
+        let (cap, window, started) = {
             let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
             let (cap, window) = state.tick_at(now, wall, &infos);
-            (cap, window, state.applied.is_some())
+            (cap, window, state.is_started())
         };
-        // Once pacing caps are in force they keep the queue short; a clamp
-        // sized by the minimum RTT would then only cut a connection that
+        // Start-up is over: pacing caps keep the queue short from now on. A
+        // clamp sized by the minimum RTT would only cut a connection that
         // carries more than it did before while the RTT carries some queue
-        // (a first version kept them: 64 MiB on wan40 took 1.15× and 1.22×
-        // the bound; released, 1.11× and 1.15×, as without the governor).
-        if paced && governor.take().is_some() {
+        // (a first version kept the clamps: 64 MiB on wan40 took 1.15× and
+        // 1.22× the bound; released, 1.11× and 1.15×). Where the probe's
+        // rate was only a floor and the caps wait for the domain's windows
+        // (`seed_is_floor`, the lossy paths), clamps kept through the first
+        // operations slowed them (lossy120, 16 MiB: 1.24–1.48× the bound,
+        // first iterations up to 1.33× the median): BBR alone paces there.
+        if started && governor.take().is_some() {
             for s in sockets {
                 if let Err(e) = tcp::set_window_clamp(s, inflight::RELEASED) {
                     tracing::debug!(%e, "window clamp not released");
