@@ -76,9 +76,10 @@ pub struct Options {
     /// estimated (or configured) WAN rate (`CAUSEWAY_WAN_PACING`, 1 = default;
     /// see [`crate::estimates`]).
     pub wan_pacing: bool,
-    /// Clamp each bulk connection's receive window across domains to this
-    /// multiple of what it delivered in its best minimum RTT, from the
-    /// first byte on (`CAUSEWAY_WAN_INFLIGHT_GAIN`, `1.5`; 0 = off; see
+    /// Until start-up ends, clamp the receive windows of the bulk
+    /// connections across domains so that together they keep at most this
+    /// multiple of the path's measured BDP in flight
+    /// (`CAUSEWAY_WAN_INFLIGHT_GAIN`, `1.5`; 0 = off; see
     /// [`crate::estimates::inflight`]).
     pub wan_inflight_gain: Option<f64>,
     /// Bytes each rank exchanges both ways with its counterpart across the

@@ -44,8 +44,8 @@ use std::collections::VecDeque;
 use crate::transport::tcp::TcpInfo;
 
 /// In flight allowed, as a multiple of what the connections together
-/// delivered in their best minimum RTT. Below 2: a one-BDP bottleneck queue then holds the
-/// excess, with room for the segments' header overhead.
+/// delivered in their best minimum RTT. Below 2: a one-BDP bottleneck queue
+/// then holds the excess, with room for the segments' header overhead.
 pub const INFLIGHT_GAIN: f64 = 1.5;
 /// The smallest clamp: a fresh connection's start (ten segments, doubling)
 /// is never slowed below it.
@@ -200,10 +200,11 @@ mod tests {
     }
 
     /// A fluid model of one connection through a bottleneck of `rate`
-    /// bytes/s and base RTT `rtt` with a drop-tail queue of `queue` bytes:
-    /// the sender keeps `want(t)` bytes in flight, bounded by the receive
-    /// window the governor sets. Returns the largest queue seen and the
-    /// bytes delivered, stepping every `SAMPLE` ns as the sampler does.
+    /// bytes/s and base RTT `rtt_ms`: the sender keeps `want(t, delivered
+    /// in the last RTT)` bytes in flight, bounded by the receive window the
+    /// governor (of `gain`) sets. Returns the largest queue seen, in BDPs,
+    /// and the bytes delivered, stepping every `SAMPLE` ns as the sampler
+    /// does.
     fn run(
         gain: f64,
         rate: f64,

@@ -35,12 +35,12 @@
 //!   [`DRAIN_GAIN`], six at 1) so that a path that got faster is found (its
 //!   samples at the higher cap rise above the estimate) while the
 //!   bottleneck queue stays short.
-//! - [`inflight::InflightGovernor`] (pure) clamps each bulk connection's
-//!   receive window to a multiple of what it delivered in its best minimum
-//!   RTT, from the first byte on: the start-up probe and the warm-up run
-//!   before any pacing cap, and the congestion control's own start-up would
-//!   overflow a one-BDP bottleneck queue. The clamps are released when
-//!   start-up is over.
+//! - [`inflight::InflightGovernor`] (pure) clamps the bulk connections'
+//!   receive windows so that together they keep at most a multiple of the
+//!   path's measured BDP in flight, from the first byte on: the start-up
+//!   probe runs before any pacing cap, and the congestion control's own
+//!   start-up would overflow a one-BDP bottleneck queue. The clamps are
+//!   released when start-up is over.
 //! - [`Sampler`] is the thread that reads the sockets and applies the caps
 //!   and the clamps.
 

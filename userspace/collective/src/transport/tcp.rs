@@ -460,28 +460,41 @@ mod info_tests {
         assert_eq!(std::mem::size_of::<RawTcpInfo>(), 200);
     }
 
-    /// A loopback connection that carried data reports an RTT, a delivery
-    /// rate and the pacing cap it was given.
-    #[test]
-    fn tcp_info_of_a_loopback_connection() {
-        use std::io::{Read, Write};
+    /// A connected loopback pair: (the dialing end, the accepted end).
+    fn loopback_pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let mut a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
-        let (mut b, _) = l.accept().expect("accept");
-        set_max_pacing_rate(&a, 1 << 30).expect("pacing cap");
+        let a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (b, _) = l.accept().expect("accept");
+        (a, b)
+    }
+
+    /// Sends 4 MiB from the dialing end of a loopback pair to the accepted
+    /// end, after `setup(sender, receiver)`; returns both ends' `TCP_INFO`.
+    fn after_4_mib(setup: impl FnOnce(&TcpStream, &TcpStream)) -> (TcpInfo, TcpInfo) {
+        use std::io::{Read, Write};
+        let (mut a, mut b) = loopback_pair();
+        setup(&a, &b);
         let t = std::thread::spawn(move || {
             let mut buf = vec![0u8; 1 << 20];
             let mut n = 0;
             while n < 4 << 20 {
                 n += b.read(&mut buf).expect("read");
             }
+            tcp_info(&b).expect("TCP_INFO of the receiver")
         });
         let chunk = vec![7u8; 1 << 20];
         for _ in 0..4 {
             a.write_all(&chunk).expect("write");
         }
-        t.join().expect("reader");
-        let i = tcp_info(&a).expect("TCP_INFO");
+        let received = t.join().expect("reader");
+        (tcp_info(&a).expect("TCP_INFO of the sender"), received)
+    }
+
+    /// A loopback connection that carried data reports an RTT, a delivery
+    /// rate and the pacing cap it was given.
+    #[test]
+    fn tcp_info_of_a_loopback_connection() {
+        let (i, _) = after_4_mib(|a, _| set_max_pacing_rate(a, 1 << 30).expect("pacing cap"));
         assert!(i.bytes_acked > 0 && i.delivered > 0, "{i:?}");
         assert!(i.delivery_rate > 0, "{i:?}");
         assert!(i.rtt_us > 0 && i.min_rtt_us > 0, "{i:?}");
@@ -493,22 +506,10 @@ mod info_tests {
     /// clamp on a live connection (data still flows under it).
     #[test]
     fn a_clamped_receiver_counts_what_it_received() {
-        use std::io::{Read, Write};
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let mut a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
-        let (mut b, _) = l.accept().expect("accept");
-        set_window_clamp(&b, 128 << 10).expect("clamp accepted");
-        let t = std::thread::spawn(move || {
-            let mut buf = vec![0u8; 1 << 20];
-            let mut n = 0;
-            while n < 4 << 20 {
-                n += b.read(&mut buf).expect("read");
-            }
-            tcp_info(&b).expect("TCP_INFO")
-        });
-        a.write_all(&vec![7u8; 4 << 20]).expect("write");
-        let i = t.join().expect("reader");
-        assert!(i.rcv_mss > 0, "{i:?}");
+        let (_, i) = after_4_mib(|_, b| set_window_clamp(b, 128 << 10).expect("clamp accepted"));
+        // A segment is at most 64 KiB, so 4 MiB took at least 64 of them.
+        assert!((536..=65_535).contains(&i.rcv_mss), "{i:?}");
+        assert!(i.data_segs_in >= 64, "{i:?}");
         let arrived = u64::from(i.data_segs_in) * u64::from(i.rcv_mss);
         assert!(arrived > 0, "{i:?}");
     }
@@ -519,12 +520,7 @@ mod info_tests {
     #[test]
     fn a_connection_is_settled_once_the_peer_acknowledged_everything() {
         use std::io::{Read, Write};
-        let pair = || {
-            let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-            let a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
-            let (b, _) = l.accept().expect("accept");
-            (a, b)
-        };
+        let pair = loopback_pair;
         let wait_for = |what: &dyn Fn() -> bool| {
             for _ in 0..400 {
                 if what() {
