@@ -115,7 +115,10 @@ pub fn run(extra: &[String]) -> Result<()> {
             }
             println!("load {}", crate::bench_tls::load());
         });
-        let svg = plot::plots_dir().join(format!("allreduce_{profile}.svg"));
+        let svg = plot::plots_dir().join(format!(
+            "allreduce_{}.svg",
+            crate::testbed::profile_file_name(profile)
+        ));
         plot::render(&busbw_chart(profile, &bed, &c, &g), &svg)?;
         progress::say(&bar, &format!("bench: plot {}", svg.display()));
         bar.set_message(format!("{profile}: testbed down"));
@@ -199,7 +202,7 @@ fn parse_args(extra: &[String]) -> Result<Args> {
                 bin = Some(it.next().context("--bin needs a path to causeway-allreduce-bench")?.into())
             }
             "--help" | "-h" => bail!(
-                "usage: cargo xtask bench allreduce [--ebpf] [--no-gloo] [--sizes {SIZES}] [--iters 5] [--bin PATH] [PROFILE...] (profiles: wan40 lossy80 lossy120 gig10; default wan40 lossy80 lossy120)"
+                "usage: cargo xtask bench allreduce [--ebpf] [--no-gloo] [--sizes {SIZES}] [--iters 5] [--bin PATH] [PROFILE...] (profiles: wan40 lossy80 lossy120 gig10, or explicit paths as in `causeway-netsim up --path`, e.g. delay=15ms,rate=300mbit,loss=0.002; default wan40 lossy80 lossy120)"
             ),
             _ => rest.push(a.clone()),
         }

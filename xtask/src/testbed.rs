@@ -36,18 +36,19 @@ pub struct Testbed {
 
 impl Testbed {
     /// Brings the testbed up with `profile` and reads back its plan.
+    /// `profile` is a named profile (`wan40`, …) or explicit paths in
+    /// `causeway-netsim up --path` form, `;` between paths (first = default),
+    /// e.g. `delay=15ms,rate=300mbit,loss=0.002`: see [`netsim_profile_args`].
     pub fn up(tag: &str, profile: &str) -> Result<Self> {
         // Leftovers of an interrupted run first (idempotent).
         let _ = Command::new(cmd::bin_path("causeway-netsim", true))
             .args(["down", "--tag", tag])
             .status();
-        cmd::run(cmd::cargo_bin("causeway-netsim", true).args([
-            "up",
-            "--tag",
-            tag,
-            "--profile",
-            profile,
-        ]))?;
+        cmd::run(
+            cmd::cargo_bin("causeway-netsim", true)
+                .args(["up", "--tag", tag])
+                .args(netsim_profile_args(profile)),
+        )?;
         let status = cmd::output(
             cmd::cargo_bin("causeway-netsim", true).args(["status", "--tag", tag, "--json"]),
         )
@@ -269,4 +270,57 @@ pub fn find_key<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
 fn find_number(v: &Value, keys: &[&str]) -> Option<f64> {
     keys.iter()
         .find_map(|k| find_key(v, k).and_then(Value::as_f64))
+}
+
+/// `causeway-netsim up` arguments for `profile`: `--profile NAME`, or one
+/// `--path SPEC` per `;`-separated explicit path (a spec has a `=`).
+pub fn netsim_profile_args(profile: &str) -> Vec<String> {
+    if !profile.contains('=') {
+        return vec!["--profile".into(), profile.into()];
+    }
+    profile
+        .split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .flat_map(|p| ["--path".to_string(), p.to_string()])
+        .collect()
+}
+
+/// A name for files (plots) of `profile`: explicit paths with every
+/// character that is not alphanumeric, `.` or `-` replaced by `_`.
+pub fn profile_file_name(profile: &str) -> String {
+    profile
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_profile_or_explicit_paths_become_netsim_arguments() {
+        assert_eq!(netsim_profile_args("wan40"), ["--profile", "wan40"]);
+        assert_eq!(
+            netsim_profile_args("delay=15ms,rate=300mbit; delay=30ms,rate=100mbit,loss=0.01"),
+            [
+                "--path",
+                "delay=15ms,rate=300mbit",
+                "--path",
+                "delay=30ms,rate=100mbit,loss=0.01"
+            ]
+        );
+        assert_eq!(
+            profile_file_name("delay=15ms,rate=300mbit,loss=0.002"),
+            "delay_15ms_rate_300mbit_loss_0.002"
+        );
+        assert_eq!(profile_file_name("lossy80"), "lossy80");
+    }
 }
