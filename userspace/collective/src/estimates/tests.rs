@@ -310,6 +310,44 @@ fn two_ranks_seeded(
     pace: bool,
     shares: impl Fn(u64) -> f64,
 ) -> (f64, f64) {
+    let s = simulate(seed, most, rate, until, domain, pace, shares);
+    (s.a, s.b)
+}
+
+/// What [`simulate`] saw.
+struct Sim {
+    /// Both ranks' goodput estimates at the end.
+    a: f64,
+    b: f64,
+    /// Rank 0's estimate every 100 ms: (time, goodput).
+    trace: Vec<(u64, f64)>,
+    /// Time the ranks offered more than the full queue could take (a
+    /// drop-tail queue of one BDP would have dropped), seconds.
+    overflow_s: f64,
+}
+
+impl Sim {
+    /// Lowest and highest of rank 0's estimate from `from` on.
+    fn range(&self, from: u64) -> (f64, f64) {
+        self.trace
+            .iter()
+            .filter(|(t, _)| *t >= from)
+            .fold((f64::INFINITY, 0.0), |(lo, hi), &(_, g)| {
+                (lo.min(g), hi.max(g))
+            })
+    }
+}
+
+/// The fluid model behind [`two_ranks_seeded`].
+fn simulate(
+    seed: f64,
+    most: f64,
+    rate: impl Fn(u64) -> f64,
+    until: u64,
+    domain: bool,
+    pace: bool,
+    shares: impl Fn(u64) -> f64,
+) -> Sim {
     let mut c = [Control::new(2), Control::new(2)];
     for (r, c) in c.iter_mut().enumerate() {
         if domain {
@@ -327,6 +365,7 @@ fn two_ranks_seeded(
     let mut infos = [[info; 2]; 2];
     let mut history = std::collections::VecDeque::new();
     let (mut t, mut queue) = (0, 0.0f64);
+    let (mut trace, mut overflow_s) = (Vec::new(), 0.0);
     let mut carry = [0.0f64; 2];
     let dt = TICK as f64 / 1e9;
     while t < until {
@@ -356,7 +395,11 @@ fn two_ranks_seeded(
         } else {
             [offered[0], offered[1]]
         };
-        queue = (queue + (total - r_now) * dt).clamp(0.0, r_now * 0.04);
+        let offered_queue = queue + (total - r_now) * dt;
+        if offered_queue > r_now * 0.04 {
+            overflow_s += dt;
+        }
+        queue = offered_queue.clamp(0.0, r_now * 0.04);
         let rtt_us = 40_000 + (queue / r_now * 1e6) as u32;
         let mut windows = [None, None];
         for r in 0..2 {
@@ -379,8 +422,16 @@ fn two_ranks_seeded(
                 c[1 - r].peer_window(r, *w);
             }
         }
+        if t % (100 * MS) == 0 {
+            trace.push((t, goodput(&mut c[0], t)));
+        }
     }
-    (goodput(&mut c[0], t), goodput(&mut c[1], t))
+    Sim {
+        a: goodput(&mut c[0], t),
+        b: goodput(&mut c[1], t),
+        trace,
+        overflow_s,
+    }
 }
 
 fn swing(t: u64) -> f64 {
@@ -414,12 +465,36 @@ fn settled(g: f64, rate: f64) -> bool {
     g >= rate * 0.97 && g <= rate / PACING_TARGET * 1.01
 }
 
+/// Where a paced domain's estimate moves once it found the path: never
+/// below the path's rate (what full windows say, less 3 %), and above it by
+/// at most what the caps need to reach it times the climb's second step
+/// (the climb probes past the path until a queue shows, then falls back);
+/// and the probing overflows the one-BDP queue for at most 1 % of the time.
+fn holds_the_path(s: &Sim, rate: f64, from: u64) -> Result<(), String> {
+    let (lo, hi) = s.range(from);
+    let most = rate / PACING_TARGET * (1.0 + 2.0 * (ROOM_STEP - 1.0));
+    let secs = s.trace.last().map_or(0, |&(t, _)| t) as f64 / 1e9;
+    if lo >= rate * 0.97 && hi <= most && s.overflow_s <= 0.01 * secs {
+        Ok(())
+    } else {
+        Err(format!(
+            "estimate {:.3}–{:.3} of the path (at most {:.3}), queue overflowing for {:.2} of {secs:.0} s",
+            lo / rate,
+            hi / rate,
+            most / rate,
+            s.overflow_s
+        ))
+    }
+}
+
 /// Paced at the estimate, windows only partly full are lower bounds: the
-/// estimate neither spirals down with the caps nor runs away.
+/// estimate neither spirals down with the caps nor runs away, and the queue
+/// seldom overflows.
 #[test]
 fn paced_ranks_keep_the_domain_estimate_at_the_rate() {
-    let (a, b) = two_ranks(|_| 25.0 * MB, 20 * S, true, true, swing);
-    assert!(settled(a, 25.0 * MB) && settled(b, 25.0 * MB), "{a} {b}");
+    let inf = f64::INFINITY;
+    let s = simulate(25.0 * MB, inf, |_| 25.0 * MB, 20 * S, true, true, swing);
+    holds_the_path(&s, 25.0 * MB, 2 * S).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// A path that gets slower is followed: the ranks, paced for the old rate,
@@ -438,13 +513,11 @@ fn the_domain_estimate_follows_a_slower_path() {
 #[test]
 fn paced_ranks_find_a_path_faster_than_their_seed() {
     // The last: a lossy path's start-up probe measured a sixth of it.
-    for (until, seed) in [(10 * S, 22.5 * MB), (20 * S, 12.5 * MB), (10 * S, 4.0 * MB)] {
+    // (seed, run for, found by)
+    for (seed, until, by) in [(22.5 * MB, 10, 2), (12.5 * MB, 20, 4), (4.0 * MB, 20, 6)] {
         let inf = f64::INFINITY;
-        let (a, b) = two_ranks_seeded(seed, inf, |_| 25.0 * MB, until, true, true, swing);
-        assert!(
-            settled(a, 25.0 * MB) && settled(b, 25.0 * MB),
-            "seeded {seed}: {a} {b}"
-        );
+        let s = simulate(seed, inf, |_| 25.0 * MB, until * S, true, true, swing);
+        holds_the_path(&s, 25.0 * MB, by * S).unwrap_or_else(|e| panic!("seeded {seed}: {e}"));
     }
 }
 
@@ -499,9 +572,11 @@ fn ranks_held_back_by_something_else_do_not_run_the_estimate_away() {
 
 /// The run of windows with room that sets the step: a window in which a
 /// rank idled (between a collective's steps, or waiting for a
-/// retransmission) neither extends nor breaks it; a window that saw a queue
-/// breaks it. Before, every idle window restarted the steps at 1.05, and a
-/// lossy path's low seed took about a minute to climb (docs/BENCHMARKS.md).
+/// retransmission) neither extends nor breaks it. Before, every idle window
+/// restarted the steps at 1.05, and a lossy path's low seed took about a
+/// minute to climb (docs/BENCHMARKS.md). A window that saw a queue now and
+/// then does not break it either, but holds the step at its second size
+/// until a full window restarts the run.
 #[test]
 fn idle_windows_keep_the_run_of_windows_with_room() {
     let at = |k: u64| 1000 * MS + k * 200 * MS;
@@ -515,17 +590,55 @@ fn idle_windows_keep_the_run_of_windows_with_room() {
             .domain_sample(e * PACING_TARGET, Fill::Room, true, at(k));
         goodput(c, at(k)) / e
     };
+    let step = |rooms: i32| {
+        let s = (1.0 + (ROOM_STEP - 1.0) * 2f64.powi(rooms)).min(ROOM_STEP_MAX);
+        (s * PACING_TARGET).max(1.0)
+    };
+    let close = |got: f64, want: f64| (got - want).abs() < 1e-9;
     let steps: Vec<f64> = (0..2).map(|k| room(&mut c, k)).collect();
     c.est.domain_sample(1.0 * MB, Fill::Idle, true, at(2));
     let third = room(&mut c, 3);
-    let step = |rooms: i32| (1.0 + (ROOM_STEP - 1.0) * 2f64.powi(rooms)).min(ROOM_STEP_MAX);
-    let want = [step(0), step(1), step(2)].map(|s| (s * PACING_TARGET).max(1.0));
-    for (got, want) in steps.iter().chain([&third]).zip(want) {
-        assert!((got - want).abs() < 1e-9, "{steps:?} {third}");
+    for (got, want) in steps
+        .iter()
+        .chain([&third])
+        .zip([step(0), step(1), step(2)])
+    {
+        assert!(close(*got, want), "{steps:?} {third}");
     }
-    // A window with a queue somewhere breaks the run.
     c.est.domain_sample(1.0 * MB, Fill::Partly, true, at(4));
-    assert!((room(&mut c, 5) - want[0]).abs() < 1e-9);
+    let held: Vec<f64> = (5..8).map(|k| room(&mut c, k)).collect();
+    assert!(held.iter().all(|&g| close(g, step(1))), "{held:?}");
+    c.est.domain_sample(1.0 * MB, Fill::Full, true, at(8));
+    let again: Vec<f64> = (9..12).map(|k| room(&mut c, k)).collect();
+    assert!(
+        again
+            .iter()
+            .zip([step(0), step(1), step(2)])
+            .all(|(&g, w)| close(g, w)),
+        "{again:?}"
+    );
+}
+
+/// Busy hosts: the smoothed RTT jumps by milliseconds with no queue at the
+/// bottleneck, so windows with room alternate with windows that saw a
+/// queue now and then. Each window with room still raises the estimate by
+/// the second step (5.6 % above what the caps sent): a seed at 0.6 of a
+/// 50 MB/s path is within 5 % of it after 10 such windows. When each of those windows
+/// restarted the run, each raised it by 0.8 %, and a 400 Mbit/s path's
+/// estimate stayed at 0.7–0.8 of it (docs/BENCHMARKS.md).
+#[test]
+fn a_jittery_rtt_does_not_stop_the_climb() {
+    let at = |k: u64| 1000 * MS + k * 200 * MS;
+    let mut c = Control::new(1);
+    c.set_domain(0);
+    c.started(0, 2, Some(30.0 * MB), None);
+    for k in 0..20 {
+        let e = goodput(&mut c, at(k));
+        let fill = if k % 2 == 0 { Fill::Room } else { Fill::Partly };
+        c.est.domain_sample(e * PACING_TARGET, fill, true, at(k));
+    }
+    let g = goodput(&mut c, at(20));
+    assert!(g >= 47.5 * MB, "{:.1} MB/s", g / MB);
 }
 
 /// A seed that is only a lower bound (the probe stopped while its rate
