@@ -296,21 +296,7 @@ fn two_ranks(
     pace: bool,
     shares: impl Fn(u64) -> f64,
 ) -> (f64, f64) {
-    two_ranks_seeded(rate(0), f64::INFINITY, rate, until, domain, pace, shares)
-}
-
-/// [`two_ranks`] from the estimate `seed`, each rank sending at most
-/// `most` bytes/s whatever its caps (its congestion window, say).
-fn two_ranks_seeded(
-    seed: f64,
-    most: f64,
-    rate: impl Fn(u64) -> f64,
-    until: u64,
-    domain: bool,
-    pace: bool,
-    shares: impl Fn(u64) -> f64,
-) -> (f64, f64) {
-    let s = simulate(seed, most, rate, until, domain, pace, shares);
+    let s = simulate(rate(0), f64::INFINITY, rate, until, domain, pace, shares);
     (s.a, s.b)
 }
 
@@ -338,7 +324,8 @@ impl Sim {
     }
 }
 
-/// The fluid model behind [`two_ranks_seeded`].
+/// [`two_ranks`] from the estimate `seed`, each rank sending at most
+/// `most` bytes/s whatever its caps (its congestion window, say).
 fn simulate(
     seed: f64,
     most: f64,
@@ -563,11 +550,25 @@ fn the_domain_estimate_falls_only_on_repeated_full_windows() {
 #[test]
 fn ranks_held_back_by_something_else_do_not_run_the_estimate_away() {
     let most = 25.0 * MB / 6.0;
-    let (a, b) = two_ranks_seeded(2.0 * MB, most, |_| 25.0 * MB, 10 * S, true, true, swing);
-    for g in [a, b] {
+    let s = simulate(2.0 * MB, most, |_| 25.0 * MB, 10 * S, true, true, swing);
+    for g in [s.a, s.b] {
         assert!(g <= 2.0 * most * ROOM_STEP_MAX * 1.01, "{g}");
         assert!(g >= 2.0 * most, "{g}");
     }
+}
+
+/// The end of the `k`-th domain window after the first second.
+fn window_at(k: u64) -> u64 {
+    1000 * MS + k * 200 * MS
+}
+
+/// Rank 0 of a domain of two, started from `seed` (payload bytes/s), with
+/// no pacer: the tests feed its domain windows by hand.
+fn domain_of_two(seed: f64) -> Control {
+    let mut c = Control::new(1);
+    c.set_domain(0);
+    c.started(0, 2, Some(seed), None);
+    c
 }
 
 /// The run of windows with room that sets the step: a window in which a
@@ -579,10 +580,8 @@ fn ranks_held_back_by_something_else_do_not_run_the_estimate_away() {
 /// until a full window restarts the run.
 #[test]
 fn idle_windows_keep_the_run_of_windows_with_room() {
-    let at = |k: u64| 1000 * MS + k * 200 * MS;
-    let mut c = Control::new(1);
-    c.set_domain(0);
-    c.started(0, 2, Some(10.0 * MB), None);
+    let at = window_at;
+    let mut c = domain_of_two(10.0 * MB);
     // Each window with room sent what the estimate's caps allowed.
     let room = |c: &mut Control, k: u64| {
         let e = goodput(c, at(k));
@@ -623,15 +622,13 @@ fn idle_windows_keep_the_run_of_windows_with_room() {
 /// bottleneck, so windows with room alternate with windows that saw a
 /// queue now and then. Each window with room still raises the estimate by
 /// the second step (5.6 % above what the caps sent): a seed at 0.6 of a
-/// 50 MB/s path is within 5 % of it after 10 such windows. When each of those windows
-/// restarted the run, each raised it by 0.8 %, and a 400 Mbit/s path's
-/// estimate stayed at 0.7–0.8 of it (docs/BENCHMARKS.md).
+/// 50 MB/s path is within 5 % of it after 10 such windows. When each of
+/// those windows restarted the run, each raised it by 0.8 %, and a
+/// 400 Mbit/s path's estimate stayed at 0.7–0.8 of it (docs/BENCHMARKS.md).
 #[test]
 fn a_jittery_rtt_does_not_stop_the_climb() {
-    let at = |k: u64| 1000 * MS + k * 200 * MS;
-    let mut c = Control::new(1);
-    c.set_domain(0);
-    c.started(0, 2, Some(30.0 * MB), None);
+    let at = window_at;
+    let mut c = domain_of_two(30.0 * MB);
     for k in 0..20 {
         let e = goodput(&mut c, at(k));
         let fill = if k % 2 == 0 { Fill::Room } else { Fill::Partly };
