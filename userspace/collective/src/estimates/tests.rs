@@ -305,22 +305,21 @@ struct Sim {
     /// Both ranks' goodput estimates at the end.
     a: f64,
     b: f64,
-    /// Rank 0's estimate every 100 ms: (time, goodput).
-    trace: Vec<(u64, f64)>,
+    /// Both ranks' estimates every 100 ms: (time, goodputs).
+    trace: Vec<(u64, [f64; 2])>,
     /// Time the ranks offered more than the full queue could take (a
     /// drop-tail queue of one BDP would have dropped), seconds.
     overflow_s: f64,
 }
 
 impl Sim {
-    /// Lowest and highest of rank 0's estimate from `from` on.
+    /// Lowest and highest of either rank's estimate from `from` on.
     fn range(&self, from: u64) -> (f64, f64) {
         self.trace
             .iter()
             .filter(|(t, _)| *t >= from)
-            .fold((f64::INFINITY, 0.0), |(lo, hi), &(_, g)| {
-                (lo.min(g), hi.max(g))
-            })
+            .flat_map(|(_, g)| *g)
+            .fold((f64::INFINITY, 0.0), |(lo, hi), g| (lo.min(g), hi.max(g)))
     }
 }
 
@@ -410,7 +409,7 @@ fn simulate(
             }
         }
         if t % (100 * MS) == 0 {
-            trace.push((t, goodput(&mut c[0], t)));
+            trace.push((t, [goodput(&mut c[0], t), goodput(&mut c[1], t)]));
         }
     }
     Sim {
@@ -514,9 +513,7 @@ fn paced_ranks_find_a_path_faster_than_their_seed() {
 /// carried that much); lower bounds only raise it.
 #[test]
 fn the_domain_estimate_falls_only_on_repeated_full_windows() {
-    let mut c = Control::new(1);
-    c.set_domain(0);
-    c.started(0, 2, Some(25.0 * MB), None);
+    let mut c = domain_of_two(25.0 * MB);
     let e = &mut c.est;
     e.domain_sample(15.0 * MB, Fill::Full, true, 200 * MS);
     e.domain_sample(20.0 * MB, Fill::Partly, true, 400 * MS);
@@ -644,7 +641,7 @@ fn a_jittery_rtt_does_not_stop_the_climb() {
 /// the caps at once.
 #[test]
 fn a_floor_seed_waits_for_full_windows_before_pacing() {
-    let at = |k: u64| 1000 * MS + k * 200 * MS;
+    let at = window_at;
     let info = Some(TcpInfo {
         rtt_us: 50_000,
         min_rtt_us: 40_000,
