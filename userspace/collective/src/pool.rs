@@ -35,8 +35,11 @@ impl BufferPool {
     /// A buffer of exactly `len` bytes (contents unspecified), reused when possible.
     pub fn take(&self, len: usize) -> PooledBuf {
         let reused = self.inner.free.lock().ok().and_then(|mut f| {
-            // Prefer a buffer that is already big enough.
-            let i = f.iter().rposition(|b| b.capacity() >= len)?;
+            // Prefer a buffer that is already big enough, and never one
+            // the RDMA transport is still sending from.
+            let i = f
+                .iter()
+                .rposition(|b| b.capacity() >= len && !stable::busy(b.as_ptr()))?;
             Some(f.swap_remove(i))
         });
         let mut buf = match reused {
@@ -110,7 +113,7 @@ impl Drop for PooledBuf {
                     return;
                 }
             }
-            stable::untrack(self.buf.as_ptr());
+            stable::free_when_idle(std::mem::take(&mut self.buf));
         }
     }
 }
@@ -118,9 +121,7 @@ impl Drop for PooledBuf {
 impl Drop for PoolInner {
     fn drop(&mut self) {
         if let Ok(free) = self.free.get_mut() {
-            for b in free.iter() {
-                stable::untrack(b.as_ptr());
-            }
+            free.drain(..).for_each(stable::free_when_idle);
         }
     }
 }
@@ -158,6 +159,34 @@ mod tests {
         let bigger = pool.take(2048);
         assert_eq!(bigger.len(), 2048);
         assert!(bigger[1024..].iter().all(|&b| b == 0));
+    }
+
+    /// A buffer the RDMA transport still sends from is not handed out again,
+    /// and one the pool frees meanwhile lives until the send completes.
+    #[cfg(feature = "rdma")]
+    #[test]
+    fn a_buffer_in_flight_is_neither_reused_nor_freed() {
+        let pool = BufferPool::new(1);
+        let a = pool.take(4096);
+        let (start, _, id) = stable::find(a.as_ptr() as usize, 1).expect("tracked");
+        assert!(stable::hold(start, id));
+        drop(a);
+        let b = pool.take(4096);
+        assert_ne!(b.as_ptr() as usize, start, "the held buffer is not reused");
+        assert_eq!(pool.allocations(), 2);
+        drop(b);
+        stable::release(start, id);
+        let c = pool.take(4096);
+        assert_eq!(c.as_ptr() as usize, start, "released, it is reused");
+
+        let keep_none = BufferPool::new(0);
+        let d = keep_none.take(4096);
+        let (start, _, id) = stable::find(d.as_ptr() as usize, 1).expect("tracked");
+        assert!(stable::hold(start, id));
+        drop(d);
+        assert!(stable::is_live(id), "freed while held: kept until released");
+        stable::release(start, id);
+        assert!(!stable::is_live(id), "freed with its release");
     }
 
     #[test]

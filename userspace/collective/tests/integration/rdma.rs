@@ -478,6 +478,77 @@ fn sends_go_zero_copy_from_the_pool_buffer_through_a_small_ring() {
     });
 }
 
+/// The writer returns before the device has read what it sent (successive
+/// writes overlap): a pool buffer dropped and taken again at once, and a
+/// plain buffer overwritten right after its write returns, must not change
+/// a byte that arrives.
+#[test]
+#[ignore = "needs Soft-RoCE (rdma_rxe): runs in the VM stage (cargo xtask vm-test --filter rdma::)"]
+fn buffers_reused_as_soon_as_their_write_returns_change_nothing_in_flight() {
+    require_root!();
+    let rxe = Rxe::new();
+    rxe.ns.in_ns(|| {
+        const MSG: usize = 256 << 10;
+        const PLAIN: usize = 70_000;
+        const ROUNDS: usize = 48;
+        let da = rdma::open_device(A).expect("device of A");
+        let db = rdma::open_device(B).expect("device of B");
+        let (pa, pb) = (da.prepare(1 << 20).expect("A"), db.prepare(1 << 20).expect("B"));
+        let (ia, ib) = (pa.info(), pb.info());
+        let ta = pa.connect(ib, "B".into()).expect("connect A");
+        let tb = pb.connect(ia, "A".into()).expect("connect B");
+        let (_ra, mut wa, ca) = Box::new(ta).split().expect("split A");
+        let (mut rb, _wb, _cb) = Box::new(tb).split().expect("split B");
+        let before = rdma::counters();
+        let writer = std::thread::spawn(move || {
+            let pool = BufferPool::new(2);
+            let mut plain = vec![0u8; PLAIN];
+            for i in 0..ROUNDS {
+                let mut b = pool.take(MSG);
+                b.fill(i as u8);
+                wa.write_all(&b).expect("write from the pool");
+                // Back to the pool, and taken again by the next round.
+                drop(b);
+                plain.fill(!(i as u8));
+                wa.write_all(&plain).expect("write from plain memory");
+                plain.fill(0xee);
+            }
+            ca.finish();
+            pool.allocations()
+        });
+        let mut got = Vec::new();
+        rb.read_to_end(&mut got).expect("read to the end of stream");
+        let allocations = writer.join().expect("writer");
+        assert_eq!(got.len(), ROUNDS * (MSG + PLAIN), "every byte arrives");
+        for (i, round) in got.chunks(MSG + PLAIN).enumerate() {
+            let (pooled, plain) = round.split_at(MSG);
+            assert!(
+                pooled.iter().all(|&b| b == i as u8),
+                "round {i}: the pool buffer's bytes changed in flight"
+            );
+            assert!(
+                plain.iter().all(|&b| b == !(i as u8)),
+                "round {i}: the plain buffer's bytes changed in flight"
+            );
+        }
+        let after = rdma::counters();
+        assert_eq!(
+            after.zero_copy_bytes - before.zero_copy_bytes,
+            (ROUNDS * MSG) as u64,
+            "pool buffers went zero-copy"
+        );
+        assert_eq!(
+            after.copied_bytes - before.copied_bytes,
+            (ROUNDS * PLAIN) as u64,
+            "plain memory went through the staging ring"
+        );
+        report(&format!(
+            "{ROUNDS} rounds reusing buffers at once: the pool allocated {allocations} buffers of {} KiB",
+            MSG >> 10
+        ));
+    });
+}
+
 #[test]
 #[ignore = "needs Soft-RoCE (rdma_rxe): runs in the VM stage (cargo xtask vm-test --filter rdma::)"]
 fn a_killed_peer_is_a_typed_error_within_the_timeout_and_leaks_no_queue_pair() {

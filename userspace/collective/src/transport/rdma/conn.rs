@@ -4,6 +4,7 @@
 //! when); the verbs calls themselves are in `verbs`.
 #![allow(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -36,6 +37,12 @@ const CACHE: usize = 32;
 const SPINS: u32 = 200;
 /// Work request ids with this bit are control sends (credits, end of stream).
 const CTL: u64 = 1 << 63;
+/// Work request ids with this bit are data writes (receives have neither:
+/// a failed completion's opcode is undefined, its id is not).
+const DATA: u64 = 1 << 62;
+/// How long the progress thread goes on after both halves ended, for the
+/// data writes still in flight (their buffers are held until they complete).
+const DRAIN: Duration = Duration::from_secs(10);
 
 const WC_SEND: u32 = ibverbs_sys::ibv_wc_opcode::IBV_WC_SEND;
 const WC_RDMA_WRITE: u32 = ibverbs_sys::ibv_wc_opcode::IBV_WC_RDMA_WRITE;
@@ -227,13 +234,63 @@ struct State {
     data_done: u64,
     ctl_posted: u64,
     ctl_done: u64,
+    /// Data writes posted and not yet completed, oldest first.
+    flight: VecDeque<Flight>,
+    /// Bytes of the staging buffer handed out / given back, counted from the
+    /// start (positions modulo [`STAGING`]).
+    stage_head: u64,
+    stage_tail: u64,
     error: Option<RdmaError>,
+}
+
+/// What one data write in flight reads from, released when it completes.
+#[derive(Debug, Clone, Copy)]
+struct Flight {
+    /// Its work request id (without [`DATA`]).
+    wr: u64,
+    src: Source,
+}
+
+/// Where the bytes of a data write come from.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// A pool allocation (start, id), held in [`stable`] while in flight.
+    Pool(usize, u64),
+    /// The staging buffer: the write's last byte is just before this
+    /// position, which becomes `stage_tail` when it completes.
+    Staged(u64),
+}
+
+impl State {
+    /// Ends every data write up to `wr` (RC completes them in order):
+    /// returns the pool holds to release once the state lock is dropped.
+    fn complete(&mut self, wr: u64, holds: &mut Vec<(usize, u64)>) {
+        while let Some(f) = self.flight.front().filter(|f| f.wr <= wr).copied() {
+            self.flight.pop_front();
+            self.data_done += 1;
+            match f.src {
+                Source::Pool(start, id) => holds.push((start, id)),
+                Source::Staged(end) => self.stage_tail = self.stage_tail.max(end),
+            }
+        }
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        // The queue pair (a field of `Shared` before this one) is gone: the
+        // device reads none of these buffers any more.
+        for f in self.flight.drain(..) {
+            if let Source::Pool(start, id) = f.src {
+                stable::release(start, id);
+            }
+        }
+    }
 }
 
 /// A cached registration of one pool allocation (`id`, see [`stable`]).
 struct Cached {
     id: u64,
-    start: usize,
     region: Counted,
 }
 
@@ -286,6 +343,16 @@ impl Shared {
     }
 
     fn handle(&self, c: &Completion) {
+        if c.wr_id & DATA != 0 {
+            // Successful or not, the device is done with its buffer.
+            let mut holds = Vec::new();
+            self.lock().complete(c.wr_id & !DATA, &mut holds);
+            holds.into_iter().for_each(|(s, id)| stable::release(s, id));
+            self.cv.notify_all();
+            if c.error.is_none() {
+                return;
+            }
+        }
         if let Some((status, vendor)) = c.error {
             if status == STATUS_FLUSH && self.closed.load(Ordering::Acquire) {
                 return;
@@ -321,7 +388,6 @@ impl Shared {
                 }
             }
             WC_SEND | WC_RDMA_WRITE if c.wr_id & CTL != 0 => g.ctl_done += 1,
-            WC_SEND | WC_RDMA_WRITE => g.data_done += 1,
             _ => {}
         }
         drop(g);
@@ -332,9 +398,16 @@ impl Shared {
     fn progress(&self) {
         let mut got = Vec::with_capacity(16);
         let mut idle = 0u32;
+        let mut ended: Option<Instant> = None;
         loop {
             if self.halves.load(Ordering::Acquire) == 0 {
-                return;
+                // The last writes may still be in flight: see them complete.
+                // (After an error or a close, they complete flushed.)
+                let drained = self.lock().flight.is_empty();
+                let started = *ended.get_or_insert_with(Instant::now);
+                if drained || started.elapsed() > DRAIN {
+                    return;
+                }
             }
             got.clear();
             if let Err(e) = self.ep.poll(&mut got, 16) {
@@ -384,24 +457,27 @@ impl Shared {
         Ok(())
     }
 
-    /// The lkey of a registration covering `buf`, if it lies in a live pool
-    /// allocation (registered now on the first use).
-    fn registered(&self, buf: &[u8]) -> Option<u32> {
+    /// The lkey of a registration covering `buf` and its pool allocation
+    /// (start, id), if it lies in a live one (registered now on the first use).
+    fn registered(&self, buf: &[u8]) -> Option<(u32, usize, u64)> {
         let (start, len, id) = stable::find(buf.as_ptr() as usize, buf.len())?;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = cache.iter().find(|c| c.id == id) {
-            return Some(c.region.0.lkey());
+            return Some((c.region.0.lkey(), start, id));
         }
         // Registrations of freed allocations are never used again: drop them.
         cache.retain(|c| stable::is_live(c.id));
         if cache.len() >= CACHE {
-            cache.remove(0);
+            // The oldest one no write in flight reads from (else copy).
+            let old = cache.iter().position(|c| !stable::is_held(c.id))?;
+            cache.remove(old);
         }
         // SAFETY: `[start, start+len)` is a live pool allocation (checked
         // just above under the stable registry's bookkeeping) and `buf`
-        // borrows it, so it is mapped now and during this write. If the pool
-        // frees it later, the registration keeps only the pinned pages; it is
-        // never used again, because a later allocation gets a new id.
+        // borrows it, so it is mapped now, and `stable` holds it until the
+        // writes posted from it complete. Once the pool frees it, the
+        // registration keeps only the pinned pages; it is never used again,
+        // because a later allocation gets a new id.
         let region = unsafe { Region::register_raw(&self.dev, start as *mut u8, len, false) };
         MISSES.fetch_add(1, Ordering::Relaxed);
         match region {
@@ -409,10 +485,9 @@ impl Shared {
                 let lkey = r.lkey();
                 cache.push(Cached {
                     id,
-                    start,
                     region: Counted::new(r),
                 });
-                Some(lkey)
+                Some((lkey, start, id))
             }
             Err(e) => {
                 tracing::debug!(error = %e, "rdma: send buffer not registered; copying");
@@ -422,86 +497,96 @@ impl Shared {
     }
 
     /// Writes the non-empty `parts` (up to [`MAX_PARTS`]) as RDMA WRITEs
-    /// posted back to back, then waits once for all their completions: a
-    /// frame's header and payload cost one completion wait, not two. A part
-    /// in a pool allocation goes straight from the caller's memory; any
-    /// other is copied into the staging buffer (while it has room). Returns
-    /// the bytes written, which may be fewer than asked (a partial write).
+    /// posted back to back, and returns without waiting for them: each one's
+    /// source stays untouched until it completes. A part in a pool
+    /// allocation goes straight from the caller's memory, which [`stable`]
+    /// holds (the pool neither reuses nor frees it) until the write
+    /// completes; any other part is copied into the staging ring, whose bytes
+    /// are given back as their writes complete. So successive calls overlap
+    /// on the wire, as `ib_write_bw`'s posts do. Returns the bytes written,
+    /// which may be fewer than asked (a partial write).
     fn write_parts(&self, parts: &[io::IoSlice<'_>]) -> io::Result<usize> {
         if let Some(e) = self.closed_error(&self.lock()) {
             return Err(e);
         }
-        // (address, lkey, length) of each part to send, in order.
-        let mut plan = [(0u64, 0u32, 0usize); MAX_PARTS];
-        let (mut used, mut staged, mut total) = (0usize, 0usize, 0usize);
+        let started = Instant::now();
+        let (mut used, mut total) = (0usize, 0usize);
         for part in parts.iter().filter(|p| !p.is_empty()).take(MAX_PARTS) {
-            let entry = match self.registered(part) {
-                Some(lkey) => {
-                    ZERO_COPY.fetch_add(part.len() as u64, Ordering::Relaxed);
-                    (part.as_ptr() as u64, lkey, part.len())
-                }
-                None => {
-                    let n = part.len().min(STAGING - staged);
-                    if n == 0 {
-                        break;
-                    }
-                    // SAFETY: only this writer uses the staging buffer;
-                    // every send from it completed before the previous
-                    // write returned, and `staged..staged+n` lies in it.
-                    unsafe { self.staging.0.write_at(staged, &part[..n]) };
-                    COPIED.fetch_add(n as u64, Ordering::Relaxed);
-                    let e = (
-                        self.staging.0.addr() + staged as u64,
-                        self.staging.0.lkey(),
-                        n,
-                    );
-                    staged += n;
-                    e
-                }
-            };
-            plan[used] = entry;
             used += 1;
-            total += entry.2;
-            if entry.2 < part.len() {
+            if let Some((lkey, start, id)) = self.registered(part) {
+                ZERO_COPY.fetch_add(part.len() as u64, Ordering::Relaxed);
+                let g = self.lock();
+                let src = part.as_ptr() as u64;
+                drop(self.post(g, src, lkey, part.len(), Source::Pool(start, id))?);
+                total += part.len();
+                continue;
+            }
+            let n = part.len().min(STAGING);
+            let (at, base) = self.stage(n)?;
+            // SAFETY: `stage` handed `at..at+n` of the staging buffer to this
+            // writer alone (the only one): no write in flight reads it until
+            // it is given back, after the writes posted below complete.
+            unsafe { self.staging.0.write_at(at, &part[..n]) };
+            COPIED.fetch_add(n as u64, Ordering::Relaxed);
+            let g = self.lock();
+            let src = self.staging.0.addr() + at as u64;
+            drop(self.post(g, src, self.staging.0.lkey(), n, Source::Staged(base))?);
+            total += n;
+            if n < part.len() {
                 break;
             }
-        }
-        if used == 0 {
-            return Ok(0);
-        }
-        let started = Instant::now();
-        let mut g = self.lock();
-        for &(src, lkey, n) in &plan[..used] {
-            g = self.post(g, src, lkey, n)?;
-        }
-        let posted = started.elapsed();
-        while g.data_done < g.data_posted {
-            if let Some(e) = self.closed_error(&g) {
-                return Err(e);
-            }
-            g = self.wait(g);
         }
         tracing::trace!(
             peer = %self.peer,
             bytes = total,
             parts = used,
-            posted_ms = posted.as_secs_f64() * 1e3,
-            done_ms = started.elapsed().as_secs_f64() * 1e3,
-            "rdma write"
+            posted_ms = started.elapsed().as_secs_f64() * 1e3,
+            "rdma write posted"
         );
         Ok(total)
+    }
+
+    /// Hands out `n` (≤ [`STAGING`]) contiguous bytes of the staging ring,
+    /// waiting for writes in flight to give room back: (offset in the
+    /// buffer, position counted from the start).
+    fn stage(&self, n: usize) -> io::Result<(usize, u64)> {
+        let cap = STAGING as u64;
+        let mut g = self.lock();
+        loop {
+            if g.stage_head == g.stage_tail {
+                // Nothing in flight reads it: start again at offset 0.
+                let next = g.stage_head.next_multiple_of(cap);
+                g.stage_head = next;
+                g.stage_tail = next;
+            }
+            let at = g.stage_head % cap;
+            // Bytes skipped to the end when `n` does not fit before it.
+            let skip = if at + n as u64 > cap { cap - at } else { 0 };
+            if cap - (g.stage_head - g.stage_tail) >= skip + n as u64 {
+                g.stage_head += skip;
+                let base = g.stage_head;
+                g.stage_head += n as u64;
+                return Ok(((base % cap) as usize, base));
+            }
+            if let Some(e) = self.closed_error(&g) {
+                return Err(e);
+            }
+            g = self.wait(g);
+        }
     }
 
     /// Posts `n` bytes at `src` (under `lkey`) into the peer's ring as
     /// WRITEs WITH IMM of at most [`MAX_MSG`], each inside the ring space
     /// the peer gave back as credit, waiting for credit or for a free slot
-    /// of [`MAX_INFLIGHT`] as needed.
+    /// of [`MAX_INFLIGHT`] as needed. Each write is recorded in flight with
+    /// what it reads from (`from`: the whole part's source).
     fn post<'a>(
         &'a self,
         mut g: MutexGuard<'a, State>,
         src: u64,
         lkey: u32,
         n: usize,
+        from: Source,
     ) -> io::Result<MutexGuard<'a, State>> {
         let cap = u64::from(self.remote.ring_len);
         let mut off = 0usize;
@@ -519,15 +604,32 @@ impl Shared {
                 .min(free)
                 .min(cap - at)
                 .min(MAX_MSG as u64);
-            // SAFETY: `src+off..+k` lies in a caller's part (borrowed for
-            // this write call) or in the staging buffer; `write_parts` waits
-            // for every write it posted to complete before returning, so the
-            // bytes stay valid and unchanged while the device reads them.
-            // The remote range lies in the peer's ring, inside the space it
-            // gave back as credit.
+            let src_of_write = match from {
+                Source::Pool(start, id) => {
+                    if !stable::hold(start, id) {
+                        drop(g);
+                        let e = RdmaError::Setup(format!(
+                            "{}: send buffer at {start:#x} was freed while being sent",
+                            self.peer
+                        ));
+                        self.fail(e.clone());
+                        return Err(e.into_io());
+                    }
+                    Source::Pool(start, id)
+                }
+                Source::Staged(base) => Source::Staged(base + off as u64 + k),
+            };
+            let wr = g.data_posted;
+            // SAFETY: `src+off..+k` lies in a caller's pool allocation, held
+            // in `stable` until this write completes (the pool neither
+            // reuses nor frees it before), or in staging bytes handed to
+            // this write until it completes; either way the bytes stay valid
+            // and unchanged while the device reads them. The remote range
+            // lies in the peer's ring, inside the space it gave back as
+            // credit.
             let posted = unsafe {
                 self.ep.post_write_imm(
-                    g.data_posted,
+                    wr | DATA,
                     Local {
                         addr: src + off as u64,
                         len: k as u32,
@@ -539,10 +641,17 @@ impl Shared {
                 )
             };
             if let Err(e) = posted {
+                if let Source::Pool(start, id) = src_of_write {
+                    stable::release(start, id);
+                }
                 drop(g);
                 self.fail(e.clone());
                 return Err(e.into_io());
             }
+            g.flight.push_back(Flight {
+                wr,
+                src: src_of_write,
+            });
             g.data_posted += 1;
             g.head += k;
             off += k as usize;
@@ -649,10 +758,7 @@ impl RdmaTransport {
     /// The address of the registration that would carry a send of `buf`
     /// (`None`: it would be copied): the zero-copy check of the tests.
     pub fn registered_start(&self, buf: &[u8]) -> Option<usize> {
-        self.shared.registered(buf)?;
-        let cache = self.shared.cache.lock().unwrap_or_else(|p| p.into_inner());
-        let (_, _, id) = stable::find(buf.as_ptr() as usize, buf.len())?;
-        cache.iter().find(|c| c.id == id).map(|c| c.start)
+        self.shared.registered(buf).map(|(_, start, _)| start)
     }
 }
 
