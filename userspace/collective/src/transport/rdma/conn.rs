@@ -13,7 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use super::error::{status_name, RdmaError};
-use super::verbs::{Completion, Device, Endpoint, Local, Region};
+use super::verbs::{Completion, Device, Endpoint, Local, Region, MAX_SGE};
 use super::{find_gid, stable, ConnInfo, GidLocation, Imm};
 use crate::transport::{Closer, Reader, Transport, Writer};
 
@@ -34,7 +34,7 @@ const STAGING: usize = 1 << 20;
 /// Registrations kept per connection (the pool's buffers in use).
 const CACHE: usize = 32;
 /// Polls of an empty CQ before sleeping on the completion channel.
-const SPINS: u32 = 200;
+const SPINS: u32 = 16;
 /// Work request ids with this bit are control sends (credits, end of stream).
 const CTL: u64 = 1 << 63;
 /// Work request ids with this bit are data writes (receives have neither:
@@ -248,17 +248,30 @@ struct State {
 struct Flight {
     /// Its work request id (without [`DATA`]).
     wr: u64,
-    src: Source,
+    /// The pool allocations (start, id) it reads, each held in [`stable`].
+    holds: [(usize, u64); MAX_SGE],
+    held: usize,
+    /// The staging position just past the last staged byte it reads: the
+    /// new `stage_tail` once it completes.
+    staged_to: Option<u64>,
 }
 
-/// Where the bytes of a data write come from.
+/// Where the bytes of one part of a write come from.
 #[derive(Debug, Clone, Copy)]
 enum Source {
     /// A pool allocation (start, id), held in [`stable`] while in flight.
     Pool(usize, u64),
-    /// The staging buffer: the write's last byte is just before this
-    /// position, which becomes `stage_tail` when it completes.
+    /// The staging buffer, from this position (counted from the start).
     Staged(u64),
+}
+
+/// One part of a write, ready to post: its bytes and where they lie.
+#[derive(Debug, Clone, Copy)]
+struct Seg {
+    addr: u64,
+    lkey: u32,
+    len: usize,
+    src: Source,
 }
 
 impl State {
@@ -268,9 +281,9 @@ impl State {
         while let Some(f) = self.flight.front().filter(|f| f.wr <= wr).copied() {
             self.flight.pop_front();
             self.data_done += 1;
-            match f.src {
-                Source::Pool(start, id) => holds.push((start, id)),
-                Source::Staged(end) => self.stage_tail = self.stage_tail.max(end),
+            holds.extend_from_slice(&f.holds[..f.held]);
+            if let Some(to) = f.staged_to {
+                self.stage_tail = self.stage_tail.max(to);
             }
         }
     }
@@ -281,7 +294,7 @@ impl Drop for State {
         // The queue pair (a field of `Shared` before this one) is gone: the
         // device reads none of these buffers any more.
         for f in self.flight.drain(..) {
-            if let Source::Pool(start, id) = f.src {
+            for &(start, id) in &f.holds[..f.held] {
                 stable::release(start, id);
             }
         }
@@ -497,45 +510,71 @@ impl Shared {
     }
 
     /// Writes the non-empty `parts` (up to [`MAX_PARTS`]) as RDMA WRITEs
-    /// posted back to back, and returns without waiting for them: each one's
-    /// source stays untouched until it completes. A part in a pool
-    /// allocation goes straight from the caller's memory, which [`stable`]
-    /// holds (the pool neither reuses nor frees it) until the write
-    /// completes; any other part is copied into the staging ring, whose bytes
-    /// are given back as their writes complete. So successive calls overlap
-    /// on the wire, as `ib_write_bw`'s posts do. Returns the bytes written,
-    /// which may be fewer than asked (a partial write).
+    /// posted back to back, each gathering up to [`MAX_SGE`] consecutive
+    /// parts (a frame's header and payload go as one write), and returns
+    /// without waiting for them: each one's source stays untouched until it
+    /// completes. A part in a pool allocation goes straight from the
+    /// caller's memory, which [`stable`] holds (the pool neither reuses nor
+    /// frees it) until the write completes; any other part is copied into
+    /// the staging ring (at most half of it per call), whose bytes are given
+    /// back as their writes complete. So successive calls overlap on the
+    /// wire, as `ib_write_bw`'s posts do. Returns the bytes written, which
+    /// may be fewer than asked (a partial write).
     fn write_parts(&self, parts: &[io::IoSlice<'_>]) -> io::Result<usize> {
         if let Some(e) = self.closed_error(&self.lock()) {
             return Err(e);
         }
         let started = Instant::now();
-        let (mut used, mut total) = (0usize, 0usize);
+        let none = Seg {
+            addr: 0,
+            lkey: 0,
+            len: 0,
+            src: Source::Staged(0),
+        };
+        let mut segs = [none; MAX_PARTS];
+        let (mut used, mut staged, mut total) = (0usize, 0usize, 0usize);
         for part in parts.iter().filter(|p| !p.is_empty()).take(MAX_PARTS) {
-            used += 1;
-            if let Some((lkey, start, id)) = self.registered(part) {
+            let seg = if let Some((lkey, start, id)) = self.registered(part) {
                 ZERO_COPY.fetch_add(part.len() as u64, Ordering::Relaxed);
-                let g = self.lock();
-                let src = part.as_ptr() as u64;
-                drop(self.post(g, src, lkey, part.len(), Source::Pool(start, id))?);
-                total += part.len();
-                continue;
-            }
-            let n = part.len().min(STAGING);
-            let (at, base) = self.stage(n)?;
-            // SAFETY: `stage` handed `at..at+n` of the staging buffer to this
-            // writer alone (the only one): no write in flight reads it until
-            // it is given back, after the writes posted below complete.
-            unsafe { self.staging.0.write_at(at, &part[..n]) };
-            COPIED.fetch_add(n as u64, Ordering::Relaxed);
-            let g = self.lock();
-            let src = self.staging.0.addr() + at as u64;
-            drop(self.post(g, src, self.staging.0.lkey(), n, Source::Staged(base))?);
-            total += n;
-            if n < part.len() {
+                Seg {
+                    addr: part.as_ptr() as u64,
+                    lkey,
+                    len: part.len(),
+                    src: Source::Pool(start, id),
+                }
+            } else {
+                // Half the ring per call: what this call reserved can never
+                // keep the rest of it from fitting once earlier writes end.
+                let n = part.len().min(STAGING / 2 - staged);
+                if n == 0 {
+                    break;
+                }
+                let (at, base) = self.stage(n)?;
+                // SAFETY: `stage` handed `at..at+n` of the staging buffer to
+                // this writer alone (the only one): no write in flight reads
+                // it until it is given back, after the write posted from it
+                // below completes.
+                unsafe { self.staging.0.write_at(at, &part[..n]) };
+                COPIED.fetch_add(n as u64, Ordering::Relaxed);
+                staged += n;
+                Seg {
+                    addr: self.staging.0.addr() + at as u64,
+                    lkey: self.staging.0.lkey(),
+                    len: n,
+                    src: Source::Staged(base),
+                }
+            };
+            segs[used] = seg;
+            used += 1;
+            total += seg.len;
+            if seg.len < part.len() {
                 break;
             }
         }
+        if used == 0 {
+            return Ok(0);
+        }
+        self.post(&segs[..used])?;
         tracing::trace!(
             peer = %self.peer,
             bytes = total,
@@ -575,22 +614,17 @@ impl Shared {
         }
     }
 
-    /// Posts `n` bytes at `src` (under `lkey`) into the peer's ring as
-    /// WRITEs WITH IMM of at most [`MAX_MSG`], each inside the ring space
-    /// the peer gave back as credit, waiting for credit or for a free slot
-    /// of [`MAX_INFLIGHT`] as needed. Each write is recorded in flight with
-    /// what it reads from (`from`: the whole part's source).
-    fn post<'a>(
-        &'a self,
-        mut g: MutexGuard<'a, State>,
-        src: u64,
-        lkey: u32,
-        n: usize,
-        from: Source,
-    ) -> io::Result<MutexGuard<'a, State>> {
+    /// Posts `segs` in order into the peer's ring as WRITEs WITH IMM of at
+    /// most [`MAX_MSG`] and [`MAX_SGE`] gather entries, each inside the ring
+    /// space the peer gave back as credit, waiting for credit or for a free
+    /// slot of [`MAX_INFLIGHT`] as needed. Each write is recorded in flight
+    /// with what it reads (its pool allocations held until it completes).
+    fn post(&self, segs: &[Seg]) -> io::Result<()> {
         let cap = u64::from(self.remote.ring_len);
-        let mut off = 0usize;
-        while off < n {
+        let mut g = self.lock();
+        // The next byte to post: segment `i`, offset `off` in it.
+        let (mut i, mut off) = (0usize, 0usize);
+        while i < segs.len() {
             let free = cap - (g.head - g.credit);
             if free == 0 || g.data_posted - g.data_done >= MAX_INFLIGHT {
                 if let Some(e) = self.closed_error(&g) {
@@ -600,63 +634,85 @@ impl Shared {
                 continue;
             }
             let at = g.head % cap;
-            let k = ((n - off) as u64)
-                .min(free)
-                .min(cap - at)
-                .min(MAX_MSG as u64);
-            let src_of_write = match from {
-                Source::Pool(start, id) => {
-                    if !stable::hold(start, id) {
-                        drop(g);
-                        let e = RdmaError::Setup(format!(
-                            "{}: send buffer at {start:#x} was freed while being sent",
-                            self.peer
-                        ));
-                        self.fail(e.clone());
-                        return Err(e.into_io());
-                    }
-                    Source::Pool(start, id)
-                }
-                Source::Staged(base) => Source::Staged(base + off as u64 + k),
+            let room = free.min(cap - at).min(MAX_MSG as u64) as usize;
+            let mut local = [Local {
+                addr: 0,
+                len: 0,
+                lkey: 0,
+            }; MAX_SGE];
+            let mut flight = Flight {
+                wr: g.data_posted,
+                holds: [(0, 0); MAX_SGE],
+                held: 0,
+                staged_to: None,
             };
-            let wr = g.data_posted;
-            // SAFETY: `src+off..+k` lies in a caller's pool allocation, held
-            // in `stable` until this write completes (the pool neither
-            // reuses nor frees it before), or in staging bytes handed to
-            // this write until it completes; either way the bytes stay valid
-            // and unchanged while the device reads them. The remote range
-            // lies in the peer's ring, inside the space it gave back as
-            // credit.
+            let (mut n, mut k) = (0usize, 0usize);
+            while i < segs.len() && n < MAX_SGE && k < room {
+                let s = segs[i];
+                let take = (s.len - off).min(room - k);
+                local[n] = Local {
+                    addr: s.addr + off as u64,
+                    len: take as u32,
+                    lkey: s.lkey,
+                };
+                match s.src {
+                    Source::Pool(start, id) => {
+                        if !stable::hold(start, id) {
+                            drop(g);
+                            flight.holds[..flight.held]
+                                .iter()
+                                .for_each(|&(s, id)| stable::release(s, id));
+                            let e = RdmaError::Setup(format!(
+                                "{}: send buffer at {start:#x} was freed while being sent",
+                                self.peer
+                            ));
+                            self.fail(e.clone());
+                            return Err(e.into_io());
+                        }
+                        flight.holds[flight.held] = (start, id);
+                        flight.held += 1;
+                    }
+                    Source::Staged(base) => {
+                        flight.staged_to = Some(base + (off + take) as u64);
+                    }
+                }
+                n += 1;
+                k += take;
+                off += take;
+                if off == s.len {
+                    i += 1;
+                    off = 0;
+                }
+            }
+            // SAFETY: every gathered range lies in a caller's pool
+            // allocation, held in `stable` until this write completes (the
+            // pool neither reuses nor frees it before), or in staging bytes
+            // handed to this write until it completes; either way the bytes
+            // stay valid and unchanged while the device reads them. The
+            // remote range `at..at+k` lies in the peer's ring, inside the
+            // space it gave back as credit, and does not wrap.
             let posted = unsafe {
                 self.ep.post_write_imm(
-                    wr | DATA,
-                    Local {
-                        addr: src + off as u64,
-                        len: k as u32,
-                        lkey,
-                    },
+                    flight.wr | DATA,
+                    &local[..n],
                     self.remote.ring_addr + at,
                     self.remote.rkey,
                     Imm::Data(k as u32).encode(),
                 )
             };
             if let Err(e) = posted {
-                if let Source::Pool(start, id) = src_of_write {
-                    stable::release(start, id);
-                }
                 drop(g);
+                flight.holds[..flight.held]
+                    .iter()
+                    .for_each(|&(s, id)| stable::release(s, id));
                 self.fail(e.clone());
                 return Err(e.into_io());
             }
-            g.flight.push_back(Flight {
-                wr,
-                src: src_of_write,
-            });
+            g.flight.push_back(flight);
             g.data_posted += 1;
-            g.head += k;
-            off += k as usize;
+            g.head += k as u64;
         }
-        Ok(g)
+        Ok(())
     }
 
     fn read_some(&self, buf: &mut [u8]) -> io::Result<usize> {

@@ -11,8 +11,10 @@
 //! - **Data**: the sender RDMA-WRITEs WITH IMM (immediate = byte count) from
 //!   its buffer straight into the peer's registered receive ring; the buffer
 //!   pool's allocations are registered once and found again by address
-//!   ([`stable`]); anything else is copied into one registered staging buffer
-//!   (counted: [`counters`]). No `ibv_reg_mr` per transfer.
+//!   ([`stable`]); anything else is copied into a registered staging ring
+//!   (counted: [`counters`]). No `ibv_reg_mr` per transfer. A write returns
+//!   once posted: its pool allocation is held in [`stable`] (not reused or
+//!   freed) until the write completes, so successive writes overlap.
 //! - **Flow control**: the receiver gives ring space back with zero-byte
 //!   SEND WITH IMM credits; the sender never writes more than it was given.
 //! - **Completions**: one progress thread per connection polls the CQ, spins

@@ -246,6 +246,10 @@ pub struct Completion {
     pub imm: Option<u32>,
 }
 
+/// Gather entries one RDMA WRITE may read from (a frame's header and its
+/// payload, say, in one write).
+pub const MAX_SGE: usize = 4;
+
 /// Local bytes a send reads: address, length and the key of their registration.
 #[derive(Debug, Clone, Copy)]
 pub struct Local {
@@ -300,7 +304,7 @@ impl Endpoint {
             cap: ffi::ibv_qp_cap {
                 max_send_wr: depth,
                 max_recv_wr: depth,
-                max_send_sge: 1,
+                max_send_sge: MAX_SGE as u32,
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
@@ -442,7 +446,8 @@ impl Endpoint {
         posted(rc, "post_recv")
     }
 
-    /// RDMA WRITE WITH IMM of the `local` bytes to `remote_addr`/`rkey`; signalled.
+    /// RDMA WRITE WITH IMM of the `local` bytes (gathered in order, at most
+    /// [`MAX_SGE`] entries) to `remote_addr`/`rkey`; signalled.
     ///
     /// # Safety
     /// The local bytes must stay valid and unchanged until this work
@@ -450,20 +455,29 @@ impl Endpoint {
     pub unsafe fn post_write_imm(
         &self,
         wr_id: u64,
-        local: Local,
+        local: &[Local],
         remote_addr: u64,
         rkey: u32,
         imm: u32,
     ) -> Result<(), RdmaError> {
-        let mut sge = ffi::ibv_sge {
-            addr: local.addr,
-            length: local.len,
-            lkey: local.lkey,
+        let empty = ffi::ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
         };
+        let mut sges = [empty; MAX_SGE];
+        let n = local.len().min(MAX_SGE);
+        for (sge, l) in sges.iter_mut().zip(&local[..n]) {
+            *sge = ffi::ibv_sge {
+                addr: l.addr,
+                length: l.len,
+                lkey: l.lkey,
+            };
+        }
         let mut wr = ffi::ibv_send_wr {
             wr_id,
-            sg_list: &mut sge,
-            num_sge: 1,
+            sg_list: sges.as_mut_ptr(),
+            num_sge: n as i32,
             opcode: ffi::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
             send_flags: ffi::ibv_send_flags::IBV_SEND_SIGNALED.0,
             ..Default::default()
