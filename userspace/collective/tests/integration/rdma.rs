@@ -414,22 +414,26 @@ fn registrations_and_queue_pairs_do_not_grow_over_1000_allreduces() {
     }
 }
 
+/// A queue pair between the devices of A and B, each end with a receive
+/// ring of `ring` bytes (inside the test's namespace).
+fn connected_pair(ring: usize) -> (rdma::RdmaTransport, rdma::RdmaTransport) {
+    let da = rdma::open_device(A).expect("device of A");
+    let db = rdma::open_device(B).expect("device of B");
+    let (pa, pb) = (da.prepare(ring).expect("A"), db.prepare(ring).expect("B"));
+    let (ia, ib) = (pa.info(), pb.info());
+    let ta = pa.connect(ib, "B".into()).expect("connect A");
+    let tb = pb.connect(ia, "A".into()).expect("connect B");
+    (ta, tb)
+}
+
 #[test]
 #[ignore = "needs Soft-RoCE (rdma_rxe): runs in the VM stage (cargo xtask vm-test --filter rdma::)"]
 fn sends_go_zero_copy_from_the_pool_buffer_through_a_small_ring() {
     require_root!();
     let rxe = Rxe::new();
     rxe.ns.in_ns(|| {
-        let da = rdma::open_device(A).expect("device of A");
-        let db = rdma::open_device(B).expect("device of B");
         // A 64 KiB ring: 3 MiB wraps it 48 times, on credits alone.
-        let (pa, pb) = (
-            da.prepare(64 << 10).expect("A"),
-            db.prepare(64 << 10).expect("B"),
-        );
-        let (ia, ib) = (pa.info(), pb.info());
-        let ta = pa.connect(ib, "B".into()).expect("connect A");
-        let tb = pb.connect(ia, "A".into()).expect("connect B");
+        let (ta, tb) = connected_pair(64 << 10);
         let pool = BufferPool::new(2);
         let mut buf = pool.take(3 << 20);
         for (i, b) in buf.iter_mut().enumerate() {
@@ -491,12 +495,7 @@ fn buffers_reused_as_soon_as_their_write_returns_change_nothing_in_flight() {
         const MSG: usize = 256 << 10;
         const PLAIN: usize = 70_000;
         const ROUNDS: usize = 48;
-        let da = rdma::open_device(A).expect("device of A");
-        let db = rdma::open_device(B).expect("device of B");
-        let (pa, pb) = (da.prepare(1 << 20).expect("A"), db.prepare(1 << 20).expect("B"));
-        let (ia, ib) = (pa.info(), pb.info());
-        let ta = pa.connect(ib, "B".into()).expect("connect A");
-        let tb = pb.connect(ia, "A".into()).expect("connect B");
+        let (ta, tb) = connected_pair(1 << 20);
         let (_ra, mut wa, ca) = Box::new(ta).split().expect("split A");
         let (mut rb, _wb, _cb) = Box::new(tb).split().expect("split B");
         let before = rdma::counters();
