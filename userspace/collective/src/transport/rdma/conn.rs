@@ -99,7 +99,7 @@ pub fn states() -> Vec<String> {
                 g.fin,
                 g.head,
                 g.credit,
-                g.data_done,
+                g.data_posted - g.flight.len() as u64,
                 g.data_posted,
                 g.ctl_done,
                 g.ctl_posted,
@@ -231,10 +231,10 @@ struct State {
     head: u64,
     credit: u64,
     data_posted: u64,
-    data_done: u64,
     ctl_posted: u64,
     ctl_done: u64,
-    /// Data writes posted and not yet completed, oldest first.
+    /// Data writes posted and not yet completed, oldest first (so
+    /// `data_posted - flight.len()` have completed).
     flight: VecDeque<Flight>,
     /// Bytes of the staging buffer handed out / given back, counted from the
     /// start (positions modulo [`STAGING`]).
@@ -274,14 +274,27 @@ struct Seg {
     src: Source,
 }
 
+impl Flight {
+    /// The pool allocations it holds.
+    fn held(&self) -> &[(usize, u64)] {
+        &self.holds[..self.held]
+    }
+
+    /// Releases its holds (it completed, or will never be posted).
+    fn release(&self) {
+        self.held()
+            .iter()
+            .for_each(|&(start, id)| stable::release(start, id));
+    }
+}
+
 impl State {
     /// Ends every data write up to `wr` (RC completes them in order):
     /// returns the pool holds to release once the state lock is dropped.
     fn complete(&mut self, wr: u64, holds: &mut Vec<(usize, u64)>) {
         while let Some(f) = self.flight.front().filter(|f| f.wr <= wr).copied() {
             self.flight.pop_front();
-            self.data_done += 1;
-            holds.extend_from_slice(&f.holds[..f.held]);
+            holds.extend_from_slice(f.held());
             if let Some(to) = f.staged_to {
                 self.stage_tail = self.stage_tail.max(to);
             }
@@ -293,11 +306,7 @@ impl Drop for State {
     fn drop(&mut self) {
         // The queue pair (a field of `Shared` before this one) is gone: the
         // device reads none of these buffers any more.
-        for f in self.flight.drain(..) {
-            for &(start, id) in &f.holds[..f.held] {
-                stable::release(start, id);
-            }
-        }
+        self.flight.drain(..).for_each(|f| f.release());
     }
 }
 
@@ -315,6 +324,8 @@ struct Shared {
     remote: ConnInfo,
     peer: String,
     cache: Mutex<Vec<Cached>>,
+    /// After `ep`: fields drop in order, so the QP is destroyed before the
+    /// state releases the holds of writes still in flight.
     st: Mutex<State>,
     cv: Condvar,
     closed: AtomicBool,
@@ -626,7 +637,7 @@ impl Shared {
         let (mut i, mut off) = (0usize, 0usize);
         while i < segs.len() {
             let free = cap - (g.head - g.credit);
-            if free == 0 || g.data_posted - g.data_done >= MAX_INFLIGHT {
+            if free == 0 || g.flight.len() as u64 >= MAX_INFLIGHT {
                 if let Some(e) = self.closed_error(&g) {
                     return Err(e);
                 }
@@ -659,9 +670,7 @@ impl Shared {
                     Source::Pool(start, id) => {
                         if !stable::hold(start, id) {
                             drop(g);
-                            flight.holds[..flight.held]
-                                .iter()
-                                .for_each(|&(s, id)| stable::release(s, id));
+                            flight.release();
                             let e = RdmaError::Setup(format!(
                                 "{}: send buffer at {start:#x} was freed while being sent",
                                 self.peer
@@ -702,9 +711,7 @@ impl Shared {
             };
             if let Err(e) = posted {
                 drop(g);
-                flight.holds[..flight.held]
-                    .iter()
-                    .for_each(|&(s, id)| stable::release(s, id));
+                flight.release();
                 self.fail(e.clone());
                 return Err(e.into_io());
             }

@@ -465,6 +465,7 @@ impl Endpoint {
             length: 0,
             lkey: 0,
         };
+        debug_assert!(local.len() <= MAX_SGE, "{} gather entries", local.len());
         let mut sges = [empty; MAX_SGE];
         let n = local.len().min(MAX_SGE);
         for (sge, l) in sges.iter_mut().zip(&local[..n]) {
