@@ -100,7 +100,12 @@ impl PeerLink {
                 h.kind = FrameKind::DataCopy;
                 let copy = PooledBuf::unpooled(payload.to_vec());
                 let sent = l.send(Out::Frame(h, payload, queued)).is_ok();
-                return self.next_data().send(Out::Frame(h, copy, None)).is_ok() && sent;
+                // Either copy queued is the send: the peer may take the first,
+                // finish its last operation and say goodbye (which closes
+                // this side of every connection to it) before the second is
+                // queued. A connection that failed reports that itself.
+                let copied = self.next_data().send(Out::Frame(h, copy, None)).is_ok();
+                return sent || copied;
             }
             return l.send(Out::Frame(h, payload, queued)).is_ok();
         }
@@ -529,3 +534,7 @@ fn writer(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "links_tests.rs"]
+mod tests;

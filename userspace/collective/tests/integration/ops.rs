@@ -197,12 +197,24 @@ pub(crate) fn all_ops<T: TestElem>(
     Ok(())
 }
 
-fn run_dtype<T: TestElem>(c: &Communicator, runner: &mut TestRunner) {
+/// The edge sizes, then random cases drawn from `seed`: the same on every
+/// rank, so every rank draws the same cases. No shrinking, which would
+/// diverge between ranks. A runner per dtype: one runner counts its
+/// successes across `run` calls, so a shared one ran cases for the first
+/// dtype only.
+fn run_dtype<T: TestElem>(c: &Communicator, seed: u8) {
     let n = c.world_size();
     for len in [0, 1, n + 1, 3 * n - 1, 37] {
         all_ops::<T>(c, len, len as u64 * 7919).unwrap_or_else(|e| panic!("edge size {len}: {e}"));
     }
-    runner
+    let cfg = Config {
+        cases: 2,
+        max_shrink_iters: 0,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]);
+    TestRunner::new_with_rng(cfg, rng)
         .run(&(0usize..300, any::<u64>()), |(len, seed)| {
             all_ops::<T>(c, len, seed)
         })
@@ -210,23 +222,13 @@ fn run_dtype<T: TestElem>(c: &Communicator, runner: &mut TestRunner) {
 }
 
 fn every_dtype(c: &Communicator) {
-    // The same seed on every rank: every rank draws the same cases. No shrinking,
-    // which would diverge between ranks.
-    let cfg = Config {
-        cases: 2,
-        max_shrink_iters: 0,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(cfg, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
-    run_dtype::<f32>(c, &mut runner);
-    run_dtype::<f64>(c, &mut runner);
-    run_dtype::<f16>(c, &mut runner);
-    run_dtype::<bf16>(c, &mut runner);
-    run_dtype::<i32>(c, &mut runner);
-    run_dtype::<i64>(c, &mut runner);
-    run_dtype::<u8>(c, &mut runner);
+    run_dtype::<f32>(c, 1);
+    run_dtype::<f64>(c, 2);
+    run_dtype::<f16>(c, 3);
+    run_dtype::<bf16>(c, 4);
+    run_dtype::<i32>(c, 5);
+    run_dtype::<i64>(c, 6);
+    run_dtype::<u8>(c, 7);
 }
 
 /// Ring allreduce and scatter-allgather broadcast: costs that make bandwidth dominate.
