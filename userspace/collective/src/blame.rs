@@ -293,6 +293,13 @@ impl Judge {
         }
     }
 
+    /// The verdict once nothing more can arrive (every connection of the
+    /// rank has ended): what [`decision`](Self::decision) gives after every
+    /// hold, at once.
+    pub fn final_decision(&self) -> Option<Decision> {
+        self.decision(&[], Duration::MAX)
+    }
+
     /// When to look again (check the links, ask for the decision).
     pub fn poll_timeout(&self, links: &[Link], now: Duration) -> Option<Duration> {
         let link_due = links

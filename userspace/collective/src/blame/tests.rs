@@ -201,6 +201,27 @@ fn a_closed_connection_without_a_report_names_the_closer() {
     );
 }
 
+/// Every connection ended while a verdict was held: it is the answer at
+/// once (no Abort can explain it any more), not "communicator is closed".
+#[test]
+fn a_held_verdict_is_final_once_nothing_more_can_arrive() {
+    let mut j = judge(0);
+    assert_eq!(j.final_decision(), None, "nothing known");
+    j.closed(1, ms(1000));
+    assert_eq!(j.decision(&[], ms(1001)), None, "settling");
+    let closed = Verdict {
+        culprit: 1,
+        observer: 0,
+        how: How::ConnectionClosed,
+    };
+    assert_eq!(j.final_decision().map(|d| d.verdict), Some(closed));
+
+    let mut j = judge(0);
+    j.stalled(&[2], T, ms(3000));
+    assert_eq!(j.decision(&[], ms(3001)), None, "grace");
+    assert_eq!(j.final_decision().map(|d| d.verdict.culprit), Some(2));
+}
+
 #[test]
 fn connections_closed_after_an_abort_are_no_evidence() {
     let mut j = judge(0);

@@ -205,7 +205,13 @@ impl Driver<'_, '_> {
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Err(CollectiveError::Closed),
+                // Every connection has ended: a verdict still held is final.
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(match self.judge.final_decision() {
+                        Some(d) => self.blame(d),
+                        None => CollectiveError::Closed,
+                    })
+                }
             }
         }
     }
