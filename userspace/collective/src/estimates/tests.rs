@@ -78,8 +78,10 @@ impl Path {
     }
 }
 
+/// The estimate pacing follows (what is published is capped by the
+/// measured windows: [`Estimator::published`]).
 fn goodput(c: &mut Control, now: u64) -> f64 {
-    c.estimate(now).expect("an estimate").goodput_bps / 8.0
+    c.est.estimate(now).expect("an estimate").goodput_bps / 8.0
 }
 
 fn within(got: f64, want: f64, tol: f64) -> bool {
@@ -536,9 +538,18 @@ fn the_domain_estimate_falls_only_on_repeated_full_windows() {
     let e = &mut c.est;
     e.domain_sample(9.0 * MB, Fill::Full, true, 4600 * MS);
     assert_eq!(goodput(&mut c, 4600 * MS), 14.0 * MB);
-    // Room while paced: the estimate climbs above what was sent.
+    // Room while paced: the estimate climbs above what was sent; what is
+    // published stays at the largest window measured.
     c.est.domain_sample(14.0 * MB, Fill::Room, true, 4800 * MS);
     assert_eq!(goodput(&mut c, 4800 * MS), 14.0 * MB * ROOM_STEP);
+    let p = c.est.published(4800 * MS).expect("published");
+    assert_eq!(
+        p.goodput_bps / 8.0,
+        14.0 * MB,
+        "the measured window, not the climb"
+    );
+    let e = c.est.estimate(4800 * MS).expect("estimate");
+    assert!((p.rate_bps / p.goodput_bps - e.rate_bps / e.goodput_bps).abs() < 1e-12);
 }
 
 /// Ranks that cannot fill the path (their windows hold them at a third of
