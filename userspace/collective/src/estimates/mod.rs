@@ -254,8 +254,7 @@ impl LinkEstimator {
             .push_back((now_ns, bytes_per_s, fill == Fill::Full));
         let fulls = self.recent.iter().filter(|&&(_, _, full)| full).count();
         if fill == Fill::Full && fulls >= FULLS_TO_FALL {
-            let most = self.recent.iter().map(|&(_, r, _)| r).fold(0.0, f64::max);
-            new = new.min(most);
+            new = new.min(self.largest_recent_window());
             self.measured = true;
         }
         if new != old {
@@ -275,6 +274,13 @@ impl LinkEstimator {
 
     /// The largest cap in force within the last RTT (plus two sampling
     /// intervals) before `now_ns`.
+    /// The largest domain window (payload bytes/s) of the span `recent`
+    /// keeps (the [`FULL_WINDOWS_SPAN`] before the newest window), full or
+    /// not; 0 without one.
+    fn largest_recent_window(&self) -> f64 {
+        self.recent.iter().map(|&(_, r, _)| r).fold(0.0, f64::max)
+    }
+
     fn recent_cap(&mut self, now_ns: u64) -> Option<f64> {
         let rtt = u64::from(self.min_rtt_us.unwrap_or(0)) * 1000;
         let since = now_ns.saturating_sub(rtt + 2 * SAMPLE_EVERY.as_nanos() as u64);
@@ -349,14 +355,14 @@ impl LinkEstimator {
 
     /// What is published ([`crate::Communicator::link_estimates`], the
     /// start-up probe's goodput): [`estimate`](Self::estimate), with the
-    /// domain's rate no higher than the largest window measured in the last
-    /// [`FULL_WINDOWS_SPAN`]. The estimate itself climbs above what was
+    /// domain's rate no higher than the largest window measured in the
+    /// [`FULL_WINDOWS_SPAN`] before the newest. The estimate itself climbs above what was
     /// measured while a paced path shows room ([`ROOM_STEP`]), to find more:
     /// that is the pacing target, not the path. Published as it was, a run
     /// that ended mid-climb on wan40 reported 1.05× and 1.10× the path.
     pub fn published(&mut self, now_ns: u64) -> Option<LinkEstimate> {
         let mut e = self.estimate(now_ns)?;
-        let measured = self.recent.iter().map(|&(_, r, _)| r).fold(0.0, f64::max) * 8.0;
+        let measured = self.largest_recent_window() * 8.0;
         if self.domain_mode && measured > 0.0 && measured < e.goodput_bps {
             e.rate_bps *= measured / e.goodput_bps;
             e.goodput_bps = measured;
