@@ -347,7 +347,8 @@ impl<'p, P> Executor<'p, P> {
                 match *a {
                     Action::Send { peer, span } => {
                         let range = span.start * esize..span.end() * esize;
-                        self.emit_sends(peer, l, s, range);
+                        let settled = self.plan.lanes[l].settled(s, span);
+                        self.emit_sends(peer, l, s, range, settled);
                     }
                     Action::Recv { peer, span, reduce } => recvs.push(Pending {
                         peer,
@@ -383,7 +384,14 @@ impl<'p, P> Executor<'p, P> {
     }
 
     /// One transfer, cut into chunks of at most `frame_bytes`.
-    fn emit_sends(&mut self, peer: Rank, lane: usize, step: usize, range: Range<usize>) {
+    fn emit_sends(
+        &mut self,
+        peer: Rank,
+        lane: usize,
+        step: usize,
+        range: Range<usize>,
+        settled: bool,
+    ) {
         let transfer_len = range.len();
         let frame = self.cfg.frame_bytes;
         let mut at = range.start;
@@ -397,6 +405,7 @@ impl<'p, P> Executor<'p, P> {
                 offset: (at - range.start) as u64,
                 range: at..end,
                 transfer_len,
+                settled,
             }));
             at = end;
         }

@@ -47,6 +47,10 @@ pub struct SendChunk {
     pub offset: u64,
     pub range: Range<usize>,
     pub transfer_len: usize,
+    /// The plan writes nothing more into `range` during this operation
+    /// ([`crate::schedule::Lane::settled`]): the bytes may be sent from the
+    /// working buffer itself rather than a copy.
+    pub settled: bool,
 }
 
 /// Combine `payload` into `range` of the working buffer (`reduce`) or overwrite it.

@@ -86,6 +86,19 @@ pub struct Lane {
     pub steps: Vec<Step>,
 }
 
+impl Lane {
+    /// Whether `span` keeps its contents from step `step` on: no receive of
+    /// this lane at that step or a later one writes into it. (Lanes touch
+    /// disjoint ranges, so no other lane does.) A send of a settled span may
+    /// be read from the working buffer while it is on its way.
+    pub fn settled(&self, step: usize, span: Span) -> bool {
+        self.steps.iter().skip(step).flatten().all(|a| match *a {
+            Action::Recv { span: r, .. } => !r.overlaps(&span),
+            Action::Send { .. } => true,
+        })
+    }
+}
+
 /// One rank's schedule for one operation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
@@ -223,5 +236,48 @@ impl Plan {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 2-rank ring allreduce lane of rank 0 (blocks A = 0..4, B = 4..8):
+    /// step 0 sends A and reduces B into place, step 1 sends the reduced B and
+    /// overwrites A with the result.
+    #[test]
+    fn a_span_is_settled_once_no_later_receive_writes_into_it() {
+        let (a, b) = (Span::new(0, 4), Span::new(4, 4));
+        let lane = Lane {
+            steps: vec![
+                vec![
+                    Action::Send { peer: 1, span: a },
+                    Action::Recv {
+                        peer: 1,
+                        span: b,
+                        reduce: true,
+                    },
+                ],
+                vec![
+                    Action::Send { peer: 1, span: b },
+                    Action::Recv {
+                        peer: 1,
+                        span: a,
+                        reduce: false,
+                    },
+                ],
+            ],
+        };
+        assert!(!lane.settled(0, a), "step 1 overwrites A");
+        assert!(!lane.settled(0, b), "B is reduced into in step 0 itself");
+        assert!(lane.settled(1, b), "nothing writes B after step 0");
+        assert!(!lane.settled(1, a));
+        assert!(
+            !lane.settled(1, Span::new(3, 2)),
+            "a partial overlap counts"
+        );
+        assert!(lane.settled(2, a), "past the last step");
+        assert!(lane.settled(0, Span::new(8, 4)), "outside every receive");
     }
 }
