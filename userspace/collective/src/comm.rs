@@ -360,7 +360,7 @@ impl Communicator {
         buf: &mut [T],
         codec: CallCodec,
     ) -> Result<()> {
-        let (loan, lent) = Loan::new(buf);
+        let (loan, lent) = Loan::new(buf, self.opts.timeout);
         let res = self
             .submit_work(
                 kind,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::error::{CollectiveError, Rank, Result};
 use crate::estimates::RateInbox;
 use crate::mesh::Conn;
-use crate::pool::{BufferPool, PooledBuf};
+use crate::pool::{BufferPool, Payload, PooledBuf};
 use crate::stripe::sched::{Stripe, StripeConn, StripeStats};
 use crate::stripe::Dedup;
 use crate::trace::{Chunk, SpanKind, Tracer};
@@ -42,7 +42,7 @@ pub(crate) enum Event {
 
 pub(crate) enum Out {
     /// A frame, and when it was queued if it is traced.
-    Frame(FrameHeader, PooledBuf, Option<Instant>),
+    Frame(FrameHeader, Payload, Option<Instant>),
     /// From now on, send a heartbeat whenever the queue was idle this long.
     KeepAlive(Duration),
     /// Close the connection once everything queued before has been written.
@@ -90,7 +90,7 @@ impl PeerLink {
     pub fn send_data(
         &mut self,
         mut h: FrameHeader,
-        payload: PooledBuf,
+        payload: Payload,
         small: bool,
         twice: bool,
         queued: Option<Instant>,
@@ -98,7 +98,7 @@ impl PeerLink {
         if let (true, Some(l)) = (small, &self.latency) {
             if twice && self.stripe.is_none() && !self.data.is_empty() {
                 h.kind = FrameKind::DataCopy;
-                let copy = PooledBuf::unpooled(payload.to_vec());
+                let copy = PooledBuf::unpooled(payload.to_vec()).into();
                 let sent = l.send(Out::Frame(h, payload, queued)).is_ok();
                 // Either copy queued is the send: the peer may take the first,
                 // finish its last operation and say goodbye (which closes
@@ -110,7 +110,7 @@ impl PeerLink {
             return l.send(Out::Frame(h, payload, queued)).is_ok();
         }
         if let Some(s) = &self.stripe {
-            return s.send(h, payload, queued);
+            return s.send(h, payload.into_pooled(), queued);
         }
         self.next_data()
             .send(Out::Frame(h, payload, queued))
@@ -132,7 +132,11 @@ impl PeerLink {
         }
         for s in &self.all {
             let h = FrameHeader::control(kind, payload.len() as u32);
-            let _ = s.send(Out::Frame(h, PooledBuf::unpooled(payload.to_vec()), None));
+            let _ = s.send(Out::Frame(
+                h,
+                PooledBuf::unpooled(payload.to_vec()).into(),
+                None,
+            ));
         }
     }
 
@@ -178,6 +182,11 @@ impl PeerLink {
     #[allow(dead_code)]
     pub fn stripe_stats(&self) -> Option<StripeStats> {
         self.stripe.as_ref().map(Stripe::stats)
+    }
+
+    /// Every connection's closer (a closed one fails its writer at once).
+    pub fn closers(&self) -> &[Arc<dyn Closer>] {
+        &self.closers
     }
 
     /// Half-closes every connection after its queue drains.
@@ -404,7 +413,7 @@ const BATCH_BYTES: usize = 8 << 20;
 /// Frames taken off a connection's queue to be written together (one
 /// vectored write: over RDMA all their writes are in flight at once).
 struct Batch {
-    frames: Vec<(FrameHeader, PooledBuf)>,
+    frames: Vec<(FrameHeader, Payload)>,
     /// When each frame was queued, for the trace.
     queued_at: Vec<Option<Instant>>,
     /// Payload bytes in `frames`.
@@ -426,7 +435,7 @@ impl Batch {
 
     /// Adds a frame; true when the batch is full ([`MAX_BATCH`] frames or
     /// [`BATCH_BYTES`]).
-    fn push(&mut self, h: FrameHeader, p: PooledBuf, queued: Option<Instant>) -> bool {
+    fn push(&mut self, h: FrameHeader, p: Payload, queued: Option<Instant>) -> bool {
         self.bytes += p.len();
         self.frames.push((h, p));
         self.queued_at.push(queued);
@@ -499,7 +508,7 @@ fn writer(
             Ok(out) => out,
             Err(RecvTimeoutError::Timeout) => {
                 let h = FrameHeader::control(FrameKind::Heartbeat, 0);
-                Out::Frame(h, PooledBuf::unpooled(Vec::new()), None)
+                Out::Frame(h, PooledBuf::unpooled(Vec::new()).into(), None)
             }
             Err(RecvTimeoutError::Disconnected) => return,
         };

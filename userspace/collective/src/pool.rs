@@ -104,6 +104,50 @@ impl DerefMut for PooledBuf {
     }
 }
 
+/// Payload bytes queued straight from callers' own buffers (lent to the
+/// engine by blocking calls), not copied into a pool buffer: process-wide,
+/// every transport.
+pub fn lent_bytes() -> u64 {
+    LENT_BYTES.load(Ordering::Relaxed)
+}
+
+pub(crate) static LENT_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A frame's payload on its way to a connection's writer: a pooled copy, or
+/// bytes of the caller's own buffer sent as they are
+/// ([`LentChunk`](crate::engine::lent::LentChunk)).
+#[derive(Debug)]
+pub(crate) enum Payload {
+    Pooled(PooledBuf),
+    Lent(crate::engine::lent::LentChunk),
+}
+
+impl Payload {
+    /// As a pooled buffer (a lent chunk is copied).
+    pub fn into_pooled(self) -> PooledBuf {
+        match self {
+            Payload::Pooled(p) => p,
+            Payload::Lent(l) => PooledBuf::unpooled(l.to_vec()),
+        }
+    }
+}
+
+impl From<PooledBuf> for Payload {
+    fn from(p: PooledBuf) -> Self {
+        Payload::Pooled(p)
+    }
+}
+
+impl Deref for Payload {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Payload::Pooled(p) => p,
+            Payload::Lent(l) => l,
+        }
+    }
+}
+
 impl Drop for PooledBuf {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
@@ -168,7 +212,8 @@ mod tests {
     fn a_buffer_in_flight_is_neither_reused_nor_freed() {
         let pool = BufferPool::new(1);
         let a = pool.take(4096);
-        let (start, _, id) = stable::find(a.as_ptr() as usize, 1).expect("tracked");
+        let stable::Found { start, id, .. } =
+            stable::find(a.as_ptr() as usize, 1).expect("tracked");
         assert!(stable::hold(start, id));
         drop(a);
         let b = pool.take(4096);
@@ -181,7 +226,8 @@ mod tests {
 
         let keep_none = BufferPool::new(0);
         let d = keep_none.take(4096);
-        let (start, _, id) = stable::find(d.as_ptr() as usize, 1).expect("tracked");
+        let stable::Found { start, id, .. } =
+            stable::find(d.as_ptr() as usize, 1).expect("tracked");
         assert!(stable::hold(start, id));
         drop(d);
         assert!(stable::is_live(id), "freed while held: kept until released");

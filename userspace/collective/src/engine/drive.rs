@@ -21,7 +21,7 @@ use crate::error::{CollectiveError, Rank, Result};
 use crate::exec::trace::Message;
 use crate::exec::{ApplyChunk, ChunkId, ExecConfig, ExecError, Executor, Output, SendChunk};
 use crate::links::Event;
-use crate::pool::PooledBuf;
+use crate::pool::{Payload, PooledBuf};
 use crate::schedule::confirm::scratch_elems;
 use crate::schedule::Plan;
 use crate::topology::LinkClass;
@@ -49,6 +49,10 @@ pub(crate) fn exec_config(
     }
 }
 
+/// Chunks shorter than this are copied even from a lent buffer: the copy
+/// costs less than holding the caller's call until they are written.
+const LEND_MIN: usize = 32 << 10;
+
 struct Driver<'a, 'p> {
     e: &'a mut Engine,
     ex: Executor<'p, PooledBuf>,
@@ -56,6 +60,9 @@ struct Driver<'a, 'p> {
     /// This rank's call (a reported mismatch blames the rank that differs from it).
     call: Call,
     buf: &'a mut [u8],
+    /// Hands out settled ranges of `buf` to send without a copy, when `buf`
+    /// is the caller's lent memory ([`super::lent`]).
+    lender: Option<super::lent::Lender>,
     /// Bytes the plan uses past the working buffer (a confirmation lane).
     scratch: Vec<u8>,
     dtype: DType,
@@ -101,11 +108,19 @@ pub(super) fn execute(
     let judge = Judge::new(JudgeConfig::new(e.me, e.opts.timeout));
     let max_raw = exec_config(&e.opts, seq, e.me, call, esize).frame_bytes;
     let wan = WanCodec::new(job.codec, max_raw)?;
+    // `finish` divides an average in place after the plan's last step, when
+    // sends from the buffer may still be on their way: those ops copy.
+    let lender = if *op == ReduceOp::Avg {
+        None
+    } else {
+        buf.lender()
+    };
     let mut d = Driver {
         e,
         ex,
         seq,
         call,
+        lender,
         buf: buf.bytes(),
         scratch,
         dtype: *dtype,
@@ -423,12 +438,14 @@ impl Driver<'_, '_> {
                 offset: s.offset,
             };
             self.span(SpanKind::Encode, started, peer, id, p.len());
-            p
+            Payload::Pooled(p)
+        } else if let Some(c) = self.lent_chunk(s) {
+            Payload::Lent(c)
         } else {
             let bytes = region(self.buf, &mut self.scratch, s.range.clone());
             let mut p = self.e.pool.take(bytes.len());
             p.copy_from_slice(bytes);
-            p
+            Payload::Pooled(p)
         };
         let link = self.e.peers.get_mut(peer).and_then(Option::as_mut).ok_or(
             CollectiveError::PeerFailed {
@@ -458,6 +475,17 @@ impl Driver<'_, '_> {
             self.lost(peer, "connection closed".into());
         }
         Ok(())
+    }
+
+    /// Chunk `s` of the caller's own buffer, to send as it is: when the
+    /// buffer is lent, the chunk is large enough for a copy to matter, and
+    /// the plan writes nothing more into its range during this operation.
+    fn lent_chunk(&self, s: &SendChunk) -> Option<super::lent::LentChunk> {
+        if !s.settled || s.range.len() < LEND_MIN || s.range.end > self.buf.len() {
+            return None;
+        }
+        let link = self.e.peers.get(s.peer)?.as_ref()?;
+        self.lender.as_ref()?.chunk(s.range.clone(), link.closers())
     }
 
     /// Records a `kind` span of chunk `id` to or from `peer` (`bytes` long)

@@ -5,16 +5,47 @@
 
 use std::any::Any;
 use std::marker::PhantomData;
+use std::ops::{Deref, Range};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use super::WorkBuf;
 use crate::dtype::Element;
+use crate::transport::rdma::stable;
+use crate::transport::Closer;
 
-/// Set once the engine has dropped the [`Lent`] buffer.
+/// What still uses the lent memory: the [`Lent`] itself and every
+/// [`LentChunk`] on its way to a peer, and the connections those go through.
 #[derive(Default)]
 struct Returned {
-    done: Mutex<bool>,
+    state: Mutex<Users>,
     cv: Condvar,
+}
+
+#[derive(Default)]
+struct Users {
+    count: usize,
+    /// The connections lent chunks were queued on (closed if their writes
+    /// do not end in time).
+    links: Vec<Arc<dyn Closer>>,
+}
+
+impl Returned {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Users> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+    fn add(&self) {
+        self.lock().count += 1;
+    }
+    fn done(&self) {
+        let mut u = self.lock();
+        u.count = u.count.saturating_sub(1);
+        if u.count == 0 {
+            self.cv.notify_all();
+        }
+    }
 }
 
 /// A `&mut [T]` lent to the engine thread; tells its [`Loan`] when dropped.
@@ -44,32 +75,126 @@ impl<T: Element> WorkBuf for Lent<T> {
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
     }
+    fn lender(&self) -> Option<Lender> {
+        Some(Lender {
+            ptr: self.ptr.cast::<u8>(),
+            len: self.len * std::mem::size_of::<T>(),
+            returned: self.returned.clone(),
+        })
+    }
+}
+
+/// Hands out [`LentChunk`]s of a lent buffer (the engine's, while it holds
+/// the [`Lent`]).
+pub(crate) struct Lender {
+    ptr: *const u8,
+    len: usize,
+    returned: Arc<Returned>,
+}
+
+impl Lender {
+    /// Bytes `range` of the lent buffer as a chunk to send as they are;
+    /// `links`: the connections it may go through (closed if it is not
+    /// written in time). The engine must not write `range` while the chunk
+    /// lives.
+    pub fn chunk(&self, range: Range<usize>, links: &[Arc<dyn Closer>]) -> Option<LentChunk> {
+        if range.start > range.end || range.end > self.len {
+            return None;
+        }
+        {
+            let mut u = self.returned.lock();
+            u.count += 1;
+            for l in links {
+                if !u.links.iter().any(|k| Arc::ptr_eq(k, l)) {
+                    u.links.push(l.clone());
+                }
+            }
+        }
+        crate::pool::LENT_BYTES.fetch_add(range.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Some(LentChunk {
+            // SAFETY: `range` lies inside the lent slice (checked above),
+            // which stays allocated while the `Loan` waits for this chunk.
+            #[allow(unsafe_code)]
+            ptr: unsafe { self.ptr.add(range.start) },
+            len: range.len(),
+            returned: self.returned.clone(),
+        })
+    }
 }
 
 impl<T> Drop for Lent<T> {
     fn drop(&mut self) {
-        let mut done = self
-            .returned
-            .done
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        *done = true;
-        self.returned.cv.notify_all();
+        self.returned.done();
+    }
+}
+
+/// A range of a lent buffer sent as it is, without a copy: the caller's call
+/// does not return while it exists ([`Loan::drop`] waits for it). The engine
+/// makes one only for bytes its plan never writes again during the operation
+/// (`SendChunk::settled`), so they do not change while a connection reads
+/// them.
+pub(crate) struct LentChunk {
+    ptr: *const u8,
+    len: usize,
+    returned: Arc<Returned>,
+}
+
+// SAFETY: a `LentChunk` stands for a shared view of bytes of the lent slice
+// that nothing writes while it exists (see above) and that stay valid until
+// it is dropped (the `Loan` waits for that); reading them from another
+// thread is sound.
+#[allow(unsafe_code)]
+unsafe impl Send for LentChunk {}
+
+impl Deref for LentChunk {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: see `unsafe impl Send for LentChunk`: valid and unchanged
+        // for the chunk's whole life.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts(self.ptr, self.len)
+        }
+    }
+}
+
+impl Drop for LentChunk {
+    fn drop(&mut self) {
+        self.returned.done();
+    }
+}
+
+impl std::fmt::Debug for LentChunk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LentChunk({} bytes at {:p})", self.len, self.ptr)
     }
 }
 
 /// The calling side of a lent slice: holds the `&mut` borrow; dropping it
-/// waits until the engine has dropped the [`Lent`].
+/// waits until the engine has dropped the [`Lent`] and the connections
+/// every [`LentChunk`] of it (and, over RDMA, every write from it).
 pub(crate) struct Loan<'a, T> {
     returned: Arc<Returned>,
+    /// How long writes from the buffer may go on after the operation before
+    /// their connections are closed.
+    within: Duration,
+    /// The buffer's record in [`stable`] (start, id), when RDMA may send
+    /// from it.
+    stable: Option<(*const u8, u64)>,
     _buf: PhantomData<&'a mut [T]>,
 }
 
 impl<'a, T: Element> Loan<'a, T> {
     /// Lends `buf` to the engine: the [`Lent`] goes with the job; the `Loan`
     /// must live until the job's reply has been received (it waits on drop).
-    pub fn new(buf: &'a mut [T]) -> (Self, Lent<T>) {
+    /// Writes still reading the buffer `within` after that have their
+    /// connections closed (their peer is not taking the bytes).
+    pub fn new(buf: &'a mut [T], within: Duration) -> (Self, Lent<T>) {
         let returned = Arc::new(Returned::default());
+        returned.add();
+        let bytes = std::mem::size_of_val(buf);
+        let start = buf.as_ptr().cast::<u8>();
+        let stable = stable::lend(start, bytes).map(|id| (start, id));
         let lent = Lent {
             ptr: buf.as_mut_ptr(),
             len: buf.len(),
@@ -79,6 +204,8 @@ impl<'a, T: Element> Loan<'a, T> {
         (
             Loan {
                 returned,
+                within,
+                stable,
                 _buf: PhantomData,
             },
             lent,
@@ -87,22 +214,39 @@ impl<'a, T: Element> Loan<'a, T> {
 }
 
 impl<T> Drop for Loan<'_, T> {
-    /// Blocks until the engine has dropped the `Lent`: only then may the
-    /// caller's borrow end. The engine drops it when the job is done (the
-    /// reply carries it back and the handle drops it) or when the job is lost
-    /// (a closed communicator drops the job).
+    /// Blocks until the engine has dropped the `Lent` and every chunk of it
+    /// has been written: only then may the caller's borrow end. The engine
+    /// drops the `Lent` when the job is done (the reply carries it back and
+    /// the handle drops it) or when the job is lost (a closed communicator
+    /// drops the job); a writer drops a chunk once written (or failed), and
+    /// an RDMA connection releases it in `stable` when its write completes.
     fn drop(&mut self) {
-        let mut done = self
-            .returned
-            .done
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        while !*done {
-            done = self
-                .returned
-                .cv
-                .wait(done)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let r = &self.returned;
+        let mut u = r.lock();
+        let mut closed = false;
+        while u.count > 0 {
+            let before = u.count;
+            let (g, waited) =
+                r.cv.wait_timeout(u, self.within)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            u = g;
+            // No chunk written for `within`: their peers are not taking them.
+            if waited.timed_out() && u.count == before && !closed {
+                tracing::warn!(
+                    waiting = u.count,
+                    "sends from a returned buffer made no progress in time; closing their connections"
+                );
+                u.links.iter().for_each(|l| l.close());
+                closed = true;
+            }
+        }
+        let links = std::mem::take(&mut u.links);
+        drop(u);
+        if let Some((start, id)) = self.stable {
+            if !stable::unlend(start, id, self.within) {
+                links.iter().for_each(|l| l.close());
+                tracing::warn!("RDMA writes from a returned buffer did not complete in time");
+            }
         }
     }
 }
@@ -117,7 +261,7 @@ mod tests {
         let mut buf = vec![1i32; 4];
         let t = Instant::now();
         {
-            let (loan, mut lent) = Loan::new(&mut buf);
+            let (loan, mut lent) = Loan::new(&mut buf, Duration::from_secs(5));
             let engine = std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(100));
                 lent.bytes()[0] = 7; // works in the caller's memory

@@ -34,6 +34,12 @@ mod wan;
 pub(crate) trait WorkBuf: Send {
     fn bytes(&mut self) -> &mut [u8];
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+    /// What hands out chunks of this buffer to send without a copy, if it
+    /// lends them ([`lent::Lent`]: the caller's memory, which its call keeps
+    /// until every chunk is written).
+    fn lender(&self) -> Option<lent::Lender> {
+        None
+    }
 }
 
 impl<T: crate::dtype::Element> WorkBuf for Vec<T> {

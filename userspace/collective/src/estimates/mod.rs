@@ -771,7 +771,11 @@ fn run(shared: &Shared, sockets: &[TcpStream], inflight_gain: Option<f64>) {
                 .iter()
             {
                 let h = FrameHeader::control(FrameKind::WanRate, WanRate::LEN as u32);
-                let _ = p.send(Out::Frame(h, PooledBuf::unpooled(payload.to_vec()), None));
+                let _ = p.send(Out::Frame(
+                    h,
+                    PooledBuf::unpooled(payload.to_vec()).into(),
+                    None,
+                ));
             }
         }
         if let Some(cap) = cap {

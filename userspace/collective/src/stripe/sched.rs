@@ -246,7 +246,7 @@ fn dispatch(sh: &Shared, st: &mut State) -> bool {
                 copy: p.to_vec(),
             });
         }
-        if sh.conns[c].tx.send(Out::Frame(h, p, q)).is_err() {
+        if sh.conns[c].tx.send(Out::Frame(h, p.into(), q)).is_err() {
             ok = false;
         }
     }

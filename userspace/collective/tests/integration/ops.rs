@@ -340,3 +340,57 @@ fn float_results_are_bit_identical_on_every_rank() {
         }
     }
 }
+
+/// A blocking call sends settled ranges straight from the caller's buffer
+/// (no copy into a pool buffer) and returns only once they are written: the
+/// callers overwrite their buffers the moment a call returns, and every rank
+/// must still get what was there. Over TCP, shared memory, and two domains.
+#[test]
+fn a_buffer_may_be_reused_the_moment_its_call_returns() {
+    const LEN: usize = 1 << 20; // f32: 4 MiB
+    let worlds = [separate_hosts(3), one_host(3), two_domains(4)];
+    // Frames of 256 KiB (the other tests' 64 bytes would make 16,384
+    // frames per chunk of the buffer), copied below 32 KiB.
+    let opts = Options {
+        chunk_bytes: 256 << 10,
+        window: Options::default().window,
+        ..test_options()
+    };
+    for world in &worlds {
+        let before = causeway_collective::pool::lent_bytes();
+        run_world(world, &opts, |c| {
+            let (me, n) = (c.rank(), c.world_size());
+            let mut buf = vec![0f32; LEN];
+            for round in 0..3usize {
+                let v = (round * 10 + 1) as f32;
+                let root = round % n;
+                if me == root {
+                    buf.iter_mut()
+                        .enumerate()
+                        .for_each(|(i, x)| *x = v + (i % 1000) as f32);
+                }
+                c.broadcast(&mut buf, root).expect("broadcast");
+                let bad = buf
+                    .iter()
+                    .enumerate()
+                    .find(|&(i, x)| *x != v + (i % 1000) as f32);
+                assert!(bad.is_none(), "round {round}: rank {me} got {bad:?}");
+                buf.iter_mut().for_each(|x| *x = -7.0);
+                buf.iter_mut().for_each(|x| *x = (me + 1) as f32);
+                c.allreduce(&mut buf, ReduceOp::Sum).expect("allreduce");
+                let want = (n * (n + 1) / 2) as f32;
+                assert!(
+                    buf.iter().all(|x| *x == want),
+                    "round {round}: rank {me} sum"
+                );
+                buf.iter_mut().for_each(|x| *x = -7.0);
+            }
+        });
+        let lent = causeway_collective::pool::lent_bytes() - before;
+        eprintln!(
+            "{} ranks: {lent} payload bytes sent from the callers' buffers",
+            world.len()
+        );
+        assert!(lent > 0, "settled ranges went from the callers' buffers");
+    }
+}

@@ -53,8 +53,12 @@ const STATUS_FLUSH: u32 = ibverbs_sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
 /// Process-wide data-path counters (every RDMA connection of the process).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Bytes written to a peer straight from the caller's (pool) buffer.
+    /// Bytes written to a peer straight from the sender's memory (a pool
+    /// buffer or the caller's own lent buffer).
     pub zero_copy_bytes: u64,
+    /// Of those, bytes written straight from a caller's own buffer, lent to
+    /// the engine for one blocking call (registered for that call).
+    pub lent_bytes: u64,
     /// Bytes copied into the staging buffer first (memory the pool does not own).
     pub copied_bytes: u64,
     /// Memory registrations alive now (rings, staging, cached buffers).
@@ -65,12 +69,14 @@ pub struct Counters {
 
 static ZERO_COPY: AtomicU64 = AtomicU64::new(0);
 static COPIED: AtomicU64 = AtomicU64::new(0);
+static LENT: AtomicU64 = AtomicU64::new(0);
 static REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
 static MISSES: AtomicU64 = AtomicU64::new(0);
 
 pub fn counters() -> Counters {
     Counters {
         zero_copy_bytes: ZERO_COPY.load(Ordering::Relaxed),
+        lent_bytes: LENT.load(Ordering::Relaxed),
         copied_bytes: COPIED.load(Ordering::Relaxed),
         registrations: REGISTRATIONS.load(Ordering::Relaxed),
         cache_misses: MISSES.load(Ordering::Relaxed),
@@ -312,6 +318,7 @@ impl Drop for State {
 
 /// A cached registration of one pool allocation (`id`, see [`stable`]).
 struct Cached {
+    /// The pool allocation or loan it was made for.
     id: u64,
     region: Counted,
 }
@@ -481,37 +488,40 @@ impl Shared {
         Ok(())
     }
 
-    /// The lkey of a registration covering `buf` and its pool allocation
-    /// (start, id), if it lies in a live one (registered now on the first use).
-    fn registered(&self, buf: &[u8]) -> Option<(u32, usize, u64)> {
-        let (start, len, id) = stable::find(buf.as_ptr() as usize, buf.len())?;
+    /// The lkey of a registration covering `buf` and the pool allocation or
+    /// lent buffer it lies in (start, id, lent), if it lies in a live one
+    /// (registered now on the first use).
+    fn registered(&self, buf: &[u8]) -> Option<(u32, usize, u64, bool)> {
+        let f = stable::find(buf.as_ptr() as usize, buf.len())?;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = cache.iter().find(|c| c.id == id) {
-            return Some((c.region.0.lkey(), start, id));
+        if let Some(c) = cache.iter().find(|c| c.id == f.id) {
+            return Some((c.region.0.lkey(), f.start, f.id, f.lent));
         }
-        // Registrations of freed allocations are never used again: drop them.
+        // Registrations of freed allocations and returned buffers are never
+        // used again: drop them.
         cache.retain(|c| stable::is_live(c.id));
         if cache.len() >= CACHE {
             // The oldest one no write in flight reads from (else copy).
             let old = cache.iter().position(|c| !stable::is_held(c.id))?;
             cache.remove(old);
         }
-        // SAFETY: `[start, start+len)` is a live pool allocation (checked
-        // just above under the stable registry's bookkeeping) and `buf`
-        // borrows it, so it is mapped now, and `stable` holds it until the
-        // writes posted from it complete. Once the pool frees it, the
-        // registration keeps only the pinned pages; it is never used again,
-        // because a later allocation gets a new id.
-        let region = unsafe { Region::register_raw(&self.dev, start as *mut u8, len, false) };
+        // SAFETY: `[start, start+len)` is a live pool allocation or lent
+        // buffer (checked just above under the stable registry's
+        // bookkeeping) and `buf` borrows it, so it is mapped now, and
+        // `stable` holds it until the writes posted from it complete. Once
+        // the pool frees it (or the call that lent it returns), the
+        // registration keeps only the pinned pages and is never used again,
+        // because a later allocation or loan gets a new id.
+        let region = unsafe { Region::register_raw(&self.dev, f.start as *mut u8, f.len, false) };
         MISSES.fetch_add(1, Ordering::Relaxed);
         match region {
             Ok(r) => {
                 let lkey = r.lkey();
                 cache.push(Cached {
-                    id,
+                    id: f.id,
                     region: Counted::new(r),
                 });
-                Some((lkey, start, id))
+                Some((lkey, f.start, f.id, f.lent))
             }
             Err(e) => {
                 tracing::debug!(error = %e, "rdma: send buffer not registered; copying");
@@ -545,8 +555,11 @@ impl Shared {
         let mut segs = [none; MAX_PARTS];
         let (mut used, mut staged, mut total) = (0usize, 0usize, 0usize);
         for part in parts.iter().filter(|p| !p.is_empty()).take(MAX_PARTS) {
-            let seg = if let Some((lkey, start, id)) = self.registered(part) {
+            let seg = if let Some((lkey, start, id, lent)) = self.registered(part) {
                 ZERO_COPY.fetch_add(part.len() as u64, Ordering::Relaxed);
+                if lent {
+                    LENT.fetch_add(part.len() as u64, Ordering::Relaxed);
+                }
                 Seg {
                     addr: part.as_ptr() as u64,
                     lkey,
@@ -821,7 +834,7 @@ impl RdmaTransport {
     /// The address of the registration that would carry a send of `buf`
     /// (`None`: it would be copied): the zero-copy check of the tests.
     pub fn registered_start(&self, buf: &[u8]) -> Option<usize> {
-        self.shared.registered(buf).map(|(_, start, _)| start)
+        self.shared.registered(buf).map(|(_, start, _, _)| start)
     }
 }
 

@@ -153,11 +153,12 @@ impl Region {
         Ok(r)
     }
 
-    /// Registers memory owned elsewhere.
+    /// Registers memory owned elsewhere (pinned).
     ///
     /// # Safety
-    /// `[p, p+len)` must stay allocated and mapped at the same pages until the
-    /// region is dropped (see `stable`: the buffer pool's allocations).
+    /// `[p, p+len)` must stay allocated while work requests read it through
+    /// the region (see `stable`: the buffer pool's allocations and lent
+    /// buffers), and the region must not be used once it was freed.
     pub unsafe fn register_raw(
         dev: &Arc<Device>,
         p: *mut u8,
