@@ -7,7 +7,8 @@
 //! and the policy routing that keeps the traffic off `lo` (as the `rdma::`
 //! tests), then per run (3, interleaved): `causeway-allreduce-bench` with 2
 //! ranks (hosts h0/h1 of one domain, bound to the two ends) over
-//! `CAUSEWAY_TRANSPORT=tcp` and `=rdma` (1 warm-up + 5 iterations of 1 MiB
+//! `CAUSEWAY_TRANSPORT=tcp` and `=rdma` (the latter on a plain `Vec` and on a
+//! `CommBuf`; blocking calls on the caller's buffer; 1 warm-up + 5 iterations of 1 MiB
 //! and 16 MiB f32), once as an allreduce and once as a point-to-point stream
 //! (`--op broadcast` from rank 0: S bytes one way in 1 MiB messages, the
 //! default `CAUSEWAY_CHUNK_BYTES`), and `ib_write_bw` (1 MiB messages, 200
@@ -43,13 +44,29 @@ const WRITE_BW_MSG: u64 = 1 << 20;
 /// The worker's `--op`s: (argument, name in the tables).
 const OPS: [(&str, &str); 2] = [("allreduce", "allreduce"), ("broadcast", "stream 0→1")];
 
+// Blocking calls on the caller's memory (what a training loop calls):
+// a plain `Vec` (over RDMA: copied into the registered pool) and a
+// `CommBuf` (registered once, sent from as it is).
 const TCP: Mode = Mode {
     name: "TCP transport",
-    env: &[("CAUSEWAY_TRANSPORT", "tcp")],
+    env: &[
+        ("CAUSEWAY_TRANSPORT", "tcp"),
+        ("CAUSEWAY_BENCH_BUFFER", "caller"),
+    ],
 };
 const RDMA: Mode = Mode {
-    name: "RDMA transport",
-    env: &[("CAUSEWAY_TRANSPORT", "rdma")],
+    name: "RDMA, plain Vec",
+    env: &[
+        ("CAUSEWAY_TRANSPORT", "rdma"),
+        ("CAUSEWAY_BENCH_BUFFER", "caller"),
+    ],
+};
+const RDMA_REGISTERED: Mode = Mode {
+    name: "RDMA, CommBuf",
+    env: &[
+        ("CAUSEWAY_TRANSPORT", "rdma"),
+        ("CAUSEWAY_BENCH_BUFFER", "registered"),
+    ],
 };
 
 pub fn run(extra: &[String]) -> Result<()> {
@@ -73,7 +90,7 @@ pub fn run(extra: &[String]) -> Result<()> {
         }
     }
     cmd::build_wan_bench_bins()?;
-    let modes = [TCP, RDMA];
+    let modes = [TCP, RDMA, RDMA_REGISTERED];
     let load_before = bench_tls::load();
     let (outcome, out) =
         crate::vm::run_script(line, "bench-rdma", Duration::from_secs(3600), |out| {

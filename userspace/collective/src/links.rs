@@ -65,6 +65,9 @@ pub(crate) struct PeerLink {
     stripe: Option<Stripe>,
     /// See [`PeerLink::small_frame_queue`].
     small: Option<Sender<Out>>,
+    /// A connection sends only from registered memory (RDMA): see
+    /// [`PeerLink::registers_sends`].
+    registers: bool,
 }
 
 /// When a frame last arrived on any of one peer's connections.
@@ -184,6 +187,12 @@ impl PeerLink {
         self.stripe.as_ref().map(Stripe::stats)
     }
 
+    /// Whether a connection to the peer sends from registered memory only
+    /// (RDMA): any other send memory it copies or registers per use.
+    pub fn registers_sends(&self) -> bool {
+        self.registers
+    }
+
     /// Every connection's closer (a closed one fails its writer at once).
     pub fn closers(&self) -> &[Arc<dyn Closer>] {
         &self.closers
@@ -224,6 +233,7 @@ pub(crate) fn start(
         }),
         stripe: None,
         small: None,
+        registers: false,
     };
     // Striped when the bulk connections span two paths or more.
     let mut paths: Vec<usize> = conns
@@ -245,6 +255,7 @@ pub(crate) fn start(
         if link.small.is_none() && !what.starts_with("rdma") {
             link.small = Some(tx.clone());
         }
+        link.registers |= what.starts_with("rdma");
         let (ev, ev2, pool, c2) = (events.clone(), events.clone(), pool.clone(), closer.clone());
         let heard = link.heard.clone();
         let dd = dedup.clone();

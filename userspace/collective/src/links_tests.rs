@@ -22,6 +22,7 @@ fn link() -> (PeerLink, Receiver<Out>, Receiver<Out>) {
         }),
         stripe: None,
         small: None,
+        registers: false,
     };
     (link, lat_rx, bulk_rx)
 }

@@ -21,12 +21,25 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use causeway_collective::cli;
-use causeway_collective::{Communicator, Options, ReduceOp};
+use causeway_collective::{CommBuf, Communicator, Options, ReduceOp};
 use serde_json::json;
 
-const USAGE: &str = "causeway-allreduce-bench [--sizes 64kb,1mb,16mb] [--iters 5] [--warmup 1] [--op allreduce|broadcast]\n\
-  Sizes are bytes of f32 per rank (64kb = 65536). Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n\
-  CAUSEWAY_DOMAIN and the CAUSEWAY_* options. Rank 0 prints JSON lines.";
+const USAGE: &str = "causeway-allreduce-bench [--sizes 64kb,1mb,16mb] [--iters 5] [--warmup 1] [--op allreduce|broadcast] [--buffer owned|caller|registered]\n\
+  Sizes are bytes of f32 per rank (64kb = 65536). --buffer: the async calls on an owned Vec (default),\n\
+  the blocking calls on the caller's Vec, or on a CommBuf (env CAUSEWAY_BENCH_BUFFER too).\n\
+  Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CAUSEWAY_DOMAIN and the CAUSEWAY_* options.\n\
+  Rank 0 prints JSON lines.";
+
+/// Which memory the operations run on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Buffer {
+    /// `allreduce_async(Vec)`: the engine owns the buffer during the call.
+    Owned,
+    /// `allreduce(&mut [f32])` on a plain `Vec`: lent to the engine.
+    Caller,
+    /// The same on a `CommBuf` (registered once for RDMA).
+    Registered,
+}
 
 fn main() -> std::process::ExitCode {
     causeway_core::cli_main::run(|| {
@@ -39,7 +52,18 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    let args = cli::Args::parse(&["sizes", "iters", "warmup", "op"], USAGE)?;
+    let args = cli::Args::parse(&["sizes", "iters", "warmup", "op", "buffer"], USAGE)?;
+    let kind = args
+        .get("buffer")
+        .map(str::to_string)
+        .or_else(|| std::env::var("CAUSEWAY_BENCH_BUFFER").ok())
+        .unwrap_or_else(|| "owned".into());
+    let kind = match kind.as_str() {
+        "owned" => Buffer::Owned,
+        "caller" => Buffer::Caller,
+        "registered" => Buffer::Registered,
+        other => anyhow::bail!("--buffer {other}: owned, caller or registered\n{USAGE}"),
+    };
     let broadcast = match args.get("op").unwrap_or("allreduce") {
         "allreduce" => false,
         "broadcast" => true,
@@ -83,6 +107,8 @@ fn run() -> Result<()> {
             }
         };
         let mut buf: Vec<f32> = (0..elems).map(input).collect();
+        let mut registered =
+            (kind == Buffer::Registered).then(|| CommBuf::from_vec(std::mem::take(&mut buf)));
         let mut times = Vec::with_capacity(iters);
         let (mut starts, mut ends) = (Vec::new(), Vec::new());
         let (mut warm_starts, mut warm_ends) = (Vec::new(), Vec::new());
@@ -90,16 +116,31 @@ fn run() -> Result<()> {
         for i in 0..warmup + iters {
             comm.barrier().context("barrier")?;
             let (t, start, cpu) = (Instant::now(), unix_ns(), process_cpu_s()?);
-            buf = if broadcast {
-                comm.broadcast_async(buf, 0)
-                    .context("broadcast")?
-                    .wait()
-                    .context("broadcast")?
-            } else {
-                comm.allreduce_async(buf, ReduceOp::Sum)
-                    .wait()
-                    .context("allreduce")?
-            };
+            match (kind, &mut registered) {
+                (Buffer::Owned, _) => {
+                    buf = if broadcast {
+                        comm.broadcast_async(buf, 0)
+                            .context("broadcast")?
+                            .wait()
+                            .context("broadcast")?
+                    } else {
+                        comm.allreduce_async(buf, ReduceOp::Sum)
+                            .wait()
+                            .context("allreduce")?
+                    };
+                }
+                (_, reg) => {
+                    let b: &mut [f32] = match reg {
+                        Some(r) => r,
+                        None => &mut buf,
+                    };
+                    if broadcast {
+                        comm.broadcast(b, 0).context("broadcast")?;
+                    } else {
+                        comm.allreduce(b, ReduceOp::Sum).context("allreduce")?;
+                    }
+                }
+            }
             if i >= warmup {
                 cpu_s += process_cpu_s()? - cpu;
                 times.push(t.elapsed().as_secs_f64());
@@ -109,14 +150,18 @@ fn run() -> Result<()> {
                 warm_starts.push(start);
                 warm_ends.push(unix_ns());
             }
+            let b: &mut [f32] = match &mut registered {
+                Some(r) => r,
+                None => &mut buf,
+            };
             if broadcast {
-                check_broadcast(&buf).with_context(|| format!("{bytes} bytes, iteration {i}"))?;
-                buf.iter_mut().enumerate().for_each(|(k, x)| *x = input(k));
+                check_broadcast(b).with_context(|| format!("{bytes} bytes, iteration {i}"))?;
+                b.iter_mut().enumerate().for_each(|(k, x)| *x = input(k));
             } else {
                 if checked {
-                    check(&buf, i, n).with_context(|| format!("{bytes} bytes, iteration {i}"))?;
+                    check(b, i, n).with_context(|| format!("{bytes} bytes, iteration {i}"))?;
                 }
-                buf.iter_mut().for_each(|x| *x = 1.0);
+                b.iter_mut().for_each(|x| *x = 1.0);
             }
         }
         let in_order = times.clone();

@@ -478,14 +478,19 @@ impl Driver<'_, '_> {
     }
 
     /// Chunk `s` of the caller's own buffer, to send as it is: when the
-    /// buffer is lent, the chunk is large enough for a copy to matter, and
-    /// the plan writes nothing more into its range during this operation.
+    /// buffer is lent, the chunk is large enough for a copy to matter, the
+    /// plan writes nothing more into its range during this operation, and
+    /// (over RDMA) the range lies in registered memory.
     fn lent_chunk(&self, s: &SendChunk) -> Option<super::lent::LentChunk> {
         if !s.settled || s.range.len() < LEND_MIN || s.range.end > self.buf.len() {
             return None;
         }
         let link = self.e.peers.get(s.peer)?.as_ref()?;
-        self.lender.as_ref()?.chunk(s.range.clone(), link.closers())
+        let lender = self.lender.as_ref()?;
+        if link.registers_sends() && !lender.registered(s.range.clone()) {
+            return None;
+        }
+        lender.chunk(s.range.clone(), link.closers())
     }
 
     /// Records a `kind` span of chunk `id` to or from `peer` (`bytes` long)

@@ -93,6 +93,14 @@ pub(crate) struct Lender {
 }
 
 impl Lender {
+    /// Whether `range` of the lent buffer lies in memory the RDMA transport
+    /// registers once (a [`crate::CommBuf`]): elsewhere it would register
+    /// the caller's memory on every call, so RDMA links get a copy instead.
+    pub fn registered(&self, range: Range<usize>) -> bool {
+        range.end <= self.len
+            && stable::covering(self.ptr as usize + range.start, range.len()).is_some()
+    }
+
     /// Bytes `range` of the lent buffer as a chunk to send as they are;
     /// `links`: the connections it may go through (closed if it is not
     /// written in time). The engine must not write `range` while the chunk
@@ -178,9 +186,9 @@ pub(crate) struct Loan<'a, T> {
     /// How long writes from the buffer may go on after the operation before
     /// their connections are closed.
     within: Duration,
-    /// The buffer's record in [`stable`] (start, id), when RDMA may send
-    /// from it.
-    stable: Option<(*const u8, u64)>,
+    /// The registered allocation ([`crate::CommBuf`]) the buffer lies in
+    /// (start, id), whose RDMA writes must complete before the call returns.
+    stable: Option<(usize, u64)>,
     _buf: PhantomData<&'a mut [T]>,
 }
 
@@ -192,9 +200,7 @@ impl<'a, T: Element> Loan<'a, T> {
     pub fn new(buf: &'a mut [T], within: Duration) -> (Self, Lent<T>) {
         let returned = Arc::new(Returned::default());
         returned.add();
-        let bytes = std::mem::size_of_val(buf);
-        let start = buf.as_ptr().cast::<u8>();
-        let stable = stable::lend(start, bytes).map(|id| (start, id));
+        let stable = stable::covering(buf.as_ptr() as usize, std::mem::size_of_val(buf));
         let lent = Lent {
             ptr: buf.as_mut_ptr(),
             len: buf.len(),
@@ -243,7 +249,7 @@ impl<T> Drop for Loan<'_, T> {
         let links = std::mem::take(&mut u.links);
         drop(u);
         if let Some((start, id)) = self.stable {
-            if !stable::unlend(start, id, self.within) {
+            if !stable::wait_idle(start, id, self.within) {
                 links.iter().for_each(|l| l.close());
                 tracing::warn!("RDMA writes from a returned buffer did not complete in time");
             }

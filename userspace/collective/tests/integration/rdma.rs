@@ -16,7 +16,7 @@ use causeway_collective::store::StoreServer;
 use causeway_collective::topology::LinkClass;
 use causeway_collective::transport::rdma::{self, TransportChoice};
 use causeway_collective::transport::Transport;
-use causeway_collective::{Communicator, Options, ReduceOp};
+use causeway_collective::{CommBuf, Communicator, Options, ReduceOp};
 use causeway_test_support::netns::{run, unique_name, Netns};
 use causeway_test_support::require_root;
 
@@ -486,31 +486,30 @@ fn sends_go_zero_copy_from_the_pool_buffer_through_a_small_ring() {
     });
 }
 
-/// A blocking call sends from the caller's own buffer: every settled byte
-/// goes straight from it (registered for that call) and nothing but frame
-/// headers is copied; the call returns only once the device has read the
-/// bytes: the root overwrites its buffer at once, and the peer must still
-/// get what was there. Registrations do not grow over rounds (a returned
-/// buffer's registration is dropped at the next one).
+/// A blocking call on a [`CommBuf`] sends straight from it: every settled
+/// byte goes from the caller's memory (registered on its first send, that
+/// registration reused by every later call) and nothing but frame headers is
+/// copied; the call returns only once the device has read the bytes: the
+/// root overwrites its buffer at once, and the peer must still get what was
+/// there. A plain `Vec` is copied into the registered pool instead (never
+/// registered per call).
 #[test]
 #[ignore = "needs Soft-RoCE (rdma_rxe): runs in the VM stage (cargo xtask vm-test --filter rdma::)"]
-fn a_blocking_call_sends_from_the_callers_own_buffer() {
+fn a_blocking_call_on_a_comm_buf_sends_from_the_callers_memory() {
     require_root!();
     let rxe = Rxe::new();
     const ROUNDS: usize = 20;
     const LEN: usize = 1 << 20; // f32: 4 MiB
-    let before = rdma::counters();
-    let regs = two_ranks(&rxe, rdma_options(), |c| {
-        let mut buf = vec![0f32; LEN];
+    fn rounds(c: &Communicator, buf: &mut [f32], n: usize) -> Vec<u64> {
         let mut regs = Vec::new();
-        for round in 0..ROUNDS {
+        for round in 0..n {
             let v = (round + 1) as f32;
             if c.rank() == 0 {
                 buf.iter_mut()
                     .enumerate()
                     .for_each(|(i, x)| *x = v + i as f32);
             }
-            c.broadcast(&mut buf, 0).expect("broadcast");
+            c.broadcast(buf, 0).expect("broadcast");
             if c.rank() == 0 {
                 // Returned: the device has read every byte it sends.
                 buf.iter_mut().for_each(|x| *x = -1.0);
@@ -522,16 +521,21 @@ fn a_blocking_call_sends_from_the_callers_own_buffer() {
             regs.push(rdma::counters().registrations);
         }
         regs
+    }
+    let before = rdma::counters();
+    let regs = two_ranks(&rxe, rdma_options(), |c| {
+        let mut buf = CommBuf::<f32>::zeroed(LEN);
+        rounds(c, &mut buf, ROUNDS)
     });
     let after = rdma::counters();
-    let (lent, copied) = (
+    let (lent, copied, made) = (
         after.lent_bytes - before.lent_bytes,
         after.copied_bytes - before.copied_bytes,
+        after.cache_misses - before.cache_misses,
     );
     let sent = (ROUNDS * LEN * 4) as u64;
     report(&format!(
-        "caller buffers: {lent} of {sent} broadcast bytes sent from them as they are, {copied} bytes copied, {} send registrations made, registrations per round {:?}",
-        after.cache_misses - before.cache_misses,
+        "CommBuf: {lent} of {sent} broadcast bytes sent from it as they are, {copied} bytes copied, {made} send registrations made, registrations per round {:?}",
         regs[0]
     ));
     assert_eq!(lent, sent, "every byte from the caller's buffer");
@@ -539,6 +543,7 @@ fn a_blocking_call_sends_from_the_callers_own_buffer() {
         copied < sent / 100,
         "only headers and control frames copied ({copied} bytes)"
     );
+    assert!(made <= 2, "registered once, not per call ({made})");
     for r in &regs {
         assert_eq!(
             r.first(),
@@ -546,6 +551,25 @@ fn a_blocking_call_sends_from_the_callers_own_buffer() {
             "registrations stay flat over the rounds"
         );
     }
+    // A plain Vec: copied into the pool (zero-copy from there), no per-call
+    // registration either.
+    let before = rdma::counters();
+    two_ranks(&rxe, rdma_options(), |c| {
+        let mut buf = vec![0f32; LEN];
+        rounds(c, &mut buf, 3);
+    });
+    let after = rdma::counters();
+    report(&format!(
+        "plain Vec: {} bytes sent from it, {} zero-copy from pool buffers, {} send registrations",
+        after.lent_bytes - before.lent_bytes,
+        after.zero_copy_bytes - before.zero_copy_bytes,
+        after.cache_misses - before.cache_misses
+    ));
+    assert_eq!(
+        after.lent_bytes, before.lent_bytes,
+        "a plain Vec is not registered per call"
+    );
+    assert!(after.zero_copy_bytes - before.zero_copy_bytes >= (3 * LEN * 4) as u64);
 }
 
 /// The writer returns before the device has read what it sent (successive

@@ -56,8 +56,8 @@ pub struct Counters {
     /// Bytes written to a peer straight from the sender's memory (a pool
     /// buffer or the caller's own lent buffer).
     pub zero_copy_bytes: u64,
-    /// Of those, bytes written straight from a caller's own buffer, lent to
-    /// the engine for one blocking call (registered for that call).
+    /// Of those, bytes written straight from a caller's own
+    /// [`CommBuf`](crate::CommBuf) by a blocking call.
     pub lent_bytes: u64,
     /// Bytes copied into the staging buffer first (memory the pool does not own).
     pub copied_bytes: u64,
@@ -489,29 +489,27 @@ impl Shared {
     }
 
     /// The lkey of a registration covering `buf` and the pool allocation or
-    /// lent buffer it lies in (start, id, lent), if it lies in a live one
+    /// caller's `CommBuf` it lies in (start, id, caller's), if it lies in a live one
     /// (registered now on the first use).
     fn registered(&self, buf: &[u8]) -> Option<(u32, usize, u64, bool)> {
         let f = stable::find(buf.as_ptr() as usize, buf.len())?;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = cache.iter().find(|c| c.id == f.id) {
-            return Some((c.region.0.lkey(), f.start, f.id, f.lent));
+            return Some((c.region.0.lkey(), f.start, f.id, f.caller));
         }
-        // Registrations of freed allocations and returned buffers are never
-        // used again: drop them.
+        // Registrations of freed allocations are never used again: drop them.
         cache.retain(|c| stable::is_live(c.id));
         if cache.len() >= CACHE {
             // The oldest one no write in flight reads from (else copy).
             let old = cache.iter().position(|c| !stable::is_held(c.id))?;
             cache.remove(old);
         }
-        // SAFETY: `[start, start+len)` is a live pool allocation or lent
-        // buffer (checked just above under the stable registry's
+        // SAFETY: `[start, start+len)` is a live pool allocation or caller's
+        // `CommBuf` (checked just above under the stable registry's
         // bookkeeping) and `buf` borrows it, so it is mapped now, and
         // `stable` holds it until the writes posted from it complete. Once
-        // the pool frees it (or the call that lent it returns), the
-        // registration keeps only the pinned pages and is never used again,
-        // because a later allocation or loan gets a new id.
+        // it is freed, the registration keeps only the pinned pages and is
+        // never used again, because a later allocation gets a new id.
         let region = unsafe { Region::register_raw(&self.dev, f.start as *mut u8, f.len, false) };
         MISSES.fetch_add(1, Ordering::Relaxed);
         match region {
@@ -521,7 +519,7 @@ impl Shared {
                     id: f.id,
                     region: Counted::new(r),
                 });
-                Some((lkey, f.start, f.id, f.lent))
+                Some((lkey, f.start, f.id, f.caller))
             }
             Err(e) => {
                 tracing::debug!(error = %e, "rdma: send buffer not registered; copying");
@@ -555,9 +553,9 @@ impl Shared {
         let mut segs = [none; MAX_PARTS];
         let (mut used, mut staged, mut total) = (0usize, 0usize, 0usize);
         for part in parts.iter().filter(|p| !p.is_empty()).take(MAX_PARTS) {
-            let seg = if let Some((lkey, start, id, lent)) = self.registered(part) {
+            let seg = if let Some((lkey, start, id, caller)) = self.registered(part) {
                 ZERO_COPY.fetch_add(part.len() as u64, Ordering::Relaxed);
-                if lent {
+                if caller {
                     LENT.fetch_add(part.len() as u64, Ordering::Relaxed);
                 }
                 Seg {

@@ -13,13 +13,12 @@
 //! is released ([`free_when_idle`]). Without the `rdma` feature nothing is
 //! recorded and nothing is ever held.
 //!
-//! A caller's own buffer, lent to the engine for one blocking call
-//! ([`lend`]), is recorded too, with a fresh id per call: its pages may
-//! change under the same address once the call returns (the caller may free
-//! it), so a registration of it serves that call only, like an allocation's
-//! serves that allocation. The call returns only once no write from it is in
-//! flight ([`unlend`]).
+//! A caller's [`CommBuf`](crate::CommBuf) is recorded the same way
+//! ([`track_caller`]): a blocking call on it sends straight from it with the
+//! registration made on its first use, and returns only once no write from
+//! it is in flight ([`wait_idle`]).
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -31,9 +30,9 @@ struct Entry {
     /// Writes in flight from this allocation.
     holds: u32,
     /// The allocation itself, once its owner freed it while it was held.
-    parked: Option<Vec<u8>>,
-    /// A caller's buffer lent for one call, not a pool allocation.
-    lent: bool,
+    parked: Option<Box<dyn Any + Send>>,
+    /// A caller's [`CommBuf`](crate::CommBuf), not a pool allocation.
+    caller: bool,
 }
 
 /// Where a send's bytes lie ([`find`]).
@@ -42,8 +41,8 @@ pub struct Found {
     pub start: usize,
     pub len: usize,
     pub id: u64,
-    /// A lent caller buffer, not a pool allocation.
-    pub lent: bool,
+    /// A caller's [`CommBuf`](crate::CommBuf), not a pool allocation.
+    pub caller: bool,
 }
 
 /// start address → entry
@@ -58,6 +57,15 @@ fn live() -> std::sync::MutexGuard<'static, BTreeMap<usize, Entry>> {
 
 /// Records an allocation of `len` bytes at `start`.
 pub fn track(start: *const u8, len: usize) {
+    insert(start, len, false);
+}
+
+/// Records a caller's [`CommBuf`](crate::CommBuf) of `len` bytes at `start`.
+pub fn track_caller(start: *const u8, len: usize) {
+    insert(start, len, true);
+}
+
+fn insert(start: *const u8, len: usize, caller: bool) {
     if !super::BUILT || len == 0 {
         return;
     }
@@ -69,57 +77,56 @@ pub fn track(start: *const u8, len: usize) {
             id,
             holds: 0,
             parked: None,
-            lent: false,
+            caller,
         },
     );
 }
 
-/// Records `len` bytes at `start`, a caller's buffer lent to the engine for
-/// one call; its id, or `None` when nothing is recorded (no RDMA in this
-/// build, nothing to lend, or the range is already known).
-pub fn lend(start: *const u8, len: usize) -> Option<u64> {
-    if !super::BUILT || len == 0 {
-        return None;
+/// Frees `buf` (a tracked allocation) now, or when the writes in flight from
+/// it have completed.
+pub fn free_when_idle(buf: Vec<u8>) {
+    if buf.capacity() == 0 {
+        return;
+    }
+    let start = buf.as_ptr() as usize;
+    drop_when_idle(start, Box::new(buf));
+}
+
+/// Drops `owner` (what keeps the tracked allocation at `start` alive) now,
+/// or when the writes in flight from it have completed.
+pub fn drop_when_idle(start: usize, owner: Box<dyn Any + Send>) {
+    if !super::BUILT {
+        return;
     }
     let mut m = live();
-    let key = start as usize;
-    let overlaps = m
-        .range(..key.saturating_add(len))
-        .next_back()
-        .is_some_and(|(&s, e)| s + e.len > key);
-    if overlaps {
-        return None;
+    match m.get_mut(&start) {
+        Some(e) if e.holds > 0 => e.parked = Some(owner),
+        _ => {
+            m.remove(&start);
+            drop(m);
+            drop(owner);
+        }
     }
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    m.insert(
-        key,
-        Entry {
-            len,
-            id,
-            holds: 0,
-            parked: None,
-            lent: true,
-        },
-    );
-    Some(id)
 }
 
-/// Ends the lend [`lend`] returned `id` for, once no write from it is in
-/// flight, waiting up to `within`. False if writes were still in flight
-/// then (the entry is dropped anyway: the caller's call must return).
-pub fn unlend(start: *const u8, id: u64, within: Duration) -> bool {
+/// The live allocation holding all of `[addr, addr+len)`: (start, id).
+pub fn covering(addr: usize, len: usize) -> Option<(usize, u64)> {
+    find(addr, len).map(|f| (f.start, f.id))
+}
+
+/// Waits until no write from allocation `id` at `start` is in flight, up to
+/// `within`; false if writes were still in flight then.
+pub fn wait_idle(start: usize, id: u64, within: Duration) -> bool {
     let deadline = Instant::now() + within;
-    let key = start as usize;
     let mut m = live();
     loop {
-        let holds = match m.get(&key) {
-            Some(e) if e.id == id => e.holds,
+        match m.get(&start) {
+            Some(e) if e.id == id && e.holds > 0 => {}
             _ => return true,
-        };
+        }
         let left = deadline.saturating_duration_since(Instant::now());
-        if holds == 0 || left.is_zero() {
-            m.remove(&key);
-            return holds == 0;
+        if left.is_zero() {
+            return false;
         }
         m = IDLE
             .wait_timeout(m, left)
@@ -128,21 +135,11 @@ pub fn unlend(start: *const u8, id: u64, within: Duration) -> bool {
     }
 }
 
-/// Frees `buf` (a tracked allocation) now, or when the writes in flight from
-/// it have completed.
-pub fn free_when_idle(buf: Vec<u8>) {
-    if !super::BUILT || buf.capacity() == 0 {
-        return;
-    }
-    let mut m = live();
-    let key = buf.as_ptr() as usize;
-    match m.get_mut(&key) {
-        Some(e) if e.holds > 0 => e.parked = Some(buf),
-        _ => {
-            m.remove(&key);
-            drop(m);
-            drop(buf);
-        }
+/// Forgets the allocation at `start` (its owner takes the memory back; no
+/// write from it may be in flight).
+pub fn untrack(start: usize) {
+    if super::BUILT {
+        live().remove(&start);
     }
 }
 
@@ -159,7 +156,7 @@ pub fn find(addr: usize, len: usize) -> Option<Found> {
         start,
         len: e.len,
         id: e.id,
-        lent: e.lent,
+        caller: e.caller,
     })
 }
 
@@ -253,37 +250,39 @@ mod tests {
         release(start, id);
     }
 
-    /// A lent buffer is found as lent, held like an allocation, and its lend
-    /// ends only once its last write completed (or the wait runs out).
+    /// A caller's buffer is found as such, held like an allocation, and
+    /// waited for until its last write completed (or the wait runs out).
     #[test]
-    fn a_lent_buffer_returns_only_after_its_last_write() {
+    fn a_caller_buffer_is_idle_only_after_its_last_write() {
         let buf = vec![3u8; 4096];
         let p = buf.as_ptr();
-        let id = lend(p, buf.len()).expect("lent");
-        assert!(lend(p, 10).is_none(), "already known");
+        track_caller(p, buf.len());
         let f = find(p as usize + 8, 64).expect("found");
-        assert!(f.lent && f.id == id && f.start == p as usize);
-        assert!(hold(f.start, id));
-        assert!(is_held(id) && busy(p));
-        let addr = p as usize;
+        assert!(f.caller && f.start == p as usize);
+        assert_eq!(covering(p as usize + 8, 64), Some((f.start, f.id)));
+        assert!(hold(f.start, f.id));
+        let (addr, id) = (f.start, f.id);
         let released = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
             release(addr, id);
         });
         let t = Instant::now();
-        assert!(unlend(p, id, Duration::from_secs(5)), "released in time");
+        assert!(
+            wait_idle(addr, id, Duration::from_secs(5)),
+            "released in time"
+        );
         assert!(
             t.elapsed() >= Duration::from_millis(40),
             "waited for the write"
         );
         released.join().expect("releasing thread");
-        assert!(find(p as usize, 1).is_none(), "gone once returned");
-        let id = lend(p, buf.len()).expect("lent again");
-        assert!(hold(p as usize, id));
+        assert!(hold(addr, id));
         assert!(
-            !unlend(p, id, Duration::from_millis(20)),
+            !wait_idle(addr, id, Duration::from_millis(20)),
             "a write never completed"
         );
-        assert!(find(p as usize, 1).is_none());
+        release(addr, id);
+        untrack(addr);
+        assert!(find(addr, 1).is_none());
     }
 }
