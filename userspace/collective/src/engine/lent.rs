@@ -179,8 +179,8 @@ impl std::fmt::Debug for LentChunk {
 }
 
 /// The calling side of a lent slice: holds the `&mut` borrow; dropping it
-/// waits until the engine has dropped the [`Lent`] and the connections
-/// every [`LentChunk`] of it (and, over RDMA, every write from it).
+/// waits until the engine has dropped the [`Lent`], every [`LentChunk`] of
+/// it has been written, and (over RDMA) every write from it has completed.
 pub(crate) struct Loan<'a, T> {
     returned: Arc<Returned>,
     /// How long writes from the buffer may go on after the operation before
@@ -242,8 +242,13 @@ impl<T> Drop for Loan<'_, T> {
                     waiting = u.count,
                     "sends from a returned buffer made no progress in time; closing their connections"
                 );
-                u.links.iter().for_each(|l| l.close());
+                // Closed without the lock: a connection may drop its chunks
+                // (and so take the lock) while it closes.
+                let links = u.links.clone();
+                drop(u);
+                links.iter().for_each(|l| l.close());
                 closed = true;
+                u = r.lock();
             }
         }
         let links = std::mem::take(&mut u.links);
@@ -280,5 +285,76 @@ mod tests {
         let mut want = 1i32.to_ne_bytes();
         want[0] = 7;
         assert_eq!(buf, [i32::from_ne_bytes(want), 1, 1, 1]);
+    }
+
+    /// A connection that closes when told to, dropping what its writer
+    /// still holds (as a real writer does when its socket is shut).
+    struct StuckLink {
+        held: Mutex<Option<LentChunk>>,
+        closed: std::sync::atomic::AtomicBool,
+    }
+
+    impl Closer for StuckLink {
+        fn close(&self) {
+            self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+            self.held.lock().expect("held").take();
+        }
+        fn finish(&self) {}
+    }
+
+    /// A chunk still queued when the call ends holds the caller until it is
+    /// written; one that makes no progress for `within` has its connection
+    /// closed, so the call returns (an error for the next one), never hangs.
+    #[test]
+    fn a_chunk_holds_the_call_until_written_or_its_link_is_closed() {
+        let mut buf = vec![5u8; 64 << 10];
+        let link = Arc::new(StuckLink {
+            held: Mutex::new(None),
+            closed: Default::default(),
+        });
+        let links: Vec<Arc<dyn Closer>> = vec![link.clone()];
+        let t = Instant::now();
+        {
+            let (loan, lent) = Loan::new(&mut buf, Duration::from_millis(150));
+            let lender = lent.lender().expect("a lent buffer lends");
+            #[allow(clippy::reversed_empty_ranges)]
+            let reversed = 10..5;
+            assert!(lender.chunk(reversed, &links).is_none(), "a reversed range");
+            assert!(
+                lender.chunk(0..(64 << 10) + 1, &links).is_none(),
+                "past the end"
+            );
+            let chunk = lender.chunk(4096..8192, &links).expect("chunk");
+            assert_eq!((chunk.len(), chunk[0]), (4096, 5));
+            *link.held.lock().expect("held") = Some(chunk);
+            drop(lent);
+            drop(loan); // waits for the chunk: closes the link after 150 ms
+        }
+        let waited = t.elapsed();
+        assert!(link.closed.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(
+            waited >= Duration::from_millis(140) && waited < Duration::from_secs(2),
+            "{waited:?}"
+        );
+        // A chunk written in time: no close.
+        let link2 = Arc::new(StuckLink {
+            held: Mutex::new(None),
+            closed: Default::default(),
+        });
+        let links: Vec<Arc<dyn Closer>> = vec![link2.clone()];
+        let (loan, lent) = Loan::new(&mut buf, Duration::from_secs(5));
+        let chunk = lent
+            .lender()
+            .expect("lender")
+            .chunk(0..100, &links)
+            .expect("chunk");
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            drop(chunk);
+        });
+        drop(lent);
+        drop(loan);
+        writer.join().expect("writer");
+        assert!(!link2.closed.load(std::sync::atomic::Ordering::SeqCst));
     }
 }
