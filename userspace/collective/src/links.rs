@@ -252,10 +252,11 @@ pub(crate) fn start(
             .split()
             .map_err(|e| CollectiveError::io(format!("split {what}"), e))?;
         let (tx, rx) = channel();
-        if link.small.is_none() && !what.starts_with("rdma") {
+        let rdma = what.starts_with("rdma");
+        if link.small.is_none() && !rdma {
             link.small = Some(tx.clone());
         }
-        link.registers |= what.starts_with("rdma");
+        link.registers |= rdma;
         let (ev, ev2, pool, c2) = (events.clone(), events.clone(), pool.clone(), closer.clone());
         let heard = link.heard.clone();
         let dd = dedup.clone();

@@ -487,7 +487,7 @@ impl Driver<'_, '_> {
         }
         let link = self.e.peers.get(s.peer)?.as_ref()?;
         let lender = self.lender.as_ref()?;
-        if link.registers_sends() && !lender.registered(s.range.clone()) {
+        if link.registers_sends() && !lender.registered() {
             return None;
         }
         lender.chunk(s.range.clone(), link.closers())

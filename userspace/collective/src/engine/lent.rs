@@ -20,6 +20,9 @@ use crate::transport::Closer;
 struct Returned {
     state: Mutex<Users>,
     cv: Condvar,
+    /// The lent buffer lies in a [`crate::CommBuf`] (found once, by the
+    /// `Loan`, which waits for that allocation's RDMA writes).
+    registered: bool,
 }
 
 #[derive(Default)]
@@ -36,8 +39,15 @@ impl Returned {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-    fn add(&self) {
-        self.lock().count += 1;
+    /// One more user of the memory, queued on `links`.
+    fn add(&self, links: &[Arc<dyn Closer>]) {
+        let mut u = self.lock();
+        u.count += 1;
+        for l in links {
+            if !u.links.iter().any(|k| Arc::ptr_eq(k, l)) {
+                u.links.push(l.clone());
+            }
+        }
     }
     fn done(&self) {
         let mut u = self.lock();
@@ -93,12 +103,11 @@ pub(crate) struct Lender {
 }
 
 impl Lender {
-    /// Whether `range` of the lent buffer lies in memory the RDMA transport
-    /// registers once (a [`crate::CommBuf`]): elsewhere it would register
-    /// the caller's memory on every call, so RDMA links get a copy instead.
-    pub fn registered(&self, range: Range<usize>) -> bool {
-        range.end <= self.len
-            && stable::covering(self.ptr as usize + range.start, range.len()).is_some()
+    /// Whether the lent buffer lies in memory the RDMA transport registers
+    /// once (a [`crate::CommBuf`]): elsewhere it would register the
+    /// caller's memory on every call, so RDMA links get a copy instead.
+    pub fn registered(&self) -> bool {
+        self.returned.registered
     }
 
     /// Bytes `range` of the lent buffer as a chunk to send as they are;
@@ -109,15 +118,7 @@ impl Lender {
         if range.start > range.end || range.end > self.len {
             return None;
         }
-        {
-            let mut u = self.returned.lock();
-            u.count += 1;
-            for l in links {
-                if !u.links.iter().any(|k| Arc::ptr_eq(k, l)) {
-                    u.links.push(l.clone());
-                }
-            }
-        }
+        self.returned.add(links);
         crate::pool::LENT_BYTES.fetch_add(range.len() as u64, std::sync::atomic::Ordering::Relaxed);
         Some(LentChunk {
             // SAFETY: `range` lies inside the lent slice (checked above),
@@ -198,9 +199,12 @@ impl<'a, T: Element> Loan<'a, T> {
     /// Writes still reading the buffer `within` after that have their
     /// connections closed (their peer is not taking the bytes).
     pub fn new(buf: &'a mut [T], within: Duration) -> (Self, Lent<T>) {
-        let returned = Arc::new(Returned::default());
-        returned.add();
         let stable = stable::covering(buf.as_ptr() as usize, std::mem::size_of_val(buf));
+        let returned = Arc::new(Returned {
+            registered: stable.is_some(),
+            ..Returned::default()
+        });
+        returned.add(&[]);
         let lent = Lent {
             ptr: buf.as_mut_ptr(),
             len: buf.len(),

@@ -272,8 +272,6 @@ impl LinkEstimator {
         self.caps.push_back((now_ns, bytes_per_s));
     }
 
-    /// The largest cap in force within the last RTT (plus two sampling
-    /// intervals) before `now_ns`.
     /// The largest domain window (payload bytes/s) of the span `recent`
     /// keeps (the [`FULL_WINDOWS_SPAN`] before the newest window), full or
     /// not; 0 without one.
@@ -281,6 +279,8 @@ impl LinkEstimator {
         self.recent.iter().map(|&(_, r, _)| r).fold(0.0, f64::max)
     }
 
+    /// The largest cap in force within the last RTT (plus two sampling
+    /// intervals) before `now_ns`.
     fn recent_cap(&mut self, now_ns: u64) -> Option<f64> {
         let rtt = u64::from(self.min_rtt_us.unwrap_or(0)) * 1000;
         let since = now_ns.saturating_sub(rtt + 2 * SAMPLE_EVERY.as_nanos() as u64);

@@ -54,7 +54,7 @@ const STATUS_FLUSH: u32 = ibverbs_sys::ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Bytes written to a peer straight from the sender's memory (a pool
-    /// buffer or the caller's own lent buffer).
+    /// buffer or a caller's [`CommBuf`](crate::CommBuf)).
     pub zero_copy_bytes: u64,
     /// Of those, bytes written straight from a caller's own
     /// [`CommBuf`](crate::CommBuf) by a blocking call.
@@ -318,7 +318,7 @@ impl Drop for State {
 
 /// A cached registration of one pool allocation (`id`, see [`stable`]).
 struct Cached {
-    /// The pool allocation or loan it was made for.
+    /// The pool allocation or caller's `CommBuf` it was made for.
     id: u64,
     region: Counted,
 }

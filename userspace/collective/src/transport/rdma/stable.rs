@@ -148,7 +148,7 @@ pub fn busy(start: *const u8) -> bool {
     super::BUILT && live().get(&(start as usize)).is_some_and(|e| e.holds > 0)
 }
 
-/// The live allocation or lent buffer holding all of `[addr, addr+len)`.
+/// The live allocation or caller's `CommBuf` holding all of `[addr, addr+len)`.
 pub fn find(addr: usize, len: usize) -> Option<Found> {
     let m = live();
     let (&start, e) = m.range(..=addr).next_back()?;
