@@ -164,6 +164,19 @@ impl<'p, P> Executor<'p, P> {
         self.settle(res)
     }
 
+    /// Whether a chunk `id` arriving now would be kept for later (its step
+    /// is not reached yet) rather than applied at once: a payload that
+    /// borrows a transport's memory is copied out first
+    /// ([`crate::pool::PooledBuf::detach`]).
+    pub fn keeps_for_later(&self, id: ChunkId) -> bool {
+        id.lane < self.lanes.len() && self.is_early(id.lane, id.step)
+    }
+
+    /// Lane `l` (in range) has not reached step `s`: its chunks wait.
+    fn is_early(&self, l: usize, s: usize) -> bool {
+        !self.started || l >= self.next_lane || s > self.lanes[l].step
+    }
+
     /// Whether the chunk `id` from `peer` has arrived already (applied, or
     /// kept for a step not reached yet). The second copy of a frame sent
     /// twice ([`crate::wire::FrameKind::DataCopy`]) is dropped when it has,
@@ -308,7 +321,7 @@ impl<'p, P> Executor<'p, P> {
             });
         }
         let lane = &self.lanes[l];
-        if !self.started || l >= self.next_lane || s > lane.step {
+        if self.is_early(l, s) {
             let c = Stashed {
                 peer,
                 offset: id.offset,

@@ -21,7 +21,7 @@ use crate::stripe::Dedup;
 use crate::trace::{Chunk, SpanKind, Tracer};
 use crate::transport::{Closer, Reader};
 use crate::wire::{
-    read_frame, Frame, FrameHeader, FrameKind, FrameWriter, ReadError, WanRate, MAX_BATCH,
+    read_frame_from, Frame, FrameHeader, FrameKind, FrameWriter, ReadError, WanRate, MAX_BATCH,
 };
 
 /// What the connection threads tell the engine.
@@ -346,7 +346,7 @@ fn reader(
         own_writer,
     } = to;
     loop {
-        let got = read_frame(&mut r, max, &pool);
+        let got = read_frame_from(&mut *r, max, &pool);
         if got.is_ok() {
             heard.now();
         }

@@ -1,5 +1,7 @@
 //! Reusable chunk buffers: frames are read into and sent from pooled buffers,
-//! so a steady stream of chunks does not allocate.
+//! so a steady stream of chunks does not allocate. A frame may also arrive as
+//! bytes borrowed from the transport itself (an RDMA receive ring), read where
+//! the peer wrote them ([`PooledBuf::borrowed`]).
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -62,6 +64,7 @@ impl BufferPool {
             buf,
             len,
             pool: Some(self.inner.clone()),
+            borrowed: None,
         }
     }
 
@@ -71,13 +74,22 @@ impl BufferPool {
     }
 }
 
+/// Bytes a transport lends to a received frame where they arrived (an RDMA
+/// receive ring): the transport does not reuse them until this is dropped.
+pub trait Borrowed: Send + std::fmt::Debug {
+    fn bytes(&self) -> &[u8];
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
 /// A buffer that returns to its pool when dropped: the first `len` bytes of
-/// `buf` (which may be longer, from an earlier use).
+/// `buf` (which may be longer, from an earlier use); or bytes borrowed from a
+/// transport, given back when dropped.
 #[derive(Debug)]
 pub struct PooledBuf {
     buf: Vec<u8>,
     len: usize,
     pool: Option<Arc<PoolInner>>,
+    borrowed: Option<Box<dyn Borrowed>>,
 }
 
 impl PooledBuf {
@@ -87,20 +99,65 @@ impl PooledBuf {
             len: buf.len(),
             buf,
             pool: None,
+            borrowed: None,
         }
     }
+
+    /// A received payload read in place from the transport's memory.
+    pub fn borrowed(b: Box<dyn Borrowed>) -> Self {
+        PooledBuf {
+            len: b.bytes().len(),
+            buf: Vec::new(),
+            pool: None,
+            borrowed: Some(b),
+        }
+    }
+
+    /// Whether the bytes are borrowed from a transport ([`PooledBuf::borrowed`]).
+    pub fn is_borrowed(&self) -> bool {
+        self.borrowed.is_some()
+    }
+
+    /// The same bytes, no longer borrowed: a payload about to be kept for
+    /// later (a step or an operation not reached yet) is copied into a
+    /// buffer of `pool`, so the transport gets its memory back now; a
+    /// transport whose receive memory sat in such a stash could run out of
+    /// room for the very bytes that would let the stash drain.
+    pub fn detach(self, pool: &BufferPool) -> PooledBuf {
+        if self.borrowed.is_none() {
+            return self;
+        }
+        let mut own = pool.take(self.len());
+        own.copy_from_slice(&self);
+        DETACHED_BYTES.fetch_add(own.len() as u64, Ordering::Relaxed);
+        own
+    }
 }
+
+/// Received bytes copied out of a transport's memory because their frame
+/// was kept for later ([`PooledBuf::detach`]): process-wide.
+pub fn detached_bytes() -> u64 {
+    DETACHED_BYTES.load(Ordering::Relaxed)
+}
+
+static DETACHED_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Deref for PooledBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.buf[..self.len]
+        match &self.borrowed {
+            Some(b) => b.bytes(),
+            None => &self.buf[..self.len],
+        }
     }
 }
 
 impl DerefMut for PooledBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[..self.len]
+        match &mut self.borrowed {
+            Some(b) => b.bytes_mut(),
+            None => &mut self.buf[..self.len],
+        }
     }
 }
 
@@ -173,6 +230,54 @@ impl Drop for PoolInner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bytes a test transport lends; `back` counts those given back.
+    #[derive(Debug)]
+    struct Lent(Vec<u8>, Arc<AtomicUsize>);
+
+    impl Borrowed for Lent {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+        fn bytes_mut(&mut self) -> &mut [u8] {
+            &mut self.0
+        }
+    }
+
+    impl Drop for Lent {
+        fn drop(&mut self) {
+            self.1.fetch_add(self.0.len(), Ordering::SeqCst);
+        }
+    }
+
+    /// A borrowed payload reads and writes the transport's bytes, and goes
+    /// back to the transport when dropped, or at once when detached (the
+    /// copy keeps the bytes).
+    #[test]
+    fn a_borrowed_payload_goes_back_when_dropped_or_detached() {
+        let back = Arc::new(AtomicUsize::new(0));
+        let mut b = PooledBuf::borrowed(Box::new(Lent(vec![1, 2, 3], back.clone())));
+        assert!(b.is_borrowed());
+        b[1] = 9;
+        assert_eq!(&b[..], &[1, 9, 3]);
+        drop(b);
+        assert_eq!(back.load(Ordering::SeqCst), 3);
+
+        let pool = BufferPool::new(2);
+        let b = PooledBuf::borrowed(Box::new(Lent(vec![4; 1000], back.clone())));
+        let before = detached_bytes();
+        let kept = b.detach(&pool);
+        assert_eq!(back.load(Ordering::SeqCst), 1003, "given back on detach");
+        assert!(!kept.is_borrowed());
+        assert_eq!(&kept[..], &[4u8; 1000][..]);
+        assert!(detached_bytes() - before >= 1000);
+        let own = pool.take(10);
+        assert_eq!(
+            own.detach(&pool).len(),
+            10,
+            "an owned buffer stays as it is"
+        );
+    }
 
     #[test]
     fn steady_state_reuses_buffers() {

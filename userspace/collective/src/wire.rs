@@ -22,6 +22,7 @@
 use std::io::{self, Read, Write};
 
 use crate::pool::{BufferPool, PooledBuf};
+use crate::transport::StreamRead;
 
 mod abort;
 mod call;
@@ -219,6 +220,29 @@ pub fn read_frame(
     max_payload: u32,
     pool: &BufferPool,
 ) -> Result<Frame, ReadError> {
+    let header = read_header(r, max_payload)?;
+    let payload = read_payload(r, &header, pool)?;
+    Ok(Frame { header, payload })
+}
+
+/// [`read_frame`] from a transport's read half: the payload is read in
+/// place where the transport can hand it out so
+/// ([`StreamRead::take_in_place`]: an RDMA receive ring), copied into a
+/// buffer of `pool` otherwise.
+pub fn read_frame_from(
+    r: &mut dyn StreamRead,
+    max_payload: u32,
+    pool: &BufferPool,
+) -> Result<Frame, ReadError> {
+    let header = read_header(r, max_payload)?;
+    if let Some(payload) = r.take_in_place(header.len as usize)? {
+        return Ok(Frame { header, payload });
+    }
+    let payload = read_payload(r, &header, pool)?;
+    Ok(Frame { header, payload })
+}
+
+fn read_header<R: Read + ?Sized>(r: &mut R, max_payload: u32) -> Result<FrameHeader, ReadError> {
     let mut hb = [0u8; HEADER_LEN];
     // Magic and version first: a peer speaking something else is refused at
     // once, not after it has sent a whole header's worth of bytes.
@@ -237,7 +261,14 @@ pub fn read_frame(
         }
         .into());
     }
-    let header = FrameHeader::decode(&hb, max_payload)?;
+    Ok(FrameHeader::decode(&hb, max_payload)?)
+}
+
+fn read_payload<R: Read + ?Sized>(
+    r: &mut R,
+    header: &FrameHeader,
+    pool: &BufferPool,
+) -> Result<PooledBuf, ReadError> {
     let mut payload = pool.take(header.len as usize);
     let got = read_full(r, &mut payload)?;
     if got < payload.len() {
@@ -247,11 +278,11 @@ pub fn read_frame(
         }
         .into());
     }
-    Ok(Frame { header, payload })
+    Ok(payload)
 }
 
 /// Reads until `buf` is full or the stream ends; returns the count read.
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+fn read_full<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..]) {

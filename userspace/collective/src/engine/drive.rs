@@ -370,6 +370,10 @@ impl Driver<'_, '_> {
         }
         let now = self.now();
         if h.op > self.seq {
+            let f = Frame {
+                header: f.header,
+                payload: f.payload.detach(&self.e.pool),
+            };
             self.e.future.push((peer, f, at));
             return Ok(self.ex.note_activity(now)?);
         }
@@ -403,6 +407,11 @@ impl Driver<'_, '_> {
             p
         } else {
             f.payload
+        };
+        let payload = if self.ex.keeps_for_later(id) {
+            payload.detach(&self.e.pool)
+        } else {
+            payload
         };
         let len = payload.len();
         if self.e.tracer.is_some() {

@@ -208,6 +208,8 @@ impl KtlsReader {
     }
 }
 
+impl crate::transport::StreamRead for KtlsReader {}
+
 impl Read for KtlsReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.closed || buf.is_empty() {

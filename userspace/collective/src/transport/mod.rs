@@ -7,6 +7,8 @@
 use std::io::{Read, Write};
 use std::sync::Arc;
 
+use crate::pool::PooledBuf;
+
 // setsockopt(SOL_TLS), recvmsg/sendmsg with record-type control messages.
 #[allow(unsafe_code)]
 pub mod ktls;
@@ -36,7 +38,21 @@ pub trait Closer: Send + Sync {
     }
 }
 
-pub type Reader = Box<dyn Read + Send>;
+/// The read half of a transport: a byte stream, which may also hand out the
+/// next bytes where they already lie in memory.
+pub trait StreamRead: Read + Send {
+    /// The next `len` bytes of the stream without copying them, when this
+    /// transport received them into memory of its own (an RDMA receive ring);
+    /// the memory is the transport's again when the buffer is dropped.
+    /// `Ok(None)`: read them with [`Read::read`] (this transport cannot, or
+    /// not for this length, or the stream ended first).
+    fn take_in_place(&mut self, len: usize) -> std::io::Result<Option<PooledBuf>> {
+        let _ = len;
+        Ok(None)
+    }
+}
+
+pub type Reader = Box<dyn StreamRead>;
 pub type Writer = Box<dyn Write + Send>;
 
 /// A duplex byte stream to one peer.

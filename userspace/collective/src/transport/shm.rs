@@ -280,6 +280,7 @@ impl ShmTransport {
 }
 
 struct RingReader(Arc<ShmRing>);
+impl crate::transport::StreamRead for RingReader {}
 impl Read for RingReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.0.read_some(buf)

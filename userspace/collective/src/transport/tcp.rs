@@ -228,6 +228,8 @@ impl TcpReader {
     }
 }
 
+impl crate::transport::StreamRead for TcpReader {}
+
 impl io::Read for TcpReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let mut want = buf.len().clamp(1, RCVLOWAT_MAX);

@@ -44,6 +44,8 @@ impl TlsReader {
     }
 }
 
+impl crate::transport::StreamRead for TlsReader {}
+
 impl Read for TlsReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         loop {

@@ -11,11 +11,14 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use causeway_collective::pool::BufferPool;
+use causeway_collective::pool::{self, BufferPool};
 use causeway_collective::store::StoreServer;
 use causeway_collective::topology::LinkClass;
 use causeway_collective::transport::rdma::{self, TransportChoice};
 use causeway_collective::transport::Transport;
+use causeway_collective::wire::{
+    read_frame_from, write_frame, Frame, FrameHeader, FrameKind, HEADER_LEN,
+};
 use causeway_collective::{CommBuf, Communicator, Options, ReduceOp};
 use causeway_test_support::netns::{run, unique_name, Netns};
 use causeway_test_support::require_root;
@@ -486,6 +489,75 @@ fn sends_go_zero_copy_from_the_pool_buffer_through_a_small_ring() {
     });
 }
 
+/// Frames read in place: each payload is handed out where the peer wrote it
+/// in the receive ring (through the ring's second mapping when it wraps),
+/// the reader keeps a few while reading on, and gives them back in reverse
+/// order. The held bytes never change while later frames arrive (the peer
+/// never writes over a payload not given back), every payload arrives
+/// intact, and none is copied out of the ring.
+#[test]
+#[ignore = "needs Soft-RoCE (rdma_rxe): runs in the VM stage (cargo xtask vm-test --filter rdma::)"]
+fn frames_read_in_place_are_never_overwritten_until_given_back() {
+    require_root!();
+    let rxe = Rxe::new();
+    rxe.ns.in_ns(|| {
+        // A 64 KiB ring: the payloads (up to 20 KiB, odd sizes) wrap it
+        // about 100 times.
+        const FRAMES: usize = 600;
+        let size = |i: usize| 1 + (i * 7919) % (20 << 10);
+        let fill = |i: usize, b: &mut [u8]| {
+            b.iter_mut()
+                .enumerate()
+                .for_each(|(k, x)| *x = (i * 31 + k * 7) as u8)
+        };
+        let (ta, tb) = connected_pair(64 << 10);
+        let (_ra, mut wa, ca) = Box::new(ta).split().expect("split A");
+        let (mut rb, _wb, _cb) = Box::new(tb).split().expect("split B");
+        let before = rdma::counters();
+        let writer = std::thread::spawn(move || {
+            for i in 0..FRAMES {
+                let mut p = vec![0u8; size(i)];
+                fill(i, &mut p);
+                let mut h = FrameHeader::control(FrameKind::Data, p.len() as u32);
+                h.op = i as u64;
+                write_frame(&mut wa, &h, &p).expect("write a frame");
+            }
+            ca.finish();
+        });
+        let pool = BufferPool::new(2);
+        let mut held: Vec<(usize, Frame)> = Vec::new();
+        let mut payload = 0u64;
+        for i in 0..FRAMES {
+            let f = read_frame_from(&mut *rb, 1 << 20, &pool).expect("read a frame");
+            assert_eq!(f.header.op, i as u64, "frames in order");
+            assert!(f.payload.is_borrowed(), "frame {i} read in place");
+            payload += f.payload.len() as u64;
+            held.push((i, f));
+            // Every frame still held is as it was sent.
+            for (k, h) in &held {
+                let mut want = vec![0u8; size(*k)];
+                fill(*k, &mut want);
+                assert!(h.payload[..] == want[..], "frame {k} changed while held (at {i})");
+            }
+            if held.len() == 3 {
+                while let Some(f) = held.pop() {
+                    drop(f);
+                }
+            }
+        }
+        drop(held);
+        writer.join().expect("writer");
+        let after = rdma::counters();
+        let in_place = after.received_in_place_bytes - before.received_in_place_bytes;
+        let copied = after.received_copied_bytes - before.received_copied_bytes;
+        report(&format!(
+            "{FRAMES} frames through a 64 KiB ring: {in_place} of {payload} payload bytes read in place, {copied} bytes (headers) copied out"
+        ));
+        assert_eq!(in_place, payload, "every payload read in place");
+        assert_eq!(copied, (FRAMES * HEADER_LEN) as u64, "only headers copied");
+    });
+}
+
 /// A blocking call on a [`CommBuf`] sends straight from it: every settled
 /// byte goes from the caller's memory (registered on its first send, that
 /// registration reused by every later call) and nothing but frame headers is
@@ -523,6 +595,7 @@ fn a_blocking_call_on_a_comm_buf_sends_from_the_callers_memory() {
         regs
     }
     let before = rdma::counters();
+    let detached_before = pool::detached_bytes();
     let regs = two_ranks(&rxe, rdma_options(), |c| {
         let mut buf = CommBuf::<f32>::zeroed(LEN);
         rounds(c, &mut buf, ROUNDS)
@@ -533,11 +606,24 @@ fn a_blocking_call_on_a_comm_buf_sends_from_the_callers_memory() {
         after.copied_bytes - before.copied_bytes,
         after.cache_misses - before.cache_misses,
     );
+    let (in_place, read_copied, detached) = (
+        after.received_in_place_bytes - before.received_in_place_bytes,
+        after.received_copied_bytes - before.received_copied_bytes,
+        pool::detached_bytes() - detached_before,
+    );
     let sent = (ROUNDS * LEN * 4) as u64;
     report(&format!(
-        "CommBuf: {lent} of {sent} broadcast bytes sent from it as they are, {copied} bytes copied, {made} send registrations made, registrations per round {:?}",
+        "CommBuf: {lent} of {sent} broadcast bytes sent from it as they are, {copied} bytes copied, {made} send registrations made, registrations per round {:?}; received: {in_place} bytes read in place, {read_copied} copied out of the ring, {detached} copied to be kept for later",
         regs[0]
     ));
+    assert!(
+        in_place >= sent,
+        "every broadcast payload read where it arrived ({in_place} of {sent})"
+    );
+    assert!(
+        read_copied + detached < sent / 100,
+        "received bytes copied out of the ring: {read_copied}, kept for later: {detached}"
+    );
     assert_eq!(lent, sent, "every byte from the caller's buffer");
     assert!(
         copied < sent / 100,

@@ -13,9 +13,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use super::error::{status_name, RdmaError};
+use super::returns::Returns;
 use super::verbs::{Completion, Device, Endpoint, Local, Region, MAX_SGE};
 use super::{find_gid, stable, ConnInfo, GidLocation, Imm};
-use crate::transport::{Closer, Reader, Transport, Writer};
+use crate::pool::{Borrowed, PooledBuf};
+use crate::transport::{Closer, Reader, StreamRead, Transport, Writer};
 
 /// Send and receive queue depth of every QP.
 const DEPTH: u32 = 256;
@@ -61,6 +63,12 @@ pub struct Counters {
     pub lent_bytes: u64,
     /// Bytes copied into the staging buffer first (memory the pool does not own).
     pub copied_bytes: u64,
+    /// Received payload bytes handed to the engine where the peer wrote
+    /// them, in the receive ring (never copied out of it).
+    pub received_in_place_bytes: u64,
+    /// Received bytes copied out of the receive ring (frame headers, control
+    /// frames, and payloads too long to be read in place).
+    pub received_copied_bytes: u64,
     /// Memory registrations alive now (rings, staging, cached buffers).
     pub registrations: u64,
     /// `ibv_reg_mr` calls for cached send buffers since start.
@@ -72,12 +80,16 @@ static COPIED: AtomicU64 = AtomicU64::new(0);
 static LENT: AtomicU64 = AtomicU64::new(0);
 static REGISTRATIONS: AtomicU64 = AtomicU64::new(0);
 static MISSES: AtomicU64 = AtomicU64::new(0);
+static IN_PLACE: AtomicU64 = AtomicU64::new(0);
+static READ_COPIED: AtomicU64 = AtomicU64::new(0);
 
 pub fn counters() -> Counters {
     Counters {
         zero_copy_bytes: ZERO_COPY.load(Ordering::Relaxed),
         lent_bytes: LENT.load(Ordering::Relaxed),
         copied_bytes: COPIED.load(Ordering::Relaxed),
+        received_in_place_bytes: IN_PLACE.load(Ordering::Relaxed),
+        received_copied_bytes: READ_COPIED.load(Ordering::Relaxed),
         registrations: REGISTRATIONS.load(Ordering::Relaxed),
         cache_misses: MISSES.load(Ordering::Relaxed),
     }
@@ -96,11 +108,13 @@ pub fn states() -> Vec<String> {
         .map(|s| {
             let g = s.lock();
             format!(
-                "{} qp {}: in arrived {} consumed {} unreported {} fin {}; out head {} credit {} writes {}/{} done, ctl {}/{} done; error {:?}",
+                "{} qp {}: in arrived {} consumed {} freed {} (+{} ranges) unreported {} fin {}; out head {} credit {} writes {}/{} done, ctl {}/{} done; error {:?}",
                 s.peer,
                 s.ep.qpn(),
                 g.arrived,
                 g.consumed,
+                g.returns.freed(),
+                g.returns.waiting(),
                 g.unreported,
                 g.fin,
                 g.head,
@@ -152,7 +166,7 @@ impl RdmaDevice {
         // Credits carry up to a whole ring in 30 bits.
         let ring_bytes = ring_bytes.clamp(4096, 1 << 29);
         let ep = Endpoint::new(&self.dev, DEPTH)?;
-        let ring = Counted::new(Region::alloc(&self.dev, ring_bytes, true)?);
+        let ring = Counted::new(Region::alloc_mirrored(&self.dev, ring_bytes)?);
         let staging = Counted::new(Region::alloc(&self.dev, STAGING, false)?);
         for i in 0..DEPTH {
             ep.post_recv(u64::from(i))?;
@@ -225,10 +239,14 @@ impl Pending {
 
 #[derive(Default)]
 struct State {
-    /// Bytes the peer wrote into our ring / we read out of it.
+    /// Bytes the peer wrote into our ring / we read out of it or handed out
+    /// in place.
     arrived: u64,
     consumed: u64,
-    /// Read but not yet given back as credit.
+    /// What of the consumed bytes came back (a frame read in place comes
+    /// back when the engine drops it, in any order).
+    returns: Returns,
+    /// Came back but not yet given to the peer as credit.
     unreported: u64,
     fin: bool,
     /// The peer's hello arrived (see [`RdmaTransport::handshake`]).
@@ -749,34 +767,143 @@ impl Shared {
             if self.closed.load(Ordering::Acquire) {
                 return Ok(0);
             }
-            g = self.wait(g);
+            g = self.wait_giving_credit(g)?;
         }
-        let at = g.consumed % cap;
-        let n = (g.arrived - g.consumed).min(buf.len() as u64).min(cap - at) as usize;
+        let start = g.consumed;
+        let at = start % cap;
+        let n = (g.arrived - start).min(buf.len() as u64).min(cap - at) as usize;
+        // Claimed before the lock is dropped: a frame handed out in place
+        // meanwhile (same reader, so not now) could not take these bytes.
+        g.consumed += n as u64;
         drop(g);
         // SAFETY: `[at, at+n)` holds bytes whose WRITE WITH IMM completed
         // (counted in `arrived`); the peer does not write there again until
-        // this range is returned as credit below.
+        // this range comes back as credit below.
         unsafe { self.ring.0.read_at(at as usize, &mut buf[..n]) };
+        READ_COPIED.fetch_add(n as u64, Ordering::Relaxed);
         let mut g = self.lock();
-        g.consumed += n as u64;
-        g.unreported += n as u64;
-        if g.unreported >= cap / 4 || g.consumed == g.arrived {
-            while g.ctl_posted - g.ctl_done >= MAX_CREDITS_INFLIGHT {
-                if let Some(e) = self.closed_error(&g) {
-                    return Err(e);
-                }
-                g = self.wait(g);
-            }
-            let credit = g.unreported as u32;
-            if let Err(e) = self.send_ctl(&mut g, Imm::Credit(credit)) {
-                drop(g);
-                self.fail(e.clone());
-                return Err(e.into_io());
-            }
-            g.unreported = 0;
-        }
+        self.give_back(&mut g, start, start + n as u64)?;
         Ok(n)
+    }
+
+    /// Hands out the next `len` bytes of the stream where they lie in the
+    /// ring ([`RingBytes`]), once all of them arrived. `None` for what must
+    /// be read by copying: nothing, more than half the ring (it could never
+    /// arrive beside what is handed out already), or a stream that ends first.
+    fn take_in_place(self: &Arc<Self>, len: usize) -> io::Result<Option<RingBytes>> {
+        let cap = self.ring.0.len() as u64;
+        if len == 0 || len as u64 > cap / 2 {
+            return Ok(None);
+        }
+        let mut g = self.lock();
+        while g.arrived - g.consumed < len as u64 {
+            if let Some(e) = &g.error {
+                return Err(e.clone().into_io());
+            }
+            if g.fin || self.closed.load(Ordering::Acquire) {
+                return Ok(None);
+            }
+            g = self.wait_giving_credit(g)?;
+        }
+        let start = g.consumed;
+        let Some(ptr) = self.ring.0.span((start % cap) as usize, len) else {
+            return Ok(None);
+        };
+        g.consumed += len as u64;
+        drop(g);
+        IN_PLACE.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(Some(RingBytes {
+            shared: self.clone(),
+            start,
+            ptr,
+            len,
+        }))
+    }
+
+    /// `[start, end)` of the stream came back: credit for the peer once the
+    /// returned prefix grew by a quarter ring or covers all that arrived.
+    fn give_back(&self, g: &mut State, start: u64, end: u64) -> io::Result<()> {
+        g.unreported += g.returns.give(start, end);
+        let cap = self.ring.0.len() as u64;
+        if g.unreported >= cap / 4 || g.returns.freed() == g.arrived {
+            self.send_credit(g)?;
+        }
+        Ok(())
+    }
+
+    /// Sends what came back as credit, unless the credits in flight are at
+    /// their limit (then a later return or the waiting reader sends it).
+    fn send_credit(&self, g: &mut State) -> io::Result<()> {
+        if g.unreported == 0 || g.ctl_posted - g.ctl_done >= MAX_CREDITS_INFLIGHT {
+            return Ok(());
+        }
+        if g.error.is_some() || self.closed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let credit = g.unreported as u32;
+        if let Err(e) = self.send_ctl(g, Imm::Credit(credit)) {
+            self.fail(e.clone());
+            return Err(e.into_io());
+        }
+        g.unreported = 0;
+        Ok(())
+    }
+
+    /// Waits for the peer (more bytes, a credit completion) after giving it
+    /// every byte that came back: it may be waiting for that very credit.
+    fn wait_giving_credit<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, State>,
+    ) -> io::Result<MutexGuard<'a, State>> {
+        self.send_credit(&mut g)?;
+        Ok(self.wait(g))
+    }
+}
+
+/// Received bytes lent to the engine where they lie in the receive ring
+/// (a frame's payload read in place): the peer may not write over them
+/// until this is dropped, which gives them back as credit.
+struct RingBytes {
+    shared: Arc<Shared>,
+    /// Stream position of the first byte.
+    start: u64,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the bytes are this value's alone (no credit covers them until it
+// drops), and the ring they lie in lives as long as `shared`; moving the
+// claim to another thread changes neither.
+unsafe impl Send for RingBytes {}
+
+impl std::fmt::Debug for RingBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RingBytes({} at {})", self.len, self.start)
+    }
+}
+
+impl Borrowed for RingBytes {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the `len` bytes at `ptr` (one run through the ring's second
+        // mapping) arrived (their WRITE WITH IMM completed) and no credit
+        // covers them while this value lives, so the peer does not write
+        // them; the mapping lives as long as `shared`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for RingBytes {
+    fn drop(&mut self) {
+        let s = &self.shared;
+        let mut g = s.lock();
+        // An error here failed the connection already; the reader reports it.
+        let _ = s.give_back(&mut g, self.start, self.start + self.len as u64);
+        drop(g);
+        s.cv.notify_all();
     }
 }
 
@@ -848,6 +975,13 @@ impl Drop for Half {
 impl Read for Half {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.0.read_some(buf)
+    }
+}
+
+impl StreamRead for Half {
+    fn take_in_place(&mut self, len: usize) -> io::Result<Option<PooledBuf>> {
+        let got = self.0.take_in_place(len)?;
+        Ok(got.map(|b| PooledBuf::borrowed(Box::new(b))))
     }
 }
 

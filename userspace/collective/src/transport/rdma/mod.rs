@@ -27,6 +27,8 @@ pub mod stable;
 #[cfg(feature = "rdma")]
 mod conn;
 #[cfg(feature = "rdma")]
+mod returns;
+#[cfg(feature = "rdma")]
 mod verbs;
 
 use std::net::Ipv4Addr;

@@ -128,7 +128,7 @@ pub struct Region {
     _dev: Arc<Device>,
     /// Memory the region owns (the receive ring, the staging buffer); `None`
     /// for a registration of a buffer someone else keeps alive.
-    owned: Option<Box<[u8]>>,
+    owned: Option<Owned>,
     addr: u64,
     len: usize,
 }
@@ -149,7 +149,24 @@ impl Region {
         // SAFETY: `bytes` lives in the region (moved, not reallocated: a boxed
         // slice's heap block never moves) until after ibv_dereg_mr in Drop.
         let mut r = unsafe { Self::register_raw(dev, p, len.max(1), remote)? };
-        r.owned = Some(bytes);
+        r.owned = Some(Owned::Heap(bytes));
+        Ok(r)
+    }
+
+    /// Allocates a receive ring of `len` bytes (rounded up to whole pages)
+    /// mapped twice, back to back: the byte after its last is its first
+    /// again, so any `len` bytes from any position read as one slice
+    /// ([`Region::span`]), wrapped or not. Only the first mapping is
+    /// registered (the peer writes there; a write that wraps is two writes).
+    pub fn alloc_mirrored(dev: &Arc<Device>, len: usize) -> Result<Region, RdmaError> {
+        let mirror = Mirror::new(len).map_err(|e| RdmaError::Registration {
+            bytes: len,
+            reason: format!("mapping the receive ring twice: {e}"),
+        })?;
+        // SAFETY: the mapping lives in the region (`owned`), unmapped only
+        // after ibv_dereg_mr in Drop.
+        let mut r = unsafe { Self::register_raw(dev, mirror.base, mirror.len, true)? };
+        r.owned = Some(Owned::Mirrored(mirror));
         Ok(r)
     }
 
@@ -209,10 +226,12 @@ impl Region {
     /// # Safety
     /// Nobody else (local thread or device) reads or writes `[at, at+len)` now.
     pub unsafe fn write_at(&self, at: usize, src: &[u8]) {
-        let Some(b) = &self.owned else { return };
-        assert!(at + src.len() <= b.len(), "region write out of bounds");
+        let Some((p, len)) = self.owned.as_ref().map(Owned::bytes) else {
+            return;
+        };
+        assert!(at + src.len() <= len, "region write out of bounds");
         // SAFETY: in bounds (checked); exclusive by the caller's contract.
-        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), b.as_ptr().cast_mut().add(at), src.len()) };
+        unsafe { ptr::copy_nonoverlapping(src.as_ptr(), p.add(at), src.len()) };
     }
 
     /// Copies owned bytes at `at` into `dst`.
@@ -221,10 +240,120 @@ impl Region {
     /// The device has finished writing `[at, at+dst.len())` (its completion
     /// was polled) and does not write it again until the range is given back.
     pub unsafe fn read_at(&self, at: usize, dst: &mut [u8]) {
-        let Some(b) = &self.owned else { return };
-        assert!(at + dst.len() <= b.len(), "region read out of bounds");
+        let Some((p, len)) = self.owned.as_ref().map(Owned::bytes) else {
+            return;
+        };
+        assert!(at + dst.len() <= len, "region read out of bounds");
         // SAFETY: in bounds (checked); the device is done with it (contract).
-        unsafe { ptr::copy_nonoverlapping(b.as_ptr().add(at), dst.as_mut_ptr(), dst.len()) };
+        unsafe { ptr::copy_nonoverlapping(p.add(at), dst.as_mut_ptr(), dst.len()) };
+    }
+
+    /// Where `len` bytes of a mirrored ring from position `at` lie, as one
+    /// run of memory (through the second mapping when they wrap). `None` for
+    /// a region that is not a mirrored ring, or a span longer than it.
+    /// Reading or writing through the pointer is the caller's claim (the
+    /// ring protocol: the device is done with those bytes).
+    pub fn span(&self, at: usize, len: usize) -> Option<*mut u8> {
+        match &self.owned {
+            Some(Owned::Mirrored(m)) if at < m.len && len <= m.len => {
+                // SAFETY: `at + len < 2 * m.len`: inside the double mapping.
+                Some(unsafe { m.base.add(at) })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Memory a [`Region`] owns.
+enum Owned {
+    Heap(Box<[u8]>),
+    Mirrored(Mirror),
+}
+
+impl Owned {
+    /// Its start and length (a mirrored ring's first mapping).
+    fn bytes(&self) -> (*mut u8, usize) {
+        match self {
+            Owned::Heap(b) => (b.as_ptr().cast_mut(), b.len()),
+            Owned::Mirrored(m) => (m.base, m.len),
+        }
+    }
+}
+
+/// `len` bytes of a memfd mapped twice at `base` and `base + len`.
+struct Mirror {
+    base: *mut u8,
+    len: usize,
+}
+
+impl Mirror {
+    fn new(len: usize) -> io::Result<Mirror> {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .ok()
+            .filter(|&p| p > 0)
+            .unwrap_or(4096);
+        let len = len.max(1).div_ceil(page) * page;
+        // SAFETY: a static NUL-terminated name; the fd is closed below.
+        let fd = unsafe { libc::memfd_create(c"causeway-rdma-ring".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mapped = Self::map(fd, len);
+        // SAFETY: our fd; the mappings keep the memory (the fd is not needed).
+        unsafe { libc::close(fd) };
+        mapped
+    }
+
+    fn map(fd: libc::c_int, len: usize) -> io::Result<Mirror> {
+        // SAFETY: fd is an open memfd of ours.
+        if unsafe { libc::ftruncate(fd, len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Reserve 2·len of address space, then map the file over both halves.
+        // SAFETY: a fresh anonymous reservation, nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                2 * len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let m = Mirror {
+            base: base.cast(),
+            len,
+        };
+        for half in 0..2 {
+            // SAFETY: MAP_FIXED inside our own reservation (Drop unmaps all of it).
+            let p = unsafe {
+                libc::mmap(
+                    base.cast::<u8>().add(half * len).cast(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    fd,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(m)
+    }
+}
+
+impl Drop for Mirror {
+    fn drop(&mut self) {
+        // SAFETY: our reservation of 2·len bytes; nothing refers to it any more
+        // (the region deregistered it first).
+        unsafe { libc::munmap(self.base.cast(), 2 * self.len) };
     }
 }
 
