@@ -15,8 +15,13 @@
 //!   (counted: [`counters`]). No `ibv_reg_mr` per transfer. A write returns
 //!   once posted: its pool allocation is held in [`stable`] (not reused or
 //!   freed) until the write completes, so successive writes overlap.
+//! - **Receiving in place**: the ring is mapped twice back to back, so a
+//!   frame's payload is handed to the engine as the ring's own bytes
+//!   (`StreamRead::take_in_place`), wrapped or not; its bytes come back when
+//!   the frame is dropped, in any order (`returns`).
 //! - **Flow control**: the receiver gives ring space back with zero-byte
-//!   SEND WITH IMM credits; the sender never writes more than it was given.
+//!   SEND WITH IMM credits (the prefix of the ring that came back in full);
+//!   the sender never writes more than it was given.
 //! - **Completions**: one progress thread per connection polls the CQ, spins
 //!   briefly when idle, then sleeps on the completion channel.
 //! - **Errors** ([`RdmaError`]): typed, and they end only that connection.
