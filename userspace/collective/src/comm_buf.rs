@@ -64,6 +64,63 @@ impl<T: Element> Drop for CommBuf<T> {
     }
 }
 
+/// Memory something else owns (a framework's tensor, through its DLPack
+/// capsule), recorded like a [`CommBuf`]'s for as long as this lives: the
+/// RDMA transport registers it on its first send and blocking calls on
+/// slices of it send straight from it, as NCCL's `ncclCommRegister` does.
+/// Dropping it keeps `owner` until no write from the memory is in flight.
+/// Without the `rdma` feature it records nothing.
+pub struct Registered {
+    start: usize,
+    len: usize,
+    owner: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl Registered {
+    /// Records `[ptr, ptr + len)`, kept allocated by `owner`; `None` when
+    /// some of it is recorded already (registered twice, or a `CommBuf`).
+    ///
+    /// # Safety
+    /// The bytes stay allocated at this address, and are not released to be
+    /// reused, for as long as `owner` lives (e.g. `owner` holds a reference
+    /// on the tensor's storage). Otherwise a later call on other memory at
+    /// the same address would be sent from the old, still pinned pages.
+    #[allow(unsafe_code)]
+    pub unsafe fn new(
+        ptr: *const u8,
+        len: usize,
+        owner: Box<dyn std::any::Any + Send>,
+    ) -> Option<Self> {
+        if !stable::track_caller_alone(ptr, len) {
+            return None;
+        }
+        Some(Registered {
+            start: ptr as usize,
+            len,
+            owner: Some(owner),
+        })
+    }
+
+    /// The recorded bytes: (start address, length).
+    pub fn range(&self) -> (usize, usize) {
+        (self.start, self.len)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            stable::drop_when_idle(self.start, owner);
+        }
+    }
+}
+
+impl std::fmt::Debug for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Registered({} bytes at {:#x})", self.len, self.start)
+    }
+}
+
 impl<T: Element> std::fmt::Debug for CommBuf<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "CommBuf<{:?}>({} elements)", T::DTYPE, self.v.len())
@@ -73,6 +130,35 @@ impl<T: Element> std::fmt::Debug for CommBuf<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Memory registered through its owner is recorded while the
+    /// registration lives, and the owner is released with it.
+    #[test]
+    #[allow(unsafe_code)]
+    fn registered_memory_is_recorded_until_dropped() {
+        let owner = std::sync::Arc::new(vec![7u8; 4096]);
+        let (p, len) = (owner.as_ptr(), owner.len());
+        // SAFETY: the Vec lives in `owner` (an Arc clone moves into the
+        // registration), unchanged until both are dropped.
+        let r = unsafe { Registered::new(p, len, Box::new(owner.clone())) }
+            .expect("not recorded before");
+        assert_eq!(r.range(), (p as usize, 4096));
+        // SAFETY: as above.
+        let again = unsafe { Registered::new(p.wrapping_add(10), 10, Box::new(())) };
+        assert_eq!(
+            again.is_none(),
+            crate::transport::rdma::BUILT,
+            "memory is registered once"
+        );
+        assert_eq!(
+            stable::covering(p as usize + 100, 200).is_some(),
+            crate::transport::rdma::BUILT
+        );
+        assert_eq!(std::sync::Arc::strong_count(&owner), 2);
+        drop(r);
+        assert!(stable::covering(p as usize, 1).is_none());
+        assert_eq!(std::sync::Arc::strong_count(&owner), 1, "owner released");
+    }
 
     #[test]
     fn a_comm_buf_is_its_vec_and_gives_it_back() {

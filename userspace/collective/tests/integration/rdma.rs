@@ -19,7 +19,7 @@ use causeway_collective::transport::Transport;
 use causeway_collective::wire::{
     read_frame_from, write_frame, Frame, FrameHeader, FrameKind, HEADER_LEN,
 };
-use causeway_collective::{CommBuf, Communicator, Options, ReduceOp};
+use causeway_collective::{CommBuf, Communicator, Options, ReduceOp, Registered};
 use causeway_test_support::netns::{run, unique_name, Netns};
 use causeway_test_support::require_root;
 
@@ -637,6 +637,35 @@ fn a_blocking_call_on_a_comm_buf_sends_from_the_callers_memory() {
             "registrations stay flat over the rounds"
         );
     }
+    // Memory another owner keeps alive, registered through that owner (as a
+    // framework's tensor would be): sent from as a CommBuf is.
+    let before = rdma::counters();
+    two_ranks(&rxe, rdma_options(), |c| {
+        let mut owner = Box::new(vec![0f32; LEN]);
+        let (p, bytes) = (owner.as_mut_ptr(), LEN * 4);
+        // SAFETY: the Vec's heap block does not move or change size while
+        // the registration holds the Box (it is only written through `p`
+        // below, by this thread, between calls).
+        let reg =
+            unsafe { Registered::new(p.cast(), bytes, owner) }.expect("not registered before");
+        // SAFETY: the registration keeps the block alive until `reg` drops,
+        // after the last use of this slice; nothing else accesses it.
+        let buf = unsafe { std::slice::from_raw_parts_mut(p, LEN) };
+        rounds(c, buf, 3);
+        drop(reg);
+    });
+    let after = rdma::counters();
+    let lent = after.lent_bytes - before.lent_bytes;
+    report(&format!(
+        "registered memory: {lent} of {} broadcast bytes sent from it, {} send registrations",
+        3 * LEN * 4,
+        after.cache_misses - before.cache_misses
+    ));
+    assert_eq!(
+        lent,
+        (3 * LEN * 4) as u64,
+        "sent from the registered memory"
+    );
     // A plain Vec: copied into the pool (zero-copy from there), no per-call
     // registration either.
     let before = rdma::counters();

@@ -109,6 +109,35 @@ pub fn drop_when_idle(start: usize, owner: Box<dyn Any + Send>) {
     }
 }
 
+/// Records caller memory of `len` bytes at `start` unless a recorded
+/// allocation shares a byte with it (then false, nothing recorded).
+pub fn track_caller_alone(start: *const u8, len: usize) -> bool {
+    if !super::BUILT || len == 0 {
+        return true;
+    }
+    let (addr, end) = (start as usize, (start as usize).saturating_add(len));
+    let mut m = live();
+    let touches = m
+        .range(..end)
+        .next_back()
+        .is_some_and(|(&s, e)| s + e.len > addr);
+    if touches {
+        return false;
+    }
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    m.insert(
+        addr,
+        Entry {
+            len,
+            id,
+            holds: 0,
+            parked: None,
+            caller: true,
+        },
+    );
+    true
+}
+
 /// The live allocation holding all of `[addr, addr+len)`: (start, id).
 pub fn covering(addr: usize, len: usize) -> Option<(usize, u64)> {
     find(addr, len).map(|f| (f.start, f.id))
