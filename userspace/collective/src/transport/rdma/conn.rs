@@ -373,11 +373,15 @@ impl Shared {
 
     fn fail(&self, e: RdmaError) {
         let mut g = self.lock();
+        self.fail_locked(&mut g, e);
+    }
+
+    /// [`Shared::fail`] with the state already locked.
+    fn fail_locked(&self, g: &mut State, e: RdmaError) {
         if g.error.is_none() {
             tracing::warn!(peer = %self.peer, error = %e, "rdma connection failed");
             g.error = Some(e);
         }
-        drop(g);
         self.ep.break_off();
         self.cv.notify_all();
     }
@@ -842,7 +846,8 @@ impl Shared {
         }
         let credit = g.unreported as u32;
         if let Err(e) = self.send_ctl(g, Imm::Credit(credit)) {
-            self.fail(e.clone());
+            // The caller holds the state's lock: `fail` would take it again.
+            self.fail_locked(g, e.clone());
             return Err(e.into_io());
         }
         g.unreported = 0;
