@@ -30,7 +30,8 @@ const SUM_BPS: f64 = 300e6;
 /// Environment variables of one variant's ranks.
 type Env = Vec<(String, String)>;
 /// One result: variant, run, median, min and max seconds, load at start,
-/// bytes per path (rank 0).
+/// bytes per path, resent bytes and path downs (rank 0; the process's
+/// striping counters, start-up included).
 type Row = (String, usize, f64, f64, f64, String, String);
 
 pub fn run(extra: &[String]) -> Result<()> {
@@ -102,7 +103,13 @@ pub fn run(extra: &[String]) -> Result<()> {
             let r = out.first().context("no result")?;
             let stripe = r
                 .get("stripe_bytes_per_path")
-                .map(|v| v.to_string())
+                .map(|v| {
+                    format!(
+                        "{v}; resent {:.1} MB, {} path downs",
+                        r["stripe_resent_bytes"].as_f64().unwrap_or(0.0) / 1e6,
+                        r["stripe_path_down"].as_u64().unwrap_or(0)
+                    )
+                })
                 .unwrap_or_default();
             rows.push(row(name, run, r, load, stripe));
         }
@@ -121,7 +128,7 @@ pub fn run(extra: &[String]) -> Result<()> {
     }
     println!();
     println!("dual: 200 Mbit/s RTT 40 ms + 100 Mbit/s RTT 60 ms; 64 MiB float32 allreduce, 4 ranks in 2 domains; bound S*8/(B1+B2) = {:.3} s", SIZE * 8.0 / SUM_BPS);
-    println!("| run | variant | time s (median) | min–max s | of bound | load at start | bytes per path (rank 0) |");
+    println!("| run | variant | time s (median) | min–max s | of bound | load at start | bytes per path, resent, downs (rank 0, whole process) |");
     println!("|---:|---|---:|---:|---:|---|---|");
     for (name, run, t, lo, hi, load, stripe) in &rows {
         println!(

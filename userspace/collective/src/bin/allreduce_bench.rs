@@ -193,6 +193,8 @@ fn run() -> Result<()> {
                 "algbw_GBps": algbw, "busbw_GBps": busbw, "times_s": in_order, "checked": checked,
                 "init_s": init_s, "wan_probe_mbit": wan_probe_mbit,
                 "stripe_bytes_per_path": causeway_collective::stripe::counters().bytes_per_path,
+                "stripe_resent_bytes": causeway_collective::stripe::counters().resent_bytes,
+                "stripe_path_down": causeway_collective::stripe::counters().path_down,
                 "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))}),
             )?;
         }
