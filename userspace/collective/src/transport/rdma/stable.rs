@@ -69,9 +69,14 @@ fn insert(start: *const u8, len: usize, caller: bool) {
     if !super::BUILT || len == 0 {
         return;
     }
+    record(&mut live(), start as usize, len, caller);
+}
+
+/// Adds an entry for `len` bytes at `start` with a fresh id.
+fn record(m: &mut BTreeMap<usize, Entry>, start: usize, len: usize, caller: bool) {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    live().insert(
-        start as usize,
+    m.insert(
+        start,
         Entry {
             len,
             id,
@@ -124,17 +129,7 @@ pub fn track_caller_alone(start: *const u8, len: usize) -> bool {
     if touches {
         return false;
     }
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    m.insert(
-        addr,
-        Entry {
-            len,
-            id,
-            holds: 0,
-            parked: None,
-            caller: true,
-        },
-    );
+    record(&mut m, addr, len, true);
     true
 }
 
