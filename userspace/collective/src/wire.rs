@@ -235,10 +235,10 @@ pub fn read_frame_from(
     pool: &BufferPool,
 ) -> Result<Frame, ReadError> {
     let header = read_header(r, max_payload)?;
-    if let Some(payload) = r.take_in_place(header.len as usize)? {
-        return Ok(Frame { header, payload });
-    }
-    let payload = read_payload(r, &header, pool)?;
+    let payload = match r.take_in_place(header.len as usize)? {
+        Some(p) => p,
+        None => read_payload(r, &header, pool)?,
+    };
     Ok(Frame { header, payload })
 }
 
