@@ -461,8 +461,8 @@ pub struct WanRate {
     /// Its connections' RTT showed a queue at the bottleneck throughout
     /// the window: the path was full.
     pub queued: bool,
-    /// ... or in less than a quarter of its readings (a probing phase of
-    /// the pacing's gain cycle queues briefly): the path had room.
+    /// ... or in less than a quarter of its readings (the pacing's short
+    /// queue comes and goes): the path had room.
     pub clear: bool,
 }
 

@@ -27,14 +27,20 @@
 //!   A rank alone in its domain, and every rank during the start-up probe
 //!   (one pair sends), still uses its own delivery-rate samples.
 //! - [`Pacer`] (pure) turns the estimate into each bulk socket's cap: the
-//!   domain's ranks together aim at [`PACING_TARGET`] of the rate, each
-//!   rank's share split among its connections with data waiting to be sent
-//!   (one chunk travels on one connection, which may then use the rank's
-//!   whole share; see [`sending`]), with a
-//!   BBR-like gain cycle (one min-RTT at [`PROBE_GAIN`], one at
-//!   [`DRAIN_GAIN`], six at 1) so that a path that got faster is found (its
-//!   samples at the higher cap rise above the estimate) while the
-//!   bottleneck queue stays short.
+//!   domain's ranks together aim at a level of the rate, each rank's share
+//!   split among its connections with data waiting to be sent (one chunk
+//!   travels on one connection, which may then use the rank's whole share;
+//!   see [`sending`]). The level is [`trim::QueueTrim`]'s: 0.96–1.08 of the
+//!   estimate, set from the queueing delay the connections' RTT shows, so
+//!   that a short queue stands at the bottleneck (the path never idles, the
+//!   queue never overflows). With a configured rate it is
+//!   [`PACING_TARGET`]. A path that got faster is found with the trim at
+//!   its ceiling: the caps then sit above the estimate, and what the path
+//!   delivers under them raises it. A BBR-like gain cycle (one min-RTT at
+//!   1.25, one at 0.75, six at 1) did that before the trim; with the trim
+//!   it only cost (wan40, 64 MiB: 1.15–1.17× the bound with it,
+//!   1.09–1.10× without): the ranks' cycles are not in step, so while one
+//!   probed the other's queue reading pushed its level down.
 //! - [`inflight::InflightGovernor`] (pure) clamps the bulk connections'
 //!   receive windows so that together they keep at most a multiple of the
 //!   path's measured BDP in flight, from the first byte on: the start-up
@@ -46,6 +52,7 @@
 
 pub mod domain;
 pub mod inflight;
+pub mod trim;
 
 use domain::Fill;
 
@@ -70,10 +77,6 @@ pub const WIRE_OVERHEAD: u32 = 66;
 /// What the paced flows of a domain aim at together, as a fraction of the
 /// estimated rate.
 pub const PACING_TARGET: f64 = 0.96;
-/// Gain of the probing phase (one min-RTT of eight).
-pub const PROBE_GAIN: f64 = 1.25;
-/// Gain of the phase after it, which drains what the probe queued.
-pub const DRAIN_GAIN: f64 = 0.75;
 /// A domain window with room on the path while the ranks were paced is
 /// worth this much more than they sent ([`LinkEstimator::domain_sample`]);
 /// each further window with room in a row doubles the step above 1, up to
@@ -144,8 +147,8 @@ pub struct LinkEstimator {
     sharers: f64,
     /// Sums of the sockets' pacing caps (payload bytes/s) and since when,
     /// oldest first: a delivery-rate sample reflects what was sent about
-    /// one RTT earlier, so it is compared with the largest cap in force
-    /// within the last RTT.
+    /// one RTT earlier, so it is compared with the smallest cap in force
+    /// within the last RTT (it was sent under one of them).
     caps: std::collections::VecDeque<(u64, f64)>,
     min_rtt_us: Option<u32>,
     mss: u32,
@@ -205,7 +208,7 @@ impl LinkEstimator {
     ///   a retransmission on a lossy path) nor by one that saw a queue only
     ///   now and then ([`Fill::Partly`]). Such a window holds the step at
     ///   its second size (×1.10) until a full window restarts the run: near
-    ///   the path it is the gain cycle's short queue, and a larger step
+    ///   the path it is the trim's short queue, and a larger step
     ///   would overshoot; on busy hosts it is the smoothed RTT jumping by
     ///   milliseconds with no queue at the bottleneck, and when each one
     ///   restarted the run (×1.05, 0.8 % above what the caps sent) a
@@ -279,8 +282,11 @@ impl LinkEstimator {
         self.recent.iter().map(|&(_, r, _)| r).fold(0.0, f64::max)
     }
 
-    /// The largest cap in force within the last RTT (plus two sampling
-    /// intervals) before `now_ns`.
+    /// The smallest cap in force within the last RTT (plus two sampling
+    /// intervals) before `now_ns`: a sample that reaches it may have been
+    /// held by any of them (compared with the largest, a sample sent under
+    /// a cap that had just been raised read as not held, and a rank alone
+    /// on a shared path claimed its cap times the sharers).
     fn recent_cap(&mut self, now_ns: u64) -> Option<f64> {
         let rtt = u64::from(self.min_rtt_us.unwrap_or(0)) * 1000;
         let since = now_ns.saturating_sub(rtt + 2 * SAMPLE_EVERY.as_nanos() as u64);
@@ -288,7 +294,7 @@ impl LinkEstimator {
         while self.caps.len() > 1 && self.caps[1].0 <= since {
             self.caps.pop_front();
         }
-        self.caps.iter().map(|&(_, c)| c).reduce(f64::max)
+        self.caps.iter().map(|&(_, c)| c).reduce(f64::min)
     }
 
     /// A rate known from elsewhere (the start-up probe every rank agreed on),
@@ -414,7 +420,7 @@ fn sending(infos: &[Option<TcpInfo>]) -> usize {
     }
 }
 
-/// Each bulk socket's pacing cap from the estimate, with the gain cycle.
+/// Each bulk socket's pacing cap from the estimate.
 /// A rank's share of the path is split among its sending connections only: a
 /// transfer of one chunk travels on one connection, which then may use the
 /// rank's whole share.
@@ -422,37 +428,15 @@ fn sending(infos: &[Option<TcpInfo>]) -> usize {
 pub struct Pacer {
     /// Ranks of the domain sending across the WAN at once.
     pub flows: usize,
-    /// When the cycle started, ns.
-    pub start_ns: u64,
-    /// Whether the gain cycles (off for a configured, known rate).
-    pub probing: bool,
 }
 
 impl Pacer {
-    /// The gain at `now_ns` for a path whose minimum RTT is `min_rtt_ns`.
-    pub fn gain(&self, now_ns: u64, min_rtt_ns: u64) -> f64 {
-        if !self.probing || min_rtt_ns == 0 {
-            return 1.0;
-        }
-        match (now_ns.saturating_sub(self.start_ns) / min_rtt_ns) % 8 {
-            0 => PROBE_GAIN,
-            1 => DRAIN_GAIN,
-            _ => 1.0,
-        }
-    }
-
     /// One socket's cap, bytes/s, for a path of `goodput_bytes_per_s` when
-    /// `busy` of this rank's connections carry data.
-    pub fn per_socket(
-        &self,
-        goodput_bytes_per_s: f64,
-        busy: usize,
-        now_ns: u64,
-        min_rtt_ns: u64,
-    ) -> u64 {
-        let g = self.gain(now_ns, min_rtt_ns);
+    /// `busy` of this rank's connections carry data, the domain aiming at
+    /// `level` of the path ([`PACING_TARGET`], or the [`trim`]'s).
+    pub fn per_socket(&self, goodput_bytes_per_s: f64, level: f64, busy: usize) -> u64 {
         let flows = (self.flows.max(1) * busy.max(1)) as f64;
-        (goodput_bytes_per_s * PACING_TARGET * g / flows) as u64
+        (goodput_bytes_per_s * level / flows) as u64
     }
 }
 
@@ -473,6 +457,8 @@ pub struct Control {
     /// No cap until full windows have measured the path
     /// ([`Control::seed_is_floor`]).
     hold: bool,
+    /// The level paced at, from the queue ([`trim`]; not with a configured rate).
+    pub trim: trim::QueueTrim,
 }
 
 impl Control {
@@ -484,6 +470,7 @@ impl Control {
             domain: None,
             started: false,
             hold: false,
+            trim: trim::QueueTrim::default(),
         }
     }
 
@@ -517,17 +504,31 @@ impl Control {
     ) -> (Option<u64>, Option<WanRate>) {
         self.est.observe(now_ns, infos);
         let mut report = None;
+        let paced = self.held_by_caps();
         if let (true, Some((meter, sum))) = (self.started, &mut self.domain) {
             report = meter.observe(now_ns, wall_ns, infos);
             if let Some(r) = report {
                 sum.add_mine(r);
             }
-            let paced = self.pacer.is_some() && !self.hold;
             for (rate, fill) in sum.take_complete() {
                 self.est.domain_sample(rate, fill, paced, now_ns);
             }
         }
         (self.cap(now_ns, infos), report)
+    }
+
+    /// Whether the caps, not the path, may be what held the ranks back, so
+    /// that a window with room says the path carries more than was sent
+    /// ([`LinkEstimator::domain_sample`]'s climb): paced, and either at a
+    /// configured rate or with the [`trim`] at its ceiling. Below the
+    /// ceiling the trim itself raises the caps until a queue shows; both
+    /// climbing at once overshot the path (wan40: the estimate at 1.04× the
+    /// path, the trim at its floor, a 14 ms queue standing).
+    fn held_by_caps(&self) -> bool {
+        match &self.pacer {
+            Some((_, fixed)) => !self.hold && (fixed.is_some() || self.trim.at_ceiling()),
+            None => false,
+        }
     }
 
     fn cap(&mut self, now_ns: u64, infos: &[Option<TcpInfo>]) -> Option<u64> {
@@ -540,9 +541,16 @@ impl Control {
         }
         let last = self.est.estimate(now_ns);
         let goodput = fixed.or(last.map(|e| e.goodput_bps / 8.0))?;
-        let min_rtt = last.map_or(0, |e| e.min_rtt.as_nanos() as u64);
+        let level = match (fixed, last) {
+            (Some(_), _) => PACING_TARGET,
+            (None, e) => {
+                let min_rtt_us = e.map_or(0, |e| e.min_rtt.as_micros());
+                self.trim
+                    .observe(infos, u32::try_from(min_rtt_us).unwrap_or(u32::MAX))
+            }
+        };
         let busy = sending(infos);
-        let cap = pacer.per_socket(goodput, busy, now_ns, min_rtt);
+        let cap = pacer.per_socket(goodput, level, busy);
         if self.applied == Some(cap) {
             return None;
         }
@@ -566,16 +574,7 @@ impl Control {
         if let Some(b) = seed.filter(|b| b.is_finite() && *b > 0.0) {
             self.est.seed(b, now_ns);
         }
-        self.pacer = pace.map(|(flows, fixed)| {
-            (
-                Pacer {
-                    flows,
-                    start_ns: now_ns,
-                    probing: fixed.is_none(),
-                },
-                fixed,
-            )
-        });
+        self.pacer = pace.map(|(flows, fixed)| (Pacer { flows }, fixed));
     }
 
     /// Whether start-up is over ([`Control::started`]).
