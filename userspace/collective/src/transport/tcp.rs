@@ -77,15 +77,17 @@ pub fn set_congestion(s: &TcpStream, name: &str) -> bool {
     prefer_congestion(SockRef::from(s), &[name])
 }
 
-/// Sets the first of `names` the kernel allows; works on listeners too (accepted
-/// connections inherit it). Returns whether one was applied.
+/// Sets the first of `names` the kernel accepts; works on listeners too
+/// (accepted connections inherit it). Returns whether one was applied. The
+/// kernel decides: any process may set one listed in
+/// `tcp_allowed_congestion_control`, one with `CAP_NET_ADMIN` any one the
+/// kernel has (checking the list here, as before, kept a root process that
+/// asked for `CAUSEWAY_TCP_CC=cubic` on BBR without a word where the list
+/// held only `reno bbr`).
 pub fn prefer_congestion(s: SockRef<'_>, names: &[&str]) -> bool {
-    let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
-        .unwrap_or_default();
-    names.iter().any(|name| {
-        allowed.split_whitespace().any(|a| a == *name)
-            && s.set_tcp_congestion(name.as_bytes()).is_ok()
-    })
+    names
+        .iter()
+        .any(|name| s.set_tcp_congestion(name.as_bytes()).is_ok())
 }
 
 /// The network namespace's default congestion control.
@@ -556,6 +558,27 @@ mod info_tests {
         drop(b);
         assert!(wait_for(&|| settled(&a)), "reset: settled");
         assert!(writer.join().expect("writer").is_err());
+    }
+
+    /// The first name the kernel takes is set; names it does not know are
+    /// skipped (reno is always allowed, to any user).
+    #[test]
+    fn the_first_congestion_control_the_kernel_takes_is_set() {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        // The kernel pads the name with NULs.
+        let name = |s: &socket2::Socket| {
+            let mut n = s.tcp_congestion().expect("getsockopt");
+            n.retain(|&b| b != 0);
+            n
+        };
+        assert!(prefer_congestion(
+            SockRef::from(&s),
+            &["no-such-cc", "reno"]
+        ));
+        assert_eq!(name(&s), b"reno");
+        assert!(!prefer_congestion(SockRef::from(&s), &["no-such-cc"]));
+        assert_eq!(name(&s), b"reno", "unchanged");
     }
 
     /// A large read returns only once `RCVLOWAT_MAX` bytes are queued (the
