@@ -90,7 +90,7 @@ pub fn run(extra: &[String]) -> Result<()> {
             None => Vec::new(),
         };
         bar.suspend(|| {
-            print_table(profile, &bed, &c, &g);
+            print_table(profile, &bed, &iters, &c, &g);
             if let Some(first) = c.first() {
                 println!(
                     "causeway start-up: {:.2} s to a joined communicator; its WAN probe measured {:.1} Mbit/s (the path: {:.0})",
@@ -333,10 +333,10 @@ fn iteration_times(ranks: &[&Value]) -> Option<Vec<f64>> {
     Some(t)
 }
 
-fn print_table(profile: &str, bed: &Testbed, ours: &[Value], gloo: &[Value]) {
+fn print_table(profile: &str, bed: &Testbed, iters: &str, ours: &[Value], gloo: &[Value]) {
     let rtt = 2.0 * bed.delay_ms / 1e3;
     let world = bed.hosts.len();
-    println!("\nallreduce, 2 domains x 2 hosts, profile {profile} ({:.0} Mbit/s, RTT {:.0} ms), float32, median of 5, time from the last rank's call to the last rank's return", bed.rate_mbit, rtt * 1e3);
+    println!("\nallreduce, 2 domains x 2 hosts, profile {profile} ({:.0} Mbit/s, RTT {:.0} ms), float32, median of {iters} iterations after 1 warm-up, time from the last rank's call to the last rank's return", bed.rate_mbit, rtt * 1e3);
     println!(
         "| size | causeway s (min–max) | busbw GB/s | vs WAN bound | vs RTT | first iteration s | queue drops | CPU s/GB | checked | algorithm | gloo s (min–max) | gloo vs bound | gloo first s | gloo drops | gloo CPU s/GB | gloo checked | gloo / causeway |"
     );
