@@ -34,6 +34,14 @@
 //! The delay is the smallest over the busy connections: host jitter inflates
 //! one connection's RTT now and then; a queue at the bottleneck shows on all.
 //! Pure: readings in, level out.
+//!
+//! Known cost: under BBR v1 a connection that keeps this short queue never
+//! sees an RTT below its minimum, so it enters ProbeRTT (a window of 4
+//! segments for ~250 ms) every 10 s, and a rank's connections, started
+//! together, do so together: one wan40 64 MiB iteration in two to four took
+//! ~0.2 s longer. CUBIC has no ProbeRTT (all iterations 1.07–1.10×) but
+//! halves its window at each random loss (lossy80: 5–6× the bound);
+//! choosing between them by the path's loss is open (docs/BENCHMARKS.md).
 
 use super::PACING_TARGET;
 use crate::transport::tcp::TcpInfo;
