@@ -30,7 +30,7 @@
 //!   domain's ranks together aim at a level of the rate, each rank's share
 //!   split among its connections with data waiting to be sent (one chunk
 //!   travels on one connection, which may then use the rank's whole share;
-//!   see [`sending`]). The level is [`trim::QueueTrim`]'s: 0.96–1.08 of the
+//!   see [`sending`]). The level is [`trim::QueueTrim`]'s: 0.84–1.08 of the
 //!   estimate, set from the queueing delay the connections' RTT shows, so
 //!   that a short queue stands at the bottleneck (the path never idles, the
 //!   queue never overflows). With a configured rate it is
@@ -541,13 +541,9 @@ impl Control {
         }
         let last = self.est.estimate(now_ns);
         let goodput = fixed.or(last.map(|e| e.goodput_bps / 8.0))?;
-        let level = match (fixed, last) {
-            (Some(_), _) => PACING_TARGET,
-            (None, e) => {
-                let min_rtt_us = e.map_or(0, |e| e.min_rtt.as_micros());
-                self.trim
-                    .observe(infos, u32::try_from(min_rtt_us).unwrap_or(u32::MAX))
-            }
+        let level = match fixed {
+            Some(_) => PACING_TARGET,
+            None => self.trim.observe(infos, self.est.min_rtt_us.unwrap_or(0)),
         };
         let busy = sending(infos);
         let cap = pacer.per_socket(goodput, level, busy);
