@@ -163,7 +163,7 @@ fn pacing_at_the_estimate_fills_the_path_and_keeps_the_queue_short() {
         assert!(within(g, rate, 0.02), "{mbit} Mbit/s: estimate {g}");
         let most = rate * TRIM_CEIL / 4.0;
         assert!(caps.iter().all(|&k| (k as f64) <= most * 1.001));
-        // At twice the target the level is at its floor, below the path.
+        // At twice the target the level is 0.96, below the path.
         let twice = 2.0 * f64::from(trim::target_us(rtt_ms * 1000)) / f64::from(rtt_ms * 1000);
         let (peak, full) = p.queue_since(2 * S);
         assert!(
