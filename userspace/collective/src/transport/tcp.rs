@@ -361,9 +361,17 @@ pub struct TcpInfo {
     pub max_pacing_rate: u64,
     /// The connection's state (`tcpi_state`, the kernel's `TCP_*` values).
     pub state: u8,
+    /// Congestion window, segments (`tcpi_snd_cwnd`).
+    pub snd_cwnd: u32,
+    /// Data segments sent so far, retransmissions included (`tcpi_data_segs_out`).
+    pub data_segs_out: u32,
+    /// Retransmissions the receiver reported as duplicates (D-SACK,
+    /// `tcpi_dsack_dups`): spurious ones, which lost nothing. `None` on a
+    /// kernel before 5.4, which does not report it.
+    pub dsack_dups: Option<u32>,
 }
 
-/// `struct tcp_info` (linux/tcp.h) up to `tcpi_delivered_ce`; the kernel
+/// `struct tcp_info` (linux/tcp.h) up to `tcpi_reord_seen`; the kernel
 /// copies as much of its own as fits and says how much.
 #[repr(C)]
 #[derive(Default)]
@@ -383,11 +391,17 @@ struct RawTcpInfo {
     sndbuf_limited: u64,
     delivered: u32,
     delivered_ce: u32,
+    bytes_sent: u64,
+    bytes_retrans: u64,
+    dsack_dups: u32,
+    reord_seen: u32,
 }
 
 /// Offset of `tcpi_delivered` + 4: a kernel that copies less has no
 /// delivery-rate sampling (before 4.18) and gets an error.
 const TCP_INFO_NEEDED: usize = 196;
+/// Offset of `tcpi_dsack_dups` + 4 (Linux 5.4).
+const TCP_INFO_DSACK: usize = 220;
 
 /// Reads `TCP_INFO` of a connection.
 #[allow(unsafe_code)]
@@ -434,6 +448,9 @@ pub fn tcp_info(s: &TcpStream) -> io::Result<TcpInfo> {
         pacing_rate: raw.pacing_rate,
         max_pacing_rate: raw.max_pacing_rate,
         state: raw.bytes[0],
+        snd_cwnd: raw.u32s_a[18],
+        data_segs_out: raw.u32s_b[5],
+        dsack_dups: (len as usize >= TCP_INFO_DSACK).then_some(raw.dsack_dups),
     })
 }
 
@@ -461,7 +478,8 @@ mod info_tests {
         assert_eq!(std::mem::offset_of!(RawTcpInfo, bytes_acked), 120);
         assert_eq!(std::mem::offset_of!(RawTcpInfo, delivery_rate), 160);
         assert_eq!(std::mem::offset_of!(RawTcpInfo, delivered), 192);
-        assert_eq!(std::mem::size_of::<RawTcpInfo>(), 200);
+        assert_eq!(std::mem::offset_of!(RawTcpInfo, dsack_dups), 216);
+        assert_eq!(std::mem::size_of::<RawTcpInfo>(), 224);
     }
 
     /// A connected loopback pair: (the dialing end, the accepted end).
@@ -504,6 +522,9 @@ mod info_tests {
         assert!(i.rtt_us > 0 && i.min_rtt_us > 0, "{i:?}");
         assert_eq!(i.max_pacing_rate, 1 << 30, "{i:?}");
         assert!(i.snd_mss > 0);
+        assert!(i.snd_cwnd >= 4 && i.data_segs_out > 0, "{i:?}");
+        // Nothing was retransmitted on loopback (kernels before 5.4: `None`).
+        assert!(matches!(i.dsack_dups, None | Some(0)), "{i:?}");
     }
 
     /// The receiver counts the segments it received, and takes a window
