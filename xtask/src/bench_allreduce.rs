@@ -102,7 +102,7 @@ pub fn run(extra: &[String]) -> Result<()> {
             if let Some(e) = c.last().map(|row| &row["link_estimate"]).filter(|e| !e.is_null()) {
                 let f = |k: &str| e[k].as_f64().unwrap_or(f64::NAN);
                 println!(
-                    "causeway link estimate (rank 0's kernel, after the last size): {:.1} Mbit/s on the wire ({:+.1} % of the path), RTT {:.1} ms, min RTT {:.1} ms ({:+.1} % of {:.0} ms), {} retransmits, paced at {} per connection",
+                    "causeway link estimate (rank 0's kernel, after the last size): {:.1} Mbit/s on the wire ({:+.1} % of the path), RTT {:.1} ms, min RTT {:.1} ms ({:+.1} % of {:.0} ms), {} retransmits ({} lost), paced at {} per connection, {} congestion control",
                     f("rate_mbit"),
                     (f("rate_mbit") / bed.rate_mbit - 1.0) * 100.0,
                     f("rtt_ms"),
@@ -110,7 +110,9 @@ pub fn run(extra: &[String]) -> Result<()> {
                     (f("min_rtt_ms") / (2.0 * bed.delay_ms) - 1.0) * 100.0,
                     2.0 * bed.delay_ms,
                     e["retransmits"],
+                    e["losses"],
                     e["pacing_mbit_per_conn"].as_f64().map_or("no cap".into(), |p| format!("{p:.1} Mbit/s")),
+                    if e["loss_based_cc"].as_bool().unwrap_or(false) { "loss-based" } else { "model-based" },
                 );
             }
             println!("load {}", crate::bench_tls::load());

@@ -101,7 +101,20 @@ impl Communicator {
         };
         let wan_bulk =
             std::mem::take(&mut *joined.wan_bulk.lock().unwrap_or_else(|p| p.into_inner()));
-        let wan = crate::estimates::Sampler::start(id.rank, wan_bulk, opts.wan_inflight_gain);
+        let congestion = match (&opts.wan_congestion, opts.wan_pacing) {
+            (Some(model), true)
+                if !opts.wan_lossless_congestion.is_empty()
+                    && !opts.wan_lossless_congestion.contains(model) =>
+            {
+                Some(crate::estimates::CcNames {
+                    model_based: model.clone(),
+                    loss_based: opts.wan_lossless_congestion.clone(),
+                })
+            }
+            _ => None,
+        };
+        let wan =
+            crate::estimates::Sampler::start(id.rank, wan_bulk, opts.wan_inflight_gain, congestion);
         let seat = Seat::new(
             &id,
             &opts,

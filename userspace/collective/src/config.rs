@@ -69,6 +69,12 @@ pub struct Options {
     pub wan_socket_buffer: Option<usize>,
     /// TCP congestion control for connections to other domains (when the kernel allows it).
     pub wan_congestion: Option<String>,
+    /// Loss-based congestion controls, first the kernel takes, that the paced
+    /// bulk connections across domains switch to while the path loses nothing
+    /// (`CAUSEWAY_TCP_CC_LOSSLESS`, `cubic,reno`; `off` = never; see
+    /// [`crate::estimates::cc_choice`]). Only with `wan_congestion` set and
+    /// pacing on.
+    pub wan_lossless_congestion: Vec<String>,
     /// Rate of the WAN path between two domains, bit/s per direction, when known:
     /// connections across domains are paced to share just below it.
     pub wan_rate_bps: Option<u64>,
@@ -146,6 +152,7 @@ impl Default for Options {
             cost_overrides: None,
             wan_socket_buffer: Some(8 << 20),
             wan_congestion: Some("bbr".into()),
+            wan_lossless_congestion: vec!["cubic".into(), "reno".into()],
             wan_rate_bps: None,
             wan_pacing: true,
             wan_inflight_gain: Some(crate::estimates::inflight::INFLIGHT_GAIN),
@@ -236,6 +243,29 @@ fn refuse_renamed_vars() -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// `CAUSEWAY_TCP_CC_LOSSLESS`: `off`, or congestion control names separated
+/// by commas (letters, digits, `_`; at most 15 bytes each, the kernel's limit).
+fn parse_cc_list(v: &str) -> Result<Vec<String>, ConfigError> {
+    let bad = |reason: &str| ConfigError::InvalidVar {
+        name: "CAUSEWAY_TCP_CC_LOSSLESS".into(),
+        value: v.into(),
+        reason: reason.into(),
+    };
+    if v.trim() == "off" {
+        return Ok(Vec::new());
+    }
+    v.split(',')
+        .map(str::trim)
+        .map(|n| {
+            let ok = !n.is_empty()
+                && n.len() < 16
+                && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            ok.then(|| n.to_string())
+                .ok_or_else(|| bad("expected `off` or names like `cubic,reno`"))
+        })
+        .collect()
+}
+
 impl Options {
     /// Defaults overridden by `CAUSEWAY_TIMEOUT`, `CAUSEWAY_RENDEZVOUS_TIMEOUT`
     /// (durations: `30s`, `500ms`), `CAUSEWAY_STREAMS_WAN`, `CAUSEWAY_STREAMS_LAN`,
@@ -244,7 +274,8 @@ impl Options {
     /// `CAUSEWAY_PROBE_BYTES` (a size), `CAUSEWAY_COST` (`wan=LATENCY:BANDWIDTH,…`,
     /// e.g. `wan=20ms:200mbit,domain=50us:10gbit`), `CAUSEWAY_SOCKET_BUFFER` (a size,
     /// or `auto` for the kernel's autotuning), `CAUSEWAY_TCP_CC` (congestion control
-    /// across domains, `default` = the system's), `CAUSEWAY_WAN_RATE` (WAN rate per
+    /// across domains, `default` = the system's), `CAUSEWAY_TCP_CC_LOSSLESS`
+    /// (`cubic,reno`, or `off`), `CAUSEWAY_WAN_RATE` (WAN rate per
     /// direction, e.g. `200mbit`: pace connections across domains; unset = off),
     /// `CAUSEWAY_LATENCY_STREAM` (0/1) and `CAUSEWAY_LATENCY_BYTES` (a size: transfers
     /// up to it take the extra uncapped connection across domains),
@@ -302,6 +333,9 @@ impl Options {
         }
         if let Some(cc) = var("CAUSEWAY_TCP_CC") {
             o.wan_congestion = (cc != "default").then_some(cc);
+        }
+        if let Some(list) = var("CAUSEWAY_TCP_CC_LOSSLESS") {
+            o.wan_lossless_congestion = parse_cc_list(&list)?;
         }
         match var("CAUSEWAY_SOCKET_BUFFER") {
             Some(v) if v.trim().eq_ignore_ascii_case("auto") => o.wan_socket_buffer = None,
@@ -582,5 +616,18 @@ mod tests {
         }
         .validate()
         .is_err());
+    }
+
+    #[test]
+    fn lossless_congestion_lists() {
+        assert_eq!(
+            parse_cc_list("cubic, reno"),
+            Ok(vec!["cubic".into(), "reno".into()])
+        );
+        assert_eq!(parse_cc_list("off"), Ok(Vec::new()));
+        for bad in ["", "cubic,", "cu bic", "bbr;rm", "a_name_longer_than_15"] {
+            let e = parse_cc_list(bad).expect_err(bad).to_string();
+            assert!(e.contains("CAUSEWAY_TCP_CC_LOSSLESS"), "{e}");
+        }
     }
 }

@@ -41,6 +41,7 @@
 //! | `CAUSEWAY_PROBE`, `CAUSEWAY_PROBE_BYTES` | start-up α-β probe on/off (1) and its bulk size (`1mb`) |
 //! | `CAUSEWAY_STREAMS_WAN`, `CAUSEWAY_STREAMS_LAN` | TCP connections per remote peer across / inside a domain (2, 2) |
 //! | `CAUSEWAY_TCP_CC` | congestion control across domains (`bbr`; `default` keeps the system's) |
+//! | `CAUSEWAY_TCP_CC_LOSSLESS` | loss-based congestion controls (`cubic,reno`: the first the kernel takes; `off` = never) the paced bulk connections across domains switch to while the path shows no real loss (retransmissions the receiver did not report as duplicates), and back from at the first real losses: BBR's ProbeRTT, which the short queue the pacing keeps sets off every 10 s, costs a rank's connections ~0.2 s ([`estimates::cc_choice`]) |
 //! | `CAUSEWAY_SOCKET_BUFFER` | SO_SNDBUF/SO_RCVBUF across domains (`8mb` when `net.core.rmem_max` allows; `auto` = the kernel's autotuning) |
 //! | `CAUSEWAY_LATENCY_STREAM`, `CAUSEWAY_LATENCY_BYTES` | one more connection per remote peer across domains, without pacing cap (1), for transfers up to this size (`256kb`) |
 //! | `CAUSEWAY_WAN_DUPLICATE_BYTES` | transfers across domains up to this size go on the latency connection and, as a copy, on a bulk one; the receiver keeps the first whole copy, so a lost segment does not cost a round trip (`64kb`; 0 = off) |

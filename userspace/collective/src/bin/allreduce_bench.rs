@@ -184,7 +184,8 @@ fn run() -> Result<()> {
                 json!({
                 "rate_mbit": e.rate_bps / 1e6, "goodput_mbit": e.goodput_bps / 1e6,
                 "rtt_ms": e.rtt.as_secs_f64() * 1e3, "min_rtt_ms": e.min_rtt.as_secs_f64() * 1e3,
-                "samples": e.samples, "retransmits": e.retransmits,
+                "samples": e.samples, "retransmits": e.retransmits, "losses": e.losses,
+                "loss_based_cc": e.loss_based,
                 "pacing_mbit_per_conn": e.pacing_per_socket.map(|p| p as f64 * 8e-6)})
             });
             cli::outln(

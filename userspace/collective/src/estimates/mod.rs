@@ -47,13 +47,19 @@
 //!   probe runs before any pacing cap, and the congestion control's own
 //!   start-up would overflow a one-BDP bottleneck queue. The clamps are
 //!   released when start-up is over.
-//! - [`Sampler`] is the thread that reads the sockets and applies the caps
-//!   and the clamps.
+//! - [`cc_choice::CcChoice`] (pure) chooses the bulk connections' congestion
+//!   control once they are paced: the configured BBR while the path loses
+//!   packets, a loss-based one (CUBIC, else Reno) while it does not, so that
+//!   BBR's ProbeRTT does not stall a rank's connections every 10 s.
+//! - [`Sampler`] is the thread that reads the sockets and applies the caps,
+//!   the clamps and the congestion control switches.
 
+pub mod cc_choice;
 pub mod domain;
 pub mod inflight;
 pub mod trim;
 
+use cc_choice::Cc;
 use domain::Fill;
 
 use std::net::TcpStream;
@@ -117,6 +123,12 @@ pub struct LinkEstimate {
     pub retransmits: u64,
     /// The cap each bulk connection is paced to now, bytes/s (`None`: not paced).
     pub pacing_per_socket: Option<u64>,
+    /// The bulk connections run a loss-based congestion control now: the
+    /// path has shown no real loss ([`cc_choice`]).
+    pub loss_based: bool,
+    /// Retransmissions the receiver did not report as duplicates: real
+    /// losses ([`cc_choice`]; 0 where the kernel reports no D-SACKs).
+    pub losses: u64,
 }
 
 impl std::fmt::Display for LinkEstimate {
@@ -131,8 +143,12 @@ impl std::fmt::Display for LinkEstimate {
             self.samples,
             self.retransmits
         )?;
+        write!(f, " ({} lost)", self.losses)?;
         if let Some(p) = self.pacing_per_socket {
             write!(f, ", paced at {:.1} Mbit/s per connection", p as f64 * 8e-6)?;
+        }
+        if self.loss_based {
+            write!(f, ", loss-based congestion control")?;
         }
         Ok(())
     }
@@ -263,6 +279,11 @@ impl LinkEstimator {
         if new != old {
             self.domain_bw = Some((new, now_ns));
         }
+    }
+
+    /// The bulk connections it reads.
+    pub fn sockets(&self) -> usize {
+        self.delivered.len()
     }
 
     /// How many ranks send over this path at once (this one included).
@@ -398,6 +419,8 @@ impl LinkEstimator {
             age: Duration::from_nanos(e.bw_age_ns),
             retransmits: self.retransmits,
             pacing_per_socket: None,
+            loss_based: false,
+            losses: 0,
         })
     }
 }
@@ -459,6 +482,9 @@ pub struct Control {
     hold: bool,
     /// The level paced at, from the queue ([`trim`]; not with a configured rate).
     pub trim: trim::QueueTrim,
+    /// The congestion control chosen by the path's loss, when enabled
+    /// ([`Control::choose_congestion`]).
+    pub cc: Option<cc_choice::CcChoice>,
 }
 
 impl Control {
@@ -471,6 +497,30 @@ impl Control {
             started: false,
             hold: false,
             trim: trim::QueueTrim::default(),
+            cc: None,
+        }
+    }
+
+    /// Let the path's loss choose the connections' congestion control
+    /// ([`cc_choice`]) once they are paced.
+    pub fn choose_congestion(&mut self) {
+        self.cc = Some(cc_choice::CcChoice::new(self.est.sockets()));
+    }
+
+    /// The connections to switch to another congestion control now
+    /// ([`cc_choice::CcChoice::observe`]); judged only while paced.
+    pub fn congestion(&mut self, now_ns: u64, infos: &[Option<TcpInfo>]) -> Vec<(usize, Cc)> {
+        let paced = self.started && self.pacer.is_some() && !self.hold;
+        match &mut self.cc {
+            Some(c) => c.observe(now_ns, paced, infos),
+            None => Vec::new(),
+        }
+    }
+
+    /// Connection `sock` refused the loss-based congestion control.
+    pub fn congestion_refused(&mut self, sock: usize) {
+        if let Some(c) = &mut self.cc {
+            c.refused(sock);
         }
     }
 
@@ -594,8 +644,13 @@ impl Control {
     /// The estimate at `now_ns`, with the cap applied now.
     pub fn estimate(&mut self, now_ns: u64) -> Option<LinkEstimate> {
         let applied = self.applied;
+        let (loss_based, losses) = self.cc.as_ref().map_or((false, 0), |c| {
+            (c.wanted() == cc_choice::Cc::LossBased, c.losses())
+        });
         self.est.published(now_ns).map(|e| LinkEstimate {
             pacing_per_socket: applied,
+            loss_based,
+            losses,
             ..e
         })
     }
@@ -634,24 +689,31 @@ pub(crate) struct Sampler {
 impl Sampler {
     /// `None` when the rank has no WAN connection. `inflight_gain`: the
     /// [`inflight::InflightGovernor`]'s gain, `None` = no window clamps.
+    /// `congestion`: the controls to choose between by the path's loss
+    /// ([`cc_choice`]), `None` = keep the one the connections have.
     pub fn start(
         rank: usize,
         sockets: Vec<TcpStream>,
         inflight_gain: Option<f64>,
+        congestion: Option<CcNames>,
     ) -> Option<Sampler> {
         if sockets.is_empty() {
             return None;
         }
+        let mut control = Control::new(sockets.len());
+        if congestion.is_some() {
+            control.choose_congestion();
+        }
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
-            state: Mutex::new(Control::new(sockets.len())),
+            state: Mutex::new(control),
             t0: Instant::now(),
             domain_peers: Mutex::new(Vec::new()),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("cw-wan-est-{rank}"))
-            .spawn(move || run(&s, &sockets, inflight_gain))
+            .spawn(move || run(&s, &sockets, inflight_gain, congestion))
             .ok()?;
         Some(Sampler {
             shared,
@@ -718,7 +780,21 @@ impl Drop for Sampler {
     }
 }
 
-fn run(shared: &Shared, sockets: &[TcpStream], inflight_gain: Option<f64>) {
+/// The congestion controls [`cc_choice`] chooses between, by name.
+#[derive(Debug, Clone)]
+pub(crate) struct CcNames {
+    /// The configured, model-based one (`bbr`).
+    pub model_based: String,
+    /// Loss-based ones, the first the kernel takes.
+    pub loss_based: Vec<String>,
+}
+
+fn run(
+    shared: &Shared,
+    sockets: &[TcpStream],
+    inflight_gain: Option<f64>,
+    congestion: Option<CcNames>,
+) {
     let mut governor = inflight_gain.map(|g| inflight::InflightGovernor::new(sockets.len(), g));
     while !shared.stop.load(Ordering::Relaxed) {
         std::thread::sleep(SAMPLE_EVERY);
@@ -736,11 +812,17 @@ fn run(shared: &Shared, sockets: &[TcpStream], inflight_gain: Option<f64>) {
         let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let (cap, window, started) = {
+        let (cap, window, started, switches) = {
             let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
             let (cap, window) = state.tick_at(now, wall, &infos);
-            (cap, window, state.is_started())
+            let switches = state.congestion(now, &infos);
+            (cap, window, state.is_started(), switches)
         };
+        if let Some(names) = &congestion {
+            for (k, cc) in switches {
+                switch_congestion(shared, &sockets[k], k, cc, names);
+            }
+        }
         // Start-up is over: pacing caps keep the queue short from now on. A
         // clamp sized by the minimum RTT would only cut a connection that
         // carries more than it did before while the RTT carries some queue
@@ -780,6 +862,31 @@ fn run(shared: &Shared, sockets: &[TcpStream], inflight_gain: Option<f64>) {
                 }
             }
         }
+    }
+}
+
+/// Applies one of [`cc_choice`]'s switches to connection `k`.
+fn switch_congestion(shared: &Shared, s: &TcpStream, k: usize, cc: Cc, names: &CcNames) {
+    let wanted: Vec<&str> = match cc {
+        Cc::ModelBased => vec![names.model_based.as_str()],
+        Cc::LossBased => names.loss_based.iter().map(String::as_str).collect(),
+    };
+    if tcp::prefer_congestion(socket2::SockRef::from(s), &wanted) {
+        tracing::debug!(connection = k, ?cc, "congestion control switched");
+        return;
+    }
+    tracing::warn!(
+        connection = k,
+        ?wanted,
+        "the kernel refused these congestion controls; the WAN connections keep BBR \
+         (`modprobe tcp_cubic`, or add one to net.ipv4.tcp_allowed_congestion_control)"
+    );
+    if cc == Cc::LossBased {
+        shared
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .congestion_refused(k);
     }
 }
 

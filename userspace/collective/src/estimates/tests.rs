@@ -743,3 +743,35 @@ fn a_floor_seed_waits_for_full_windows_before_pacing() {
     let lowest = 25.0 * MB * PACING_TARGET / 2.0;
     assert!(cap as f64 >= lowest, "{cap}");
 }
+
+/// The path's loss chooses the congestion control only once the
+/// connections are paced: the start-up probe's segments, and unpaced ones,
+/// are not judged (a loss-based control unpaced fills the queue).
+#[test]
+fn the_congestion_control_is_chosen_only_while_paced() {
+    let info = |segs: u64| {
+        Some(TcpInfo {
+            rtt_us: 40_000,
+            data_segs_out: segs as u32,
+            dsack_dups: Some(0),
+            snd_cwnd: 100,
+            ..TcpInfo::default()
+        })
+    };
+    for pace in [None, Some((2, None))] {
+        let mut c = Control::new(2);
+        c.choose_congestion();
+        let mut switched = Vec::new();
+        for t in 0..300u64 {
+            if t == 100 {
+                c.started(t * TICK, 2, Some(25.0 * MB), pace);
+            }
+            let segs = t * 100;
+            switched.extend(c.congestion(t * TICK, &[info(segs), info(segs)]));
+        }
+        match pace {
+            None => assert!(switched.is_empty(), "{switched:?}"),
+            Some(_) => assert_eq!(switched, vec![(0, Cc::LossBased), (1, Cc::LossBased)]),
+        }
+    }
+}

@@ -40,8 +40,8 @@
 //! segments for ~250 ms) every 10 s, and a rank's connections, started
 //! together, do so together: one wan40 64 MiB iteration in two to four took
 //! ~0.2 s longer. CUBIC has no ProbeRTT (all iterations 1.07–1.10×) but
-//! halves its window at each random loss (lossy80: 5–6× the bound);
-//! choosing between them by the path's loss is open (docs/BENCHMARKS.md).
+//! cuts its window at each random loss (lossy80: 5–6× the bound);
+//! [`super::cc_choice`] chooses between them by the path's loss.
 
 use super::PACING_TARGET;
 use crate::transport::tcp::TcpInfo;
