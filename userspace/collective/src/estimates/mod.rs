@@ -92,6 +92,14 @@ pub const PACING_TARGET: f64 = 0.96;
 pub const ROOM_STEP: f64 = 1.05;
 /// See [`ROOM_STEP`].
 pub const ROOM_STEP_MAX: f64 = 1.25;
+/// A window with room climbs above what it measured only when it carried
+/// this much more than the estimate: then the caps (at the trim's ceiling,
+/// 8 % above the estimate), not the path, held the ranks back. A window that
+/// carried no more than the estimate had room because something else held
+/// the ranks (loss recovery on a lossy path leaves no queue): climbing from
+/// it put lossy120's estimate 14.5 % above the path, and the trim at its
+/// floor still overfilled the queue (5,748 drops).
+pub const ROOM_BEATS: f64 = 1.03;
 /// Full domain windows within [`FULL_WINDOWS_SPAN`] needed to lower the
 /// domain's estimate, to the largest window of the span: on lossy80 full
 /// windows read 68–85 of 100 Mbit/s now and then, between windows of 90–99,
@@ -214,7 +222,8 @@ impl LinkEstimator {
     /// found the domain has other ranks):
     /// - any window is a lower bound of the path: the estimate rises to it;
     ///   a window with room while the ranks were `paced` (their caps, from
-    ///   this estimate, held them back) to [`ROOM_STEP`] times it (more
+    ///   this estimate, held them back: the window carried [`ROOM_BEATS`]
+    ///   times the estimate or more) to [`ROOM_STEP`] times it (more
     ///   after several in a row), so the estimate climbs until a queue
     ///   shows; bounded by what was sent, it does not run away when the
     ///   ranks were held back by something else (losses, windows); the
@@ -244,13 +253,19 @@ impl LinkEstimator {
         self.samples += 1;
         let old = self.domain_bw.map_or(0.0, |(b, _)| b);
         let mut new = match fill {
-            Fill::Room if paced => {
+            Fill::Room if paced && bytes_per_s >= old * ROOM_BEATS => {
                 let run = self.rooms.min(if self.queue_seen { 1 } else { 8 });
                 let step = 1.0 + (ROOM_STEP - 1.0) * f64::from(1u32 << run);
                 self.rooms += 1;
                 old.max(bytes_per_s * step.min(ROOM_STEP_MAX))
             }
-            Fill::Idle | Fill::Room => old.max(bytes_per_s),
+            Fill::Room => {
+                if paced {
+                    self.rooms = 0;
+                }
+                old.max(bytes_per_s)
+            }
+            Fill::Idle => old.max(bytes_per_s),
             Fill::Partly => {
                 self.queue_seen = true;
                 old.max(bytes_per_s)
