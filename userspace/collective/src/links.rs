@@ -21,7 +21,8 @@ use crate::stripe::Dedup;
 use crate::trace::{Chunk, SpanKind, Tracer};
 use crate::transport::{Closer, Reader};
 use crate::wire::{
-    read_frame_from, Frame, FrameHeader, FrameKind, FrameWriter, ReadError, WanRate, MAX_BATCH,
+    read_frame_from, Frame, FrameHeader, FrameKind, FrameWriter, ReadError, WanRate, WanSending,
+    MAX_BATCH,
 };
 
 /// What the connection threads tell the engine.
@@ -386,6 +387,24 @@ fn reader(
                     }
                 }
             },
+            Ok(f) if f.header.kind == FrameKind::WanSending => {
+                match WanSending::decode(&f.payload) {
+                    Ok(w) => {
+                        if let Some(inbox) = &rates {
+                            inbox.sending(peer, w.0);
+                        }
+                        continue;
+                    }
+                    Err(e) => {
+                        closer.close();
+                        Event::Closed {
+                            peer,
+                            graceful: false,
+                            detail: format!("malformed frame: {e}"),
+                        }
+                    }
+                }
+            }
             Ok(frame) => {
                 let at = Instant::now();
                 if events.send(Event::Frame { peer, frame, at }).is_err() {

@@ -57,6 +57,10 @@ pub enum FrameKind {
     /// transfer across domains, so that one loss does not cost it a round
     /// trip): the receiver takes the first copy and drops the other.
     DataCopy = 7,
+    /// Whether the sender has data waiting to cross the WAN now, for the
+    /// ranks of its domain: they split the path among the ranks that do
+    /// (payload: [`WanSending`]).
+    WanSending = 8,
 }
 
 /// Malformed input. Any of these closes the connection it came from.
@@ -170,6 +174,7 @@ impl FrameHeader {
             5 => FrameKind::Heartbeat,
             6 => FrameKind::WanRate,
             7 => FrameKind::DataCopy,
+            8 => FrameKind::WanSending,
             k => return Err(FrameError::UnknownKind(k)),
         };
         let reserved = u16::from_le_bytes(le(b, 6));
@@ -511,6 +516,30 @@ impl WanRate {
             queued: flags & Self::QUEUED != 0,
             clear: flags & Self::CLEAR != 0,
         })
+    }
+}
+
+/// Payload of a WanSending frame: the sender has data waiting to cross
+/// the WAN (`true`) or has had none for a while (`false`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WanSending(pub bool);
+
+impl WanSending {
+    pub const LEN: usize = 1;
+
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        [u8::from(self.0)]
+    }
+
+    pub fn decode(p: &[u8]) -> Result<Self, FrameError> {
+        match p {
+            [0] => Ok(WanSending(false)),
+            [1] => Ok(WanSending(true)),
+            _ => Err(FrameError::BadPayload {
+                kind: FrameKind::WanSending,
+                reason: "not one byte of 0 or 1",
+            }),
+        }
     }
 }
 

@@ -27,8 +27,10 @@
 //!   A rank alone in its domain, and every rank during the start-up probe
 //!   (one pair sends), still uses its own delivery-rate samples.
 //! - [`Pacer`] (pure) turns the estimate into each bulk socket's cap: the
-//!   domain's ranks together aim at a level of the rate, each rank's share
-//!   split among its connections with data waiting to be sent (one chunk
+//!   domain's ranks that have WAN data to send ([`share::DomainShare`]: they
+//!   say so to each other in `WanSending` frames) together aim at a level of
+//!   the rate, each rank's share split among its connections with data
+//!   waiting to be sent (one chunk
 //!   travels on one connection, which may then use the rank's whole share;
 //!   see [`sending`]). The level is [`trim::QueueTrim`]'s: 0.84–1.08 of the
 //!   estimate, set from the queueing delay the connections' RTT shows, so
@@ -57,6 +59,7 @@
 pub mod cc_choice;
 pub mod domain;
 pub mod inflight;
+pub mod share;
 pub mod trim;
 
 use cc_choice::Cc;
@@ -74,7 +77,7 @@ use causeway_core::paths::{EstimatorConfig, PathEstimator};
 use crate::links::Out;
 use crate::pool::PooledBuf;
 use crate::transport::tcp::{self, TcpInfo};
-use crate::wire::{FrameHeader, FrameKind, WanRate};
+use crate::wire::{FrameHeader, FrameKind, WanRate, WanSending};
 
 /// Bytes on the wire per segment beyond its payload: Ethernet (14), IPv4
 /// (20), TCP (20) with timestamps (12). `rate_bps` adds them back to the
@@ -500,6 +503,9 @@ pub struct Control {
     /// The congestion control chosen by the path's loss, when enabled
     /// ([`Control::choose_congestion`]).
     pub cc: Option<cc_choice::CcChoice>,
+    /// The domain's ranks that send now, when the domain has others
+    /// ([`share`]): the path is split among them, not among all.
+    pub share: Option<share::DomainShare>,
 }
 
 impl Control {
@@ -513,6 +519,7 @@ impl Control {
             hold: false,
             trim: trim::QueueTrim::default(),
             cc: None,
+            share: None,
         }
     }
 
@@ -543,6 +550,25 @@ impl Control {
     /// it their windows ([`Control::peer_window`]).
     pub fn set_domain(&mut self, me: usize) {
         self.domain = Some((domain::WindowMeter::default(), domain::DomainSum::new(me)));
+        self.share = Some(share::DomainShare::new(1));
+    }
+
+    /// Rank `from` of the domain said whether it has WAN data to send.
+    pub fn peer_sending(&mut self, from: usize, sending: bool) {
+        if let Some(s) = &mut self.share {
+            s.peer(from, sending);
+        }
+    }
+
+    /// One reading for the domain's split of the path: whether this rank
+    /// has WAN data to send, when that changed (to announce to the domain's
+    /// other ranks). Only once paced.
+    pub fn sending(&mut self, now_ns: u64, infos: &[Option<TcpInfo>]) -> Option<bool> {
+        if !self.started || self.pacer.is_none() {
+            return None;
+        }
+        let min_rtt = self.est.min_rtt_us.unwrap_or(0);
+        self.share.as_mut()?.observe(now_ns, min_rtt, infos)
     }
 
     /// A window of another rank of the domain.
@@ -611,7 +637,8 @@ impl Control {
             None => self.trim.observe(infos, self.est.min_rtt_us.unwrap_or(0)),
         };
         let busy = sending(infos);
-        let cap = pacer.per_socket(goodput, level, busy);
+        let flows = self.share.as_ref().map_or(pacer.flows, |s| s.flows());
+        let cap = Pacer { flows }.per_socket(goodput, level, busy);
         if self.applied == Some(cap) {
             return None;
         }
@@ -636,6 +663,9 @@ impl Control {
             self.est.seed(b, now_ns);
         }
         self.pacer = pace.map(|(flows, fixed)| (Pacer { flows }, fixed));
+        if let (Some(s), Some((flows, _))) = (&mut self.share, pace) {
+            s.set_ranks(flows);
+        }
     }
 
     /// Whether start-up is over ([`Control::started`]).
@@ -691,6 +721,14 @@ impl RateInbox {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .peer_window(from, r);
+    }
+
+    pub fn sending(&self, from: usize, sending: bool) {
+        self.0
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .peer_sending(from, sending);
     }
 }
 
@@ -827,12 +865,17 @@ fn run(
         let wall = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let (cap, window, started, switches) = {
+        let (cap, window, started, switches, announce) = {
             let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
             let (cap, window) = state.tick_at(now, wall, &infos);
             let switches = state.congestion(now, &infos);
-            (cap, window, state.is_started(), switches)
+            let announce = state.sending(now, &infos);
+            (cap, window, state.is_started(), switches, announce)
         };
+        if let Some(sending) = announce {
+            let payload = WanSending(sending).encode();
+            to_domain(shared, FrameKind::WanSending, &payload);
+        }
         if let Some(names) = &congestion {
             for (k, cc) in switches {
                 switch_congestion(shared, &sockets[k], k, cc, names);
@@ -855,20 +898,7 @@ fn run(
             }
         }
         if let Some(w) = window {
-            let payload = w.encode();
-            for p in shared
-                .domain_peers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-            {
-                let h = FrameHeader::control(FrameKind::WanRate, WanRate::LEN as u32);
-                let _ = p.send(Out::Frame(
-                    h,
-                    PooledBuf::unpooled(payload.to_vec()).into(),
-                    None,
-                ));
-            }
+            to_domain(shared, FrameKind::WanRate, &w.encode());
         }
         if let Some(cap) = cap {
             for s in sockets {
@@ -877,6 +907,24 @@ fn run(
                 }
             }
         }
+    }
+}
+
+/// Sends a control frame to every other rank of the domain (a closed
+/// connection is the readers' business, not the sampler's).
+fn to_domain(shared: &Shared, kind: FrameKind, payload: &[u8]) {
+    for p in shared
+        .domain_peers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+    {
+        let h = FrameHeader::control(kind, payload.len() as u32);
+        let _ = p.send(Out::Frame(
+            h,
+            PooledBuf::unpooled(payload.to_vec()).into(),
+            None,
+        ));
     }
 }
 

@@ -780,3 +780,30 @@ fn the_congestion_control_is_chosen_only_while_paced() {
         }
     }
 }
+
+/// A rank whose domain peer said it has nothing to send paces at the whole
+/// path, and back at its half once the peer says it sends again; a peer
+/// that has said nothing counts as sending.
+#[test]
+fn a_lone_sender_of_the_domain_gets_the_whole_path() {
+    let info = Some(TcpInfo {
+        rtt_us: 40_000,
+        min_rtt_us: 40_000,
+        snd_mss: 1448,
+        busy: true,
+        unsent: true,
+        ..TcpInfo::default()
+    });
+    let mut c = Control::new(1);
+    c.set_domain(0);
+    c.started(0, 2, Some(25.0 * MB), Some((2, Some(25.0 * MB))));
+    let whole = (25.0 * MB * PACING_TARGET) as u64;
+    let half = (25.0 * MB * PACING_TARGET / 2.0) as u64;
+    assert_eq!(c.tick(TICK, &[info]), Some(half));
+    assert_eq!(c.sending(TICK, &[info]), Some(true), "announced");
+    c.peer_sending(1, false);
+    assert_eq!(c.tick(2 * TICK, &[info]), Some(whole));
+    c.peer_sending(1, true);
+    assert_eq!(c.tick(3 * TICK, &[info]), Some(half));
+    assert_eq!(c.sending(3 * TICK, &[info]), None, "no change");
+}

@@ -472,3 +472,26 @@ fn wan_rate_round_trips_and_rejects_what_it_cannot_mean() {
         Ok(FrameKind::WanRate)
     );
 }
+
+#[test]
+fn wan_sending_round_trips_and_rejects_anything_but_one_flag_byte() {
+    for s in [WanSending(true), WanSending(false)] {
+        assert_eq!(WanSending::decode(&s.encode()), Ok(s));
+    }
+    for p in [&[][..], &[2], &[1, 0], &[0xff]] {
+        assert_eq!(
+            WanSending::decode(p),
+            Err(FrameError::BadPayload {
+                kind: FrameKind::WanSending,
+                reason: "not one byte of 0 or 1"
+            }),
+            "{p:?}"
+        );
+    }
+    let h = FrameHeader::control(FrameKind::WanSending, WanSending::LEN as u32);
+    let b = frame_bytes(&h, &WanSending(true).encode());
+    assert_eq!(
+        FrameHeader::decode(&b[..HEADER_LEN], 1 << 20).map(|h| h.kind),
+        Ok(FrameKind::WanSending)
+    );
+}
