@@ -12,6 +12,11 @@
 //! the in-flight governor (`causeway_collective::estimates::inflight`) the
 //! start-up alone dropped 1.6–3.0 k frames, about 3 %; with it the bench
 //! counts 0 in most worlds.
+//!
+//! Also here: the bulk connections run a loss-based congestion control on
+//! the lossless path and BBR on the lossy one (`estimates::cc_choice`), and
+//! a broadcast from one rank across domains gets the whole path on wan40,
+//! not its rank's half (`estimates::share`).
 
 use causeway_test_support::require_root;
 use std::time::{Duration, Instant};
@@ -58,6 +63,17 @@ fn estimates_within_ten_percent(profile: Profile, port: u16) {
         );
     }
     let e = last.expect("rank 0 reported");
+    // The congestion control follows the path's loss
+    // (`causeway_collective::estimates::cc_choice`): loss-based where
+    // nothing is lost, BBR where the emulator drops at random.
+    let loss_based = e["loss_based_cc"]
+        .as_bool()
+        .expect("the congestion control");
+    let losses = e["losses"].as_u64().expect("the real losses");
+    assert_eq!(loss_based, want.loss == 0.0, "{e}");
+    if want.loss > 0.0 {
+        assert!(losses > 0, "random loss seen as none: {e}");
+    }
     let rate = e["rate_mbit"].as_f64().expect("a rate estimate");
     let min_rtt = e["min_rtt_ms"].as_f64().expect("an RTT estimate");
     eprintln!("estimate {rate:.1} Mbit/s, min RTT {min_rtt:.1} ms; configured {rate_mbit} Mbit/s, {rtt_ms} ms");
@@ -88,4 +104,49 @@ fn wan_estimates_within_ten_percent_on_wan40() {
 fn wan_estimates_within_ten_percent_on_lossy80() {
     require_root!("wan_estimates_within_ten_percent_on_lossy80");
     estimates_within_ten_percent(Profile::Lossy80, 29630);
+}
+
+/// A broadcast from rank 0 sends across the WAN from one rank of its domain
+/// only: the other rank says it has nothing to send, and rank 0 paces at
+/// the whole path. Split by the domain's two ranks it took 1.98–2.03× the
+/// bound S·8/B; now about 1.05–1.08×.
+#[test]
+fn a_cross_domain_broadcast_gets_the_whole_path_on_wan40() {
+    require_root!("a_cross_domain_broadcast_gets_the_whole_path_on_wan40");
+    let bin = collective_binary("causeway-allreduce-bench", true);
+    let tb = netsim_support::testbed(2, 2, Profile::Wan40);
+    let rate_bps = Profile::Wan40.paths()[0].rate_bps as f64;
+    let w = start(
+        &tb,
+        &bin,
+        29660,
+        &[
+            "--op",
+            "broadcast",
+            "--sizes",
+            "16M",
+            "--iters",
+            "3",
+            "--warmup",
+            "1",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let median = loop {
+        let (r, v) = next(&w, deadline);
+        if r == 0 && v["event"].is_null() && v["bytes"].is_u64() {
+            break v["median_s"].as_f64().expect("a median");
+        }
+    };
+    w.finish("");
+    let bound = 16.0 * 1024.0 * 1024.0 * 8.0 / rate_bps;
+    eprintln!(
+        "broadcast 16 MiB: {median:.3} s, {:.2}× the bound",
+        median / bound
+    );
+    assert!(
+        median <= 1.3 * bound,
+        "{median:.3} s is {:.2}× the bound {bound:.3} s: the lone sender is held to a share",
+        median / bound
+    );
 }
