@@ -51,7 +51,7 @@
 //!   released when start-up is over.
 //! - [`cc_choice::CcChoice`] (pure) chooses the bulk connections' congestion
 //!   control once they are paced: the configured BBR while the path loses
-//!   packets, a loss-based one (CUBIC, else Reno) while it does not, so that
+//!   packets, a loss-based one (Reno) while it does not, so that
 //!   BBR's ProbeRTT does not stall a rank's connections every 10 s.
 //! - [`Sampler`] is the thread that reads the sockets and applies the caps,
 //!   the clamps and the congestion control switches.
@@ -637,7 +637,7 @@ impl Control {
             None => self.trim.observe(infos, self.est.min_rtt_us.unwrap_or(0)),
         };
         let busy = sending(infos);
-        let flows = self.share.as_ref().map_or(pacer.flows, |s| s.flows());
+        let flows = self.share.as_ref().map_or(pacer.flows, |s| s.flows(now_ns));
         let cap = Pacer { flows }.per_socket(goodput, level, busy);
         if self.applied == Some(cap) {
             return None;
@@ -867,9 +867,10 @@ fn run(
             .map_or(0, |d| d.as_nanos() as u64);
         let (cap, window, started, switches, announce) = {
             let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            // Whether this rank sends first: the cap below depends on it.
+            let announce = state.sending(now, &infos);
             let (cap, window) = state.tick_at(now, wall, &infos);
             let switches = state.congestion(now, &infos);
-            let announce = state.sending(now, &infos);
             (cap, window, state.is_started(), switches, announce)
         };
         if let Some(sending) = announce {
