@@ -71,7 +71,7 @@ pub struct Options {
     pub wan_congestion: Option<String>,
     /// Loss-based congestion controls, first the kernel takes, that the paced
     /// bulk connections across domains switch to while the path loses nothing
-    /// (`CAUSEWAY_TCP_CC_LOSSLESS`, `cubic,reno`; `off` = never; see
+    /// (`CAUSEWAY_TCP_CC_LOSSLESS`, `reno`; `off` = never; see
     /// [`crate::estimates::cc_choice`]). Only with `wan_congestion` set and
     /// pacing on.
     pub wan_lossless_congestion: Vec<String>,
@@ -152,7 +152,7 @@ impl Default for Options {
             cost_overrides: None,
             wan_socket_buffer: Some(8 << 20),
             wan_congestion: Some("bbr".into()),
-            wan_lossless_congestion: vec!["cubic".into(), "reno".into()],
+            wan_lossless_congestion: vec!["reno".into()],
             wan_rate_bps: None,
             wan_pacing: true,
             wan_inflight_gain: Some(crate::estimates::inflight::INFLIGHT_GAIN),
@@ -275,7 +275,7 @@ impl Options {
     /// e.g. `wan=20ms:200mbit,domain=50us:10gbit`), `CAUSEWAY_SOCKET_BUFFER` (a size,
     /// or `auto` for the kernel's autotuning), `CAUSEWAY_TCP_CC` (congestion control
     /// across domains, `default` = the system's), `CAUSEWAY_TCP_CC_LOSSLESS`
-    /// (`cubic,reno`, or `off`), `CAUSEWAY_WAN_RATE` (WAN rate per
+    /// (`reno`; a list such as `cubic,reno`, or `off`), `CAUSEWAY_WAN_RATE` (WAN rate per
     /// direction, e.g. `200mbit`: pace connections across domains; unset = off),
     /// `CAUSEWAY_LATENCY_STREAM` (0/1) and `CAUSEWAY_LATENCY_BYTES` (a size: transfers
     /// up to it take the extra uncapped connection across domains),
