@@ -21,8 +21,8 @@ use crate::stripe::Dedup;
 use crate::trace::{Chunk, SpanKind, Tracer};
 use crate::transport::{Closer, Reader};
 use crate::wire::{
-    read_frame_from, Frame, FrameHeader, FrameKind, FrameWriter, ReadError, WanRate, WanSending,
-    MAX_BATCH,
+    read_frame_from, Frame, FrameError, FrameHeader, FrameKind, FrameWriter, ReadError, WanRate,
+    WanSending, MAX_BATCH,
 };
 
 /// What the connection threads tell the engine.
@@ -371,30 +371,9 @@ fn reader(
                     detail: "protocol violation: second Hello".into(),
                 }
             }
-            Ok(f) if f.header.kind == FrameKind::WanRate => match WanRate::decode(&f.payload) {
-                Ok(w) => {
-                    if let Some(inbox) = &rates {
-                        inbox.deliver(peer, w);
-                    }
-                    continue;
-                }
-                Err(e) => {
-                    closer.close();
-                    Event::Closed {
-                        peer,
-                        graceful: false,
-                        detail: format!("malformed frame: {e}"),
-                    }
-                }
-            },
-            Ok(f) if f.header.kind == FrameKind::WanSending => {
-                match WanSending::decode(&f.payload) {
-                    Ok(w) => {
-                        if let Some(inbox) = &rates {
-                            inbox.sending(peer, w.0);
-                        }
-                        continue;
-                    }
+            Ok(f) if matches!(f.header.kind, FrameKind::WanRate | FrameKind::WanSending) => {
+                match to_inbox(rates.as_ref(), peer, &f) {
+                    Ok(()) => continue,
                     Err(e) => {
                         closer.close();
                         Event::Closed {
@@ -506,6 +485,27 @@ impl Batch {
         self.bytes = 0;
         Ok(())
     }
+}
+
+/// Hands a `WanRate` or `WanSending` frame of a rank of the same domain to
+/// the WAN estimates (dropped where this rank has none).
+fn to_inbox(rates: Option<&RateInbox>, peer: Rank, f: &Frame) -> Result<(), FrameError> {
+    match f.header.kind {
+        FrameKind::WanRate => {
+            let w = WanRate::decode(&f.payload)?;
+            if let Some(inbox) = rates {
+                inbox.deliver(peer, w);
+            }
+        }
+        FrameKind::WanSending => {
+            let s = WanSending::decode(&f.payload)?;
+            if let Some(inbox) = rates {
+                inbox.sending(peer, s.0);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn writer(

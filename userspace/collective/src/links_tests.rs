@@ -80,3 +80,25 @@ fn a_send_with_no_connection_left_fails() {
     let (h, p) = frame();
     assert!(!l.send_data(h, p.into(), false, false, None));
 }
+
+/// A domain peer's `WanRate` and `WanSending` frames go to the estimates;
+/// a malformed one is an error (the reader closes that connection).
+#[test]
+fn rate_frames_are_decoded_and_a_malformed_one_is_refused() {
+    let f = |kind, payload: Vec<u8>| Frame {
+        header: FrameHeader::control(kind, payload.len() as u32),
+        payload: PooledBuf::unpooled(payload),
+    };
+    assert!(to_inbox(None, 1, &f(FrameKind::WanSending, vec![1])).is_ok());
+    assert!(to_inbox(None, 1, &f(FrameKind::WanSending, vec![2])).is_err());
+    let w = WanRate {
+        window: 5,
+        bytes: 1,
+        interval_us: 200_000,
+        limited: false,
+        queued: false,
+        clear: true,
+    };
+    assert!(to_inbox(None, 1, &f(FrameKind::WanRate, w.encode().to_vec())).is_ok());
+    assert!(to_inbox(None, 1, &f(FrameKind::WanRate, vec![0; 3])).is_err());
+}
