@@ -53,7 +53,7 @@ pub struct Communicator {
     /// This rank's timeline (`CAUSEWAY_TRACE`).
     tracer: Option<Arc<crate::trace::Tracer>>,
     /// Samples and paces this rank's bulk WAN connections (`estimates`).
-    wan: Option<crate::estimates::Sampler>,
+    wan: Option<crate::estimates::WanPaths>,
 }
 
 impl Communicator {
@@ -113,8 +113,12 @@ impl Communicator {
             }
             _ => None,
         };
-        let wan =
-            crate::estimates::Sampler::start(id.rank, wan_bulk, opts.wan_inflight_gain, congestion);
+        let wan = crate::estimates::WanPaths::start(
+            id.rank,
+            wan_bulk,
+            opts.wan_inflight_gain,
+            congestion,
+        );
         let seat = Seat::new(
             &id,
             &opts,
@@ -142,7 +146,7 @@ impl Communicator {
                     &pool,
                     max_frame,
                     tracer.clone(),
-                    wan.as_ref().map(crate::estimates::Sampler::inbox),
+                    wan.as_ref().map(crate::estimates::WanPaths::inbox),
                 )?)
             });
         }
@@ -199,10 +203,12 @@ impl Communicator {
             wan,
         };
         let mut wan_floor = false;
+        let mut wan_paths = Vec::new();
         if opts.probe && id.world > 1 {
             let probed = crate::probe::measure(&comm, &opts)?;
             comm.model = probed.model;
             wan_floor = probed.wan_floor;
+            wan_paths = probed.wan_paths;
             if let Some(spec) = &opts.cost_overrides {
                 comm.model.apply_overrides(spec)?;
             }
@@ -219,7 +225,7 @@ impl Communicator {
             let pace = opts
                 .wan_pacing
                 .then(|| (ranks, opts.wan_rate_bps.map(|b| b as f64 / 8.0)));
-            wan.started(ranks, seed, pace);
+            wan.started(ranks, seed, pace, &wan_paths);
             if wan_floor && opts.cost_overrides.is_none() {
                 wan.seed_is_floor();
             }
@@ -264,9 +270,18 @@ impl Communicator {
     /// What this rank's bulk connections across domains tell of the WAN path
     /// now (rate, RTT, the pacing applied: [`crate::estimates`]); `None`
     /// without such connections or before their first delivery-rate sample.
+    /// Striped over several paths: all of them as one link (rates summed,
+    /// the quickest RTT; [`Communicator::path_estimates`] has each).
     /// The cost model keeps the start-up value every rank agreed on.
     pub fn link_estimates(&self) -> Option<crate::LinkEstimate> {
         self.wan.as_ref()?.estimate()
+    }
+    /// Each WAN path's estimate (index = path, as in `CAUSEWAY_WAN_PATHS`;
+    /// one entry when not striped; `None` for a path not measured yet).
+    pub fn path_estimates(&self) -> Vec<Option<crate::LinkEstimate>> {
+        self.wan
+            .as_ref()
+            .map_or_else(Vec::new, crate::estimates::WanPaths::estimates)
     }
     /// Chunk buffers allocated so far (they are pooled: this stops growing once warm).
     pub fn buffer_allocations(&self) -> usize {
@@ -520,6 +535,16 @@ impl crate::probe::ProbeLink for Communicator {
     }
     fn wan_goodput(&self) -> Option<f64> {
         self.link_estimates().map(|e| e.goodput_bps / 8.0)
+    }
+    fn wan_path_goodputs(&self) -> Vec<f64> {
+        match self.wan.as_ref() {
+            Some(w) if w.several() => w
+                .estimates()
+                .iter()
+                .map(|e| e.map_or(0.0, |e| e.goodput_bps / 8.0))
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 }
 

@@ -488,19 +488,20 @@ impl Batch {
 }
 
 /// Hands a `WanRate` or `WanSending` frame of a rank of the same domain to
-/// the WAN estimates (dropped where this rank has none).
+/// the WAN estimates of the path it names in `lane` (dropped where this rank
+/// has none).
 fn to_inbox(rates: Option<&RateInbox>, peer: Rank, f: &Frame) -> Result<(), FrameError> {
     match f.header.kind {
         FrameKind::WanRate => {
             let w = WanRate::decode(&f.payload)?;
             if let Some(inbox) = rates {
-                inbox.deliver(peer, w);
+                inbox.deliver(peer, f.header.lane, w);
             }
         }
         FrameKind::WanSending => {
             let s = WanSending::decode(&f.payload)?;
             if let Some(inbox) = rates {
-                inbox.sending(peer, s.0);
+                inbox.sending(peer, f.header.lane, s.0);
             }
         }
         _ => {}

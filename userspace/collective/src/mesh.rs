@@ -179,7 +179,7 @@ pub(crate) fn connect_all(
         expected[q] -= 1;
         let kind = Kind {
             latency: is_latency(j, opts, me, q, i),
-            striped: path_of(j, opts, me, q, i).is_some(),
+            path: path_of(j, opts, me, q, i),
         };
         tune(j, opts, me, q, &stream, kind);
         tag(
@@ -300,8 +300,8 @@ fn dial_peer(
                 tcp_transport(s.try_clone().map_err(sent)?, q)?
             }
         };
-        let striped = path_of(j, opts, me, q, h.index as usize).is_some();
-        tune(j, opts, me, q, &s, Kind { latency, striped });
+        let path = path_of(j, opts, me, q, h.index as usize);
+        tune(j, opts, me, q, &s, Kind { latency, path });
         let path = match path_of(j, opts, me, q, h.index as usize) {
             Some(p) => Some((p, clone_for_info(&s, q)?)),
             None => None,
@@ -380,8 +380,8 @@ pub(crate) fn read_hello(s: &mut (impl Read + ?Sized), pool: &BufferPool) -> Opt
 struct Kind {
     /// The latency connection across domains.
     latency: bool,
-    /// A bulk connection of a striped pair (on one of several WAN paths).
-    striped: bool,
+    /// A bulk connection of a striped pair: its WAN path (one of several).
+    path: Option<usize>,
 }
 
 /// Congestion control and pacing of one TCP connection to `q`. Across domains
@@ -391,11 +391,11 @@ struct Kind {
 /// handshake) and no cap. Other connections accepted from the listener (which
 /// carries the latency choice) get the system default back.
 ///
-/// A striped pair's bulk connections ([`Kind::striped`]) get the congestion
-/// control but no pacing cap and no place in [`Joined::wan_bulk`]: the
-/// estimates sampler and a fixed `wan_rate_bps` describe one path, and a cap
-/// from them would hold the faster path's connections to a share of the sum
-/// of both. The stripe scheduler's per-path in-flight caps regulate them.
+/// Every bulk connection across domains goes to [`Joined::wan_bulk`] with its
+/// path (0 when not striped), for the estimates sampler of that path
+/// (`crate::estimates::paths`). A striped pair's bulk connections
+/// ([`Kind::path`]) get no pacing cap from a fixed `wan_rate_bps`: it is one
+/// path's rate, and would hold the faster path's connections to a share of it.
 fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, kind: Kind) {
     if kind.latency {
         return;
@@ -411,16 +411,15 @@ fn tune(j: &Joined, opts: &Options, me: Rank, q: Rank, s: &TcpStream, kind: Kind
             tracing::debug!(cc, "congestion control not available; keeping the default");
         }
     }
-    if wan && !kind.striped {
+    if wan {
         if let Ok(dup) = s.try_clone() {
             j.wan_bulk
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push(dup);
+                .push((kind.path.unwrap_or(0), dup));
         }
     }
-    if let (true, false, true, Some(rate_bps)) =
-        (wan, kind.striped, opts.wan_pacing, opts.wan_rate_bps)
+    if let (true, None, true, Some(rate_bps)) = (wan, kind.path, opts.wan_pacing, opts.wan_rate_bps)
     {
         let mine = j.topology.domain_of(me);
         let ranks = (0..j.topology.world())

@@ -90,6 +90,11 @@ pub(crate) trait ProbeLink {
     fn wan_goodput(&self) -> Option<f64> {
         None
     }
+    /// The same per WAN path when the bulk connections are striped over
+    /// several (index = path; 0 for a path it saw nothing on); empty with one.
+    fn wan_path_goodputs(&self) -> Vec<f64> {
+        Vec::new()
+    }
 }
 
 /// The first pair (a < b) whose link is of `class`.
@@ -141,12 +146,18 @@ fn timed(comm: &impl ProbeLink, plan: Plan, len: usize) -> Result<Duration> {
 }
 
 /// What the start-up probe found, the same on every rank.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Probed {
     pub model: CostModel,
     /// The WAN's β is a lower bound ([`still_rising`]).
     pub wan_floor: bool,
+    /// With several WAN paths: the probing rank's rate of each (payload
+    /// bytes/s, [`ProbeLink::wan_path_goodputs`]), which splits the probed
+    /// rate among them; empty otherwise.
+    pub wan_paths: Vec<f64>,
 }
+
+const WAN_PATHS_KEY: &str = "probe/wan/paths";
 
 /// Probes every link class present and returns the model all ranks agree on.
 pub(crate) fn measure(comm: &impl ProbeLink, opts: &Options) -> Result<Probed> {
@@ -198,9 +209,18 @@ pub(crate) fn measure(comm: &impl ProbeLink, opts: &Options) -> Result<Probed> {
             );
             let floor = u8::from(floor);
             comm.publish(&key(class), format!("{alpha} {beta} {floor}").as_bytes())?;
+            if class == LinkClass::InterDomain {
+                let paths: Vec<String> = comm
+                    .wan_path_goodputs()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                comm.publish(WAN_PATHS_KEY, paths.join(" ").as_bytes())?;
+            }
         }
     }
     let mut wan_floor = false;
+    let mut wan_paths = Vec::new();
     for class in classes {
         let v = comm.lookup(&key(class), opts.rendezvous_timeout)?;
         let s = String::from_utf8_lossy(&v).into_owned();
@@ -212,8 +232,27 @@ pub(crate) fn measure(comm: &impl ProbeLink, opts: &Options) -> Result<Probed> {
             }
             _ => return Err(StoreError::Protocol(format!("bad probe result {s:?}")).into()),
         }
+        if class == LinkClass::InterDomain {
+            let v = comm.lookup(WAN_PATHS_KEY, opts.rendezvous_timeout)?;
+            wan_paths = parse_path_rates(&String::from_utf8_lossy(&v))?;
+        }
     }
-    Ok(Probed { model, wan_floor })
+    Ok(Probed {
+        model,
+        wan_floor,
+        wan_paths,
+    })
+}
+
+/// The probing rank's per-path rates as published (space-separated, finite,
+/// not negative; empty: one path).
+fn parse_path_rates(s: &str) -> Result<Vec<f64>> {
+    s.split_whitespace()
+        .map(|r| match r.parse::<f64>() {
+            Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+            _ => Err(StoreError::Protocol(format!("bad probed WAN path rates {s:?}")).into()),
+        })
+        .collect()
 }
 
 /// The WAN bulk rounds of pair (a, b), doubling from `bulk` bytes while
@@ -263,6 +302,19 @@ mod tests {
     use super::*;
 
     const MIB: usize = 1 << 20;
+
+    #[test]
+    fn published_path_rates_parse_or_are_a_protocol_error() {
+        assert_eq!(parse_path_rates("").unwrap(), Vec::<f64>::new());
+        assert_eq!(
+            parse_path_rates("2.5e7 0 1.2e7").unwrap(),
+            vec![2.5e7, 0.0, 1.2e7]
+        );
+        for bad in ["1 x", "NaN", "-3", "inf"] {
+            let e = parse_path_rates(bad).unwrap_err().to_string();
+            assert!(e.contains("bad probed WAN path rates"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn the_probe_doubles_while_the_rate_rises_and_the_budget_allows() {

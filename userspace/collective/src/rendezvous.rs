@@ -29,9 +29,10 @@ pub(crate) struct Joined {
     pub paths: Vec<Vec<IpAddr>>,
     /// This rank's TLS identity, when `CAUSEWAY_TLS` is not `off`.
     pub tls: Option<Arc<TlsContext>>,
-    /// Copies of this rank's bulk WAN connections, filled by the mesh: the
-    /// WAN estimates read them and pace them (`estimates`).
-    pub wan_bulk: std::sync::Mutex<Vec<std::net::TcpStream>>,
+    /// Copies of this rank's bulk WAN connections with the WAN path each
+    /// uses (0 when not striped), filled by the mesh: the WAN estimates of
+    /// each path read them and pace them (`estimates::paths`).
+    pub wan_bulk: std::sync::Mutex<Vec<(usize, std::net::TcpStream)>>,
 }
 
 /// The bootstrap store: this rank's connection, and the server when this rank hosts it.

@@ -9,7 +9,7 @@
 //! | 5 | kind | [`FrameKind`] |
 //! | 6..8 | reserved | must be zero |
 //! | 8..16 | op | operation sequence number on this communicator |
-//! | 16..20 | lane | pipeline lane inside the operation |
+//! | 16..20 | lane | pipeline lane inside the operation (`WanRate`, `WanSending`: the WAN path) |
 //! | 20..24 | step | schedule step inside the lane |
 //! | 24..32 | offset | byte offset of the payload inside the transfer (one schedule action) |
 //! | 32..36 | len | payload length |

@@ -180,16 +180,14 @@ fn run() -> Result<()> {
         if r == 0 {
             // What the kernel says of the WAN path after this size (rank 0's
             // bulk connections; `Communicator::link_estimates`).
-            let link = comm.link_estimates().map(|e| {
-                json!({
-                "rate_mbit": e.rate_bps / 1e6, "goodput_mbit": e.goodput_bps / 1e6,
-                "rtt_ms": e.rtt.as_secs_f64() * 1e3, "min_rtt_ms": e.min_rtt.as_secs_f64() * 1e3,
-                "samples": e.samples, "retransmits": e.retransmits, "losses": e.losses,
-                "loss_based_cc": e.loss_based,
-                "pacing_mbit_per_conn": e.pacing_per_socket.map(|p| p as f64 * 8e-6)})
-            });
+            let link = comm.link_estimates().map(|e| estimate_json(&e));
+            let per_path: Vec<_> = comm
+                .path_estimates()
+                .iter()
+                .map(|e| e.as_ref().map(estimate_json))
+                .collect();
             cli::outln(
-                json!({"impl": "causeway", "world": n, "bytes": elems * 4, "link_estimate": link, "dtype": "float32", "iters": iters,
+                json!({"impl": "causeway", "world": n, "bytes": elems * 4, "link_estimate": link, "path_estimates": per_path, "dtype": "float32", "iters": iters,
                 "median_s": median, "min_s": times.first(), "max_s": times.last(),
                 "algbw_GBps": algbw, "busbw_GBps": busbw, "times_s": in_order, "checked": checked,
                 "init_s": init_s, "wan_probe_mbit": wan_probe_mbit,
@@ -201,6 +199,16 @@ fn run() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A WAN estimate as the bench prints it.
+fn estimate_json(e: &causeway_collective::LinkEstimate) -> serde_json::Value {
+    json!({
+    "rate_mbit": e.rate_bps / 1e6, "goodput_mbit": e.goodput_bps / 1e6,
+    "rtt_ms": e.rtt.as_secs_f64() * 1e3, "min_rtt_ms": e.min_rtt.as_secs_f64() * 1e3,
+    "samples": e.samples, "retransmits": e.retransmits, "losses": e.losses,
+    "loss_based_cc": e.loss_based,
+    "pacing_mbit_per_conn": e.pacing_per_socket.map(|p| p as f64 * 8e-6)})
 }
 
 /// The result of iteration `iter` on `n` ranks: each rank put in `k % 7` at

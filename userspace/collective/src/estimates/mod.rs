@@ -54,16 +54,20 @@
 //!   packets, a loss-based one (Reno) while it does not, so that
 //!   BBR's ProbeRTT does not stall a rank's connections every 10 s.
 //! - [`Sampler`] is the thread that reads the sockets and applies the caps,
-//!   the clamps and the congestion control switches.
+//!   the clamps and the congestion control switches: one per WAN path when
+//!   the bulk connections are striped over several ([`paths`]), each with
+//!   its own estimate, domain windows, trim and congestion control.
 
 pub mod cc_choice;
 pub mod domain;
 pub mod inflight;
+pub(crate) mod paths;
 pub mod share;
 pub mod trim;
 
 use cc_choice::Cc;
 use domain::Fill;
+pub(crate) use paths::{RateInbox, WanPaths};
 
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -704,32 +708,11 @@ impl Control {
 struct Shared {
     stop: AtomicBool,
     state: Mutex<Control>,
+    /// The WAN path it samples (its frames to the domain name it in `lane`).
+    path: u32,
     t0: Instant,
     /// A connection to each other rank of the domain, for this rank's windows.
     domain_peers: Mutex<Vec<Sender<Out>>>,
-}
-
-/// Where a connection's reader hands the `WanRate` frames of a rank of the
-/// same domain.
-#[derive(Clone)]
-pub(crate) struct RateInbox(Arc<Shared>);
-
-impl RateInbox {
-    pub fn deliver(&self, from: usize, r: WanRate) {
-        self.0
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .peer_window(from, r);
-    }
-
-    pub fn sending(&self, from: usize, sending: bool) {
-        self.0
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .peer_sending(from, sending);
-    }
 }
 
 /// The thread that samples a rank's bulk WAN connections every
@@ -746,6 +729,7 @@ impl Sampler {
     /// ([`cc_choice`]), `None` = keep the one the connections have.
     pub fn start(
         rank: usize,
+        path: usize,
         sockets: Vec<TcpStream>,
         inflight_gain: Option<f64>,
         congestion: Option<CcNames>,
@@ -760,12 +744,13 @@ impl Sampler {
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             state: Mutex::new(control),
+            path: path as u32,
             t0: Instant::now(),
             domain_peers: Mutex::new(Vec::new()),
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
-            .name(format!("cw-wan-est-{rank}"))
+            .name(format!("cw-wan-est-{rank}-{path}"))
             .spawn(move || run(&s, &sockets, inflight_gain, congestion))
             .ok()?;
         Some(Sampler {
@@ -776,11 +761,6 @@ impl Sampler {
 
     fn now_ns(&self) -> u64 {
         self.shared.t0.elapsed().as_nanos() as u64
-    }
-
-    /// For the connections' readers: the windows of the domain's other ranks.
-    pub fn inbox(&self) -> RateInbox {
-        RateInbox(self.shared.clone())
     }
 
     /// This rank (`me`) shares its domain's WAN with the ranks behind
@@ -920,7 +900,8 @@ fn to_domain(shared: &Shared, kind: FrameKind, payload: &[u8]) {
         .unwrap_or_else(|p| p.into_inner())
         .iter()
     {
-        let h = FrameHeader::control(kind, payload.len() as u32);
+        let mut h = FrameHeader::control(kind, payload.len() as u32);
+        h.lane = shared.path;
         let _ = p.send(Out::Frame(
             h,
             PooledBuf::unpooled(payload.to_vec()).into(),
