@@ -12,7 +12,10 @@
 //!
 //! Time = median over iterations of (last rank's return − last rank's call),
 //! as in `bench allreduce`; "of bound" = S·8/(B1+B2) ÷ time, where S is the
-//! buffer (each WAN direction must carry it once).
+//! buffer (each WAN direction must carry it once). Each row also has the
+//! emulators' queue drops per path during that world and rank 0's estimate
+//! of each path at the end. `--only single|multipath|mptcp|gloo` runs one
+//! variant (for experiments; the table in docs/BENCHMARKS.md runs all).
 
 use std::process::Command;
 
@@ -41,13 +44,17 @@ pub fn run(extra: &[String]) -> Result<()> {
     let mut runs = 3usize;
     let mut iters = 5usize;
     let mut no_gloo = false;
+    let mut only: Option<String> = None;
     let mut it = extra.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--runs" => runs = it.next().context("--runs N")?.parse()?,
             "--iters" => iters = it.next().context("--iters N")?.parse()?,
             "--no-gloo" => no_gloo = true,
-            other => bail!("unknown argument {other:?} (--runs N, --iters N, --no-gloo)"),
+            "--only" => only = Some(it.next().context("--only single|multipath|mptcp")?.clone()),
+            other => {
+                bail!("unknown argument {other:?} (--runs N, --iters N, --no-gloo, --only VARIANT)")
+            }
         }
     }
     let python = if no_gloo { None } else { Some(gloo::python()?) };
@@ -96,24 +103,34 @@ pub fn run(extra: &[String]) -> Result<()> {
             ),
             ("causeway over MPTCP", vec![], true),
         ];
-        for (name, env, mptcp) in variants {
+        let wanted = |name: &str| {
+            only.as_deref().is_none_or(|o| {
+                name.rsplit(' ')
+                    .next()
+                    .is_some_and(|w| w.eq_ignore_ascii_case(o))
+            })
+        };
+        for (name, env, mptcp) in variants.into_iter().filter(|v| wanted(v.0)) {
             let load = crate::bench_tls::load();
             println!("bench multipath: run {run}: {name} (load {load})");
+            let before = bed.queue_drops_per_path();
             let out = run_world(&bed, worker(env, mptcp))?;
+            let drops = drops_since(before, bed.queue_drops_per_path());
             let r = out.first().context("no result")?;
-            let stripe = r
+            let mut stripe = r
                 .get("stripe_bytes_per_path")
                 .map(|v| {
                     format!(
-                        "{v}; resent {:.1} MB, {} path downs",
+                        "{v}; resent {:.1} MB, {} path downs; ",
                         r["stripe_resent_bytes"].as_f64().unwrap_or(0.0) / 1e6,
                         r["stripe_path_down"].as_u64().unwrap_or(0)
                     )
                 })
                 .unwrap_or_default();
+            stripe += &format!("queue drops {drops}; estimates {}", path_estimates(r));
             rows.push(row(name, run, r, load, stripe));
         }
-        if let Some(python) = &python {
+        if let (Some(python), true) = (&python, wanted("gloo")) {
             let load = crate::bench_tls::load();
             println!("bench multipath: run {run}: gloo (load {load})");
             let out = run_world(&bed, |_| {
@@ -128,7 +145,7 @@ pub fn run(extra: &[String]) -> Result<()> {
     }
     println!();
     println!("dual: 200 Mbit/s RTT 40 ms + 100 Mbit/s RTT 60 ms; 64 MiB float32 allreduce, 4 ranks in 2 domains; bound S*8/(B1+B2) = {:.3} s", SIZE * 8.0 / SUM_BPS);
-    println!("| run | variant | time s (median) | min–max s | of bound | load at start | bytes per path, resent, downs (rank 0, whole process) |");
+    println!("| run | variant | time s (median) | min–max s | of bound | load at start | bytes per path, resent, downs (rank 0, whole process); queue drops per path; rank 0's estimate per path |");
     println!("|---:|---|---:|---:|---:|---|---|");
     for (name, run, t, lo, hi, load, stripe) in &rows {
         println!(
@@ -139,6 +156,48 @@ pub fn run(extra: &[String]) -> Result<()> {
     println!("load at the end: {}", crate::bench_tls::load());
     drop(bed);
     Ok(())
+}
+
+/// Queue drops per path between two readings of the emulators ("?" when
+/// either is missing).
+fn drops_since(before: Option<Vec<u64>>, after: Option<Vec<u64>>) -> String {
+    match (before, after) {
+        (Some(b), Some(a)) => {
+            let d: Vec<u64> = a
+                .iter()
+                .enumerate()
+                .map(|(p, n)| n.saturating_sub(b.get(p).copied().unwrap_or(0)))
+                .collect();
+            format!("{d:?}")
+        }
+        _ => "?".into(),
+    }
+}
+
+/// Rank 0's estimate of each path at the end: goodput, per-connection
+/// pacing cap (Mbit/s) and the congestion control kind.
+fn path_estimates(r: &Value) -> String {
+    let Some(paths) = r["path_estimates"].as_array() else {
+        return "-".into();
+    };
+    let one = |e: &Value| {
+        if e.is_null() {
+            return "none".to_string();
+        }
+        let pacing = e["pacing_mbit_per_conn"]
+            .as_f64()
+            .map_or("unpaced".to_string(), |p| format!("paced {p:.0}/conn"));
+        let cc = if e["loss_based_cc"].as_bool() == Some(true) {
+            "loss-based"
+        } else {
+            "model-based"
+        };
+        format!(
+            "{:.0} Mbit/s {pacing} {cc}",
+            e["goodput_mbit"].as_f64().unwrap_or(f64::NAN)
+        )
+    };
+    paths.iter().map(one).collect::<Vec<_>>().join(" / ")
 }
 
 fn row(name: &str, run: usize, r: &Value, load: String, stripe: String) -> Row {

@@ -223,10 +223,15 @@ impl Testbed {
             .collect()
     }
 
-    /// Frames the WAN emulator's drop-tail queue has dropped (its
-    /// `dropped_queue` counter, the first path's).
+    /// Frames the WAN emulators' drop-tail queues have dropped: their
+    /// `dropped_queue` counters, every path, both directions.
     pub fn queue_drops(&self) -> Option<u64> {
-        find_key(&self.emulator_status()?, "dropped_queue")?.as_u64()
+        Some(self.queue_drops_per_path()?.iter().sum())
+    }
+
+    /// [`Testbed::queue_drops`] per path (index = path), both directions.
+    pub fn queue_drops_per_path(&self) -> Option<Vec<u64>> {
+        per_path_drops(&self.emulator_status()?)
     }
 
     /// The emulators' counters, as `causeway-netsim status --json` prints them.
@@ -257,6 +262,23 @@ impl Drop for Testbed {
 }
 
 /// The first value under `key`, searching depth-first.
+/// Queue drops per path from `causeway-netsim status --json`: `stats[i]` is
+/// the emulator `state.emulators[i]` (its `path`), each with both directions.
+fn per_path_drops(status: &Value) -> Option<Vec<u64>> {
+    let emulators = status.get("state")?.get("emulators")?.as_array()?;
+    let stats = status.get("stats")?.as_array()?;
+    let mut drops = Vec::new();
+    for (e, st) in emulators.iter().zip(stats) {
+        let path = usize::try_from(e.get("path")?.as_u64()?).ok()?;
+        let dir = |d: &str| st.get(d)?.get("counters")?.get("dropped_queue")?.as_u64();
+        if drops.len() <= path {
+            drops.resize(path + 1, 0);
+        }
+        drops[path] += dir("a_to_b")? + dir("b_to_a")?;
+    }
+    Some(drops)
+}
+
 pub fn find_key<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
     match v {
         Value::Object(map) => map
@@ -322,5 +344,25 @@ mod tests {
             "delay_15ms_rate_300mbit_loss_0.002"
         );
         assert_eq!(profile_file_name("lossy80"), "lossy80");
+    }
+
+    /// Every emulator's both directions count, each under its own path.
+    #[test]
+    fn queue_drops_add_both_directions_per_path() {
+        let dir = |n: u64| serde_json::json!({ "counters": { "dropped_queue": n } });
+        let status = serde_json::json!({
+            "state": { "emulators": [ { "path": 1 }, { "path": 0 } ] },
+            "stats": [
+                { "a_to_b": dir(3), "b_to_a": dir(4), "error": null },
+                { "a_to_b": dir(0), "b_to_a": dir(10), "error": null },
+            ],
+        });
+        assert_eq!(per_path_drops(&status), Some(vec![10, 7]));
+        // An emulator that did not answer: no count rather than a low one.
+        let status = serde_json::json!({
+            "state": { "emulators": [ { "path": 0 } ] },
+            "stats": [ null ],
+        });
+        assert_eq!(per_path_drops(&status), None);
     }
 }
