@@ -55,7 +55,7 @@
 //! | `CAUSEWAY_CHUNK_BYTES`, `CAUSEWAY_WINDOW` | pipelining: chunk size (`1mb`) and lanes in flight (4) |
 //! | `CAUSEWAY_METRICS_ADDR` | `host:port`: serve Prometheus metrics at `/metrics` (op latency per op and size, bytes per link class, errors: [`metrics`]); the port is offset by `LOCAL_RANK`, port 0 takes any free one ([`Communicator::metrics_addr`]); ranks of one process share a listener |
 //! | `CAUSEWAY_TRACE` | a directory: each rank writes its timeline (operations, every chunk sent and received, its clock offsets to the peers) to `rank-<r>.json` when the communicator is dropped ([`trace`]); `cargo xtask trace DIR` merges them onto rank 0's clock; the offsets come from the agent's map named by `CAUSEWAY_CLOCK_MAP` ([`Options::clock_map`]) |
-//! | `CAUSEWAY_WAN_PATHS` | this rank's own address on each WAN path, comma-separated, in path order: bulk chunks across domains are striped over the paths ([`stripe`]; unset: the agent's, see below, else one path) |
+//! | `CAUSEWAY_WAN_PATHS` | this rank's own address on each WAN path, comma-separated, in path order: bulk chunks across domains are striped over the paths ([`stripe`]), each path estimated and paced on its own ([`estimates`]). Unset: the agent's (see below), else one path |
 //! | `CAUSEWAY_AGENT_SOCKET` | the host agent's control socket, asked for this host's WAN path addresses when `CAUSEWAY_WAN_PATHS` is unset (`[library] wan_paths` in agent.toml; unset: `/run/causeway/root/agent.sock` when it exists; no agent: one path): [`agent_paths`] |
 //! | `CAUSEWAY_WAN_CODEC` | codec of what crosses domains when a call names none (`none`; `bf16`, `fp16`, `int8[:BLOCK[:stochastic]]`, `topk:1%`, `lz4`, `zstd[:LEVEL]`; lossy ones apply to allreduce and reduce-scatter: [`CallOptions`]) |
 //!
