@@ -21,9 +21,10 @@
 //! for the domain's windows: unpaced BBR dropped 5–15 k frames per path at
 //! each start on `dual`; held to a waiting seed, the first operations took
 //! twice the bound. The in-flight governor's window clamps
-//! ([`super::inflight`]) are left off striped connections: they held the
-//! striped probe to a fifth of the paths (59 of 300 Mbit/s). A configured
-//! `wan_rate_bps` (one path's rate) is not applied.
+//! ([`super::inflight`]) are left off striped connections: with them the
+//! start-up dropped nothing, but the striped probe measured anything from 33
+//! to 248 of 300 Mbit/s (docs/BENCHMARKS.md). A configured `wan_rate_bps`
+//! (one path's rate) is not applied.
 
 use std::net::TcpStream;
 use std::sync::mpsc::Sender;
