@@ -51,7 +51,13 @@ pub fn run(extra: &[String]) -> Result<()> {
             "--runs" => runs = it.next().context("--runs N")?.parse()?,
             "--iters" => iters = it.next().context("--iters N")?.parse()?,
             "--no-gloo" => no_gloo = true,
-            "--only" => only = Some(it.next().context("--only single|multipath|mptcp")?.clone()),
+            "--only" => {
+                only = Some(
+                    it.next()
+                        .context("--only single|multipath|mptcp|gloo")?
+                        .clone(),
+                )
+            }
             other => {
                 bail!("unknown argument {other:?} (--runs N, --iters N, --no-gloo, --only VARIANT)")
             }

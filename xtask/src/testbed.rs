@@ -261,7 +261,6 @@ impl Drop for Testbed {
     }
 }
 
-/// The first value under `key`, searching depth-first.
 /// Queue drops per path from `causeway-netsim status --json`: `stats[i]` is
 /// the emulator `state.emulators[i]` (its `path`), each with both directions.
 fn per_path_drops(status: &Value) -> Option<Vec<u64>> {
@@ -279,6 +278,7 @@ fn per_path_drops(status: &Value) -> Option<Vec<u64>> {
     Some(drops)
 }
 
+/// The first value under `key`, searching depth-first.
 pub fn find_key<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
     match v {
         Value::Object(map) => map

@@ -538,11 +538,7 @@ impl crate::probe::ProbeLink for Communicator {
     }
     fn wan_path_goodputs(&self) -> Vec<f64> {
         match self.wan.as_ref() {
-            Some(w) if w.several() => w
-                .estimates()
-                .iter()
-                .map(|e| e.map_or(0.0, |e| e.goodput_bps / 8.0))
-                .collect(),
+            Some(w) if w.several() => w.goodputs(),
             _ => Vec::new(),
         }
     }

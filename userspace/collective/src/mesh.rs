@@ -302,7 +302,7 @@ fn dial_peer(
         };
         let path = path_of(j, opts, me, q, h.index as usize);
         tune(j, opts, me, q, &s, Kind { latency, path });
-        let path = match path_of(j, opts, me, q, h.index as usize) {
+        let path = match path {
             Some(p) => Some((p, clone_for_info(&s, q)?)),
             None => None,
         };

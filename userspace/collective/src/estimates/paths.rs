@@ -31,7 +31,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{CcNames, LinkEstimate, Sampler, Shared};
+use super::{CcNames, Control, LinkEstimate, Sampler, Shared};
 use crate::links::Out;
 use crate::wire::WanRate;
 
@@ -108,17 +108,10 @@ impl WanPaths {
             }
             return;
         }
-        let own: Vec<f64> = if split.len() == self.samplers.len() {
+        let own = if split.len() == self.samplers.len() {
             split.to_vec()
         } else {
-            self.samplers
-                .iter()
-                .map(|s| {
-                    s.as_ref()
-                        .and_then(Sampler::estimate)
-                        .map_or(0.0, |e| e.goodput_bps / 8.0)
-                })
-                .collect()
+            self.goodputs()
         };
         for (p, (s, seed)) in self.samplers.iter().zip(split_seed(seed, &own)).enumerate() {
             tracing::debug!(
@@ -144,6 +137,15 @@ impl WanPaths {
         self.samplers
             .iter()
             .map(|s| s.as_ref().and_then(Sampler::estimate))
+            .collect()
+    }
+
+    /// Each path's payload rate now, bytes/s (index = path; 0 where not
+    /// measured yet).
+    pub fn goodputs(&self) -> Vec<f64> {
+        self.estimates()
+            .iter()
+            .map(|e| e.map_or(0.0, |e| e.goodput_bps / 8.0))
             .collect()
     }
 
@@ -212,22 +214,19 @@ impl RateInbox {
         p
     }
 
-    pub fn deliver(&self, from: usize, path: u32, r: WanRate) {
+    /// Runs `f` on the control of `path`'s sampler, if this rank has one.
+    fn on_path(&self, path: u32, f: impl FnOnce(&mut Control)) {
         if let Some(s) = self.path(path) {
-            s.state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .peer_window(from, r);
+            f(&mut s.state.lock().unwrap_or_else(|p| p.into_inner()));
         }
     }
 
+    pub fn deliver(&self, from: usize, path: u32, r: WanRate) {
+        self.on_path(path, |c| c.peer_window(from, r));
+    }
+
     pub fn sending(&self, from: usize, path: u32, sending: bool) {
-        if let Some(s) = self.path(path) {
-            s.state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .peer_sending(from, sending);
-        }
+        self.on_path(path, |c| c.peer_sending(from, sending));
     }
 }
 
