@@ -12,7 +12,7 @@ use crate::calls::CallCodec;
 use crate::config::{Identity, Options};
 use crate::cost::CostModel;
 use crate::dtype::{DType, Element, ReduceOp};
-use crate::engine::lent::Loan;
+use crate::engine::lent::{Loan, Owned};
 use crate::engine::{Engine, Job, JobKind, Progress, WorkBuf};
 use crate::error::{CollectiveError, Rank, Result};
 use crate::exec::trace::Message;
@@ -319,11 +319,12 @@ impl Communicator {
         map: impl FnOnce(Vec<T>) -> R + Send + 'static,
     ) -> Handle<R> {
         let map = Box::new(move |b: Box<dyn Any + Send>| -> Result<R> {
-            b.downcast::<Vec<T>>()
-                .map(|v| map(*v))
+            b.downcast::<Owned<T>>()
+                .map(|v| map(v.into_vec()))
                 .map_err(|_| CollectiveError::Closed)
         });
         let codec = self.default_codec(&kind, T::DTYPE);
+        let buf = Owned::new(buf, self.opts.timeout);
         self.submit_work(kind, (T::DTYPE, op, codec), Box::new(buf), record, map)
     }
 

@@ -61,6 +61,14 @@ struct LaneState {
 }
 
 /// A chunk that arrived before its lane reached its step.
+/// Whether a send's bytes may be read from the working buffer on their way
+/// ([`SendChunk::settled`], [`SendChunk::answered`]).
+#[derive(Debug, Clone, Copy)]
+struct Lend {
+    settled: bool,
+    answered: bool,
+}
+
 #[derive(Debug)]
 struct Stashed<P> {
     peer: Rank,
@@ -360,8 +368,12 @@ impl<'p, P> Executor<'p, P> {
                 match *a {
                     Action::Send { peer, span } => {
                         let range = span.start * esize..span.end() * esize;
-                        let settled = self.plan.lanes[l].settled(s, span);
-                        self.emit_sends(peer, l, s, range, settled);
+                        let lane = &self.plan.lanes[l];
+                        let lend = Lend {
+                            settled: lane.settled(s, span),
+                            answered: lane.answered_by(s, span, peer),
+                        };
+                        self.emit_sends(peer, l, s, range, lend);
                     }
                     Action::Recv { peer, span, reduce } => recvs.push(Pending {
                         peer,
@@ -403,7 +415,7 @@ impl<'p, P> Executor<'p, P> {
         lane: usize,
         step: usize,
         range: Range<usize>,
-        settled: bool,
+        lend: Lend,
     ) {
         let transfer_len = range.len();
         let frame = self.cfg.frame_bytes;
@@ -418,7 +430,8 @@ impl<'p, P> Executor<'p, P> {
                 offset: (at - range.start) as u64,
                 range: at..end,
                 transfer_len,
-                settled,
+                settled: lend.settled,
+                answered: lend.answered,
             }));
             at = end;
         }

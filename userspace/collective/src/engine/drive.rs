@@ -429,7 +429,7 @@ impl Driver<'_, '_> {
             }
             match out {
                 Output::Send(s) => self.send(&s)?,
-                Output::Apply(a) => self.apply(a),
+                Output::Apply(a) => self.apply(a)?,
                 Output::Done => {}
             }
         }
@@ -487,19 +487,43 @@ impl Driver<'_, '_> {
     }
 
     /// Chunk `s` of the caller's own buffer, to send as it is: when the
-    /// buffer is lent, the chunk is large enough for a copy to matter, the
-    /// plan writes nothing more into its range during this operation, and
-    /// (over RDMA) the range lies in registered memory.
+    /// buffer is lent, the chunk is large enough for a copy to matter, and
+    /// either the plan writes nothing more into its range during this
+    /// operation (over RDMA: if the range lies in registered memory) or it
+    /// writes there only with the peer's answer (not over RDMA, whose
+    /// writes outlive the chunk; [`Self::apply`] waits for the chunk first).
     fn lent_chunk(&self, s: &SendChunk) -> Option<super::lent::LentChunk> {
-        if !s.settled || s.range.len() < LEND_MIN || s.range.end > self.buf.len() {
+        if !(s.settled || s.answered) || s.range.len() < LEND_MIN || s.range.end > self.buf.len() {
             return None;
         }
         let link = self.e.peers.get(s.peer)?.as_ref()?;
         let lender = self.lender.as_ref()?;
-        if link.registers_sends() && !lender.registered() {
+        let lendable = if link.registers_sends() {
+            s.settled && lender.registered()
+        } else {
+            true
+        };
+        if !lendable {
             return None;
         }
-        lender.chunk(s.range.clone(), link.closers())
+        lender.chunk(s.range.clone(), s.peer, link.closers())
+    }
+
+    /// Waits until no chunk lent out of `range` is still being sent
+    /// ([`SendChunk::answered`]): only then may the engine write there.
+    fn wait_unread(&self, range: &Range<usize>) -> Result<()> {
+        let Some(lender) = &self.lender else {
+            return Ok(());
+        };
+        lender
+            .wait_unread(range, self.e.opts.timeout)
+            .map_err(|peer| CollectiveError::PeerFailed {
+                peer,
+                detail: format!(
+                    "a send to it from the caller's buffer was not written within {:?}",
+                    self.e.opts.timeout
+                ),
+            })
     }
 
     /// Records a `kind` span of chunk `id` to or from `peer` (`bytes` long)
@@ -538,6 +562,8 @@ impl Driver<'_, '_> {
 
     /// The encoded payload of send `s` ([`WanCodec::encode`]).
     fn encode(&mut self, s: &SendChunk) -> Result<PooledBuf> {
+        // A lossy codec writes what the receiver will decode into the range.
+        self.wait_unread(&s.range)?;
         let Some(w) = self.wan.as_mut() else {
             return Err(CollectiveError::InvalidArgument("no codec".into()));
         };
@@ -565,7 +591,8 @@ impl Driver<'_, '_> {
             .map_err(|source| CollectiveError::Codec { peer, source })
     }
 
-    fn apply(&mut self, a: ApplyChunk<PooledBuf>) {
+    fn apply(&mut self, a: ApplyChunk<PooledBuf>) -> Result<()> {
+        self.wait_unread(&a.range)?;
         let dst = region(self.buf, &mut self.scratch, a.range.clone());
         if a.reduce {
             reduce_into(self.dtype, self.op, dst, &a.payload);
@@ -579,6 +606,7 @@ impl Driver<'_, '_> {
         if let Some(t) = &mut self.trace {
             t.push(Message::applied(&a));
         }
+        Ok(())
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::WorkBuf;
 use crate::dtype::Element;
+use crate::error::Rank;
 use crate::transport::rdma::stable;
 use crate::transport::Closer;
 
@@ -31,6 +32,9 @@ struct Users {
     /// The connections lent chunks were queued on (closed if their writes
     /// do not end in time).
     links: Vec<Arc<dyn Closer>>,
+    /// Each chunk still on its way: its range of the buffer and the rank it
+    /// goes to.
+    out: Vec<(Range<usize>, Rank)>,
 }
 
 impl Returned {
@@ -55,6 +59,45 @@ impl Returned {
         if u.count == 0 {
             self.cv.notify_all();
         }
+    }
+    /// Blocks until nothing uses the memory any more. Chunks not written
+    /// for `within` have their connections closed (their peers are not
+    /// taking the bytes), which drops them. Returns the connections used.
+    fn wait_all(&self, within: Duration) -> Vec<Arc<dyn Closer>> {
+        let mut u = self.lock();
+        let mut closed = false;
+        while u.count > 0 {
+            let before = u.count;
+            let (g, waited) = self
+                .cv
+                .wait_timeout(u, within)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            u = g;
+            if waited.timed_out() && u.count == before && !closed {
+                tracing::warn!(
+                    waiting = u.count,
+                    "sends from a returned buffer made no progress in time; closing their connections"
+                );
+                // Closed without the lock: a connection may drop its chunks
+                // (and so take the lock) while it closes.
+                let links = u.links.clone();
+                drop(u);
+                links.iter().for_each(|l| l.close());
+                closed = true;
+                u = self.lock();
+            }
+        }
+        std::mem::take(&mut u.links)
+    }
+    /// A chunk over `range` is no longer read: one user fewer, and the
+    /// engine may be waiting to write there.
+    fn chunk_done(&self, range: &Range<usize>) {
+        let mut u = self.lock();
+        if let Some(i) = u.out.iter().position(|(r, _)| r == range) {
+            u.out.swap_remove(i);
+        }
+        u.count = u.count.saturating_sub(1);
+        self.cv.notify_all();
     }
 }
 
@@ -110,24 +153,57 @@ impl Lender {
         self.returned.registered
     }
 
-    /// Bytes `range` of the lent buffer as a chunk to send as they are;
-    /// `links`: the connections it may go through (closed if it is not
-    /// written in time). The engine must not write `range` while the chunk
-    /// lives.
-    pub fn chunk(&self, range: Range<usize>, links: &[Arc<dyn Closer>]) -> Option<LentChunk> {
+    /// Bytes `range` of the lent buffer as a chunk to send as they are to
+    /// `peer`; `links`: the connections it may go through (closed if it is
+    /// not written in time). The engine must not write `range` while the
+    /// chunk lives ([`Lender::wait_unread`]).
+    pub fn chunk(
+        &self,
+        range: Range<usize>,
+        peer: Rank,
+        links: &[Arc<dyn Closer>],
+    ) -> Option<LentChunk> {
         if range.start > range.end || range.end > self.len {
             return None;
         }
         self.returned.add(links);
+        self.returned.lock().out.push((range.clone(), peer));
         crate::pool::LENT_BYTES.fetch_add(range.len() as u64, std::sync::atomic::Ordering::Relaxed);
         Some(LentChunk {
             // SAFETY: `range` lies inside the lent slice (checked above),
             // which stays allocated while the `Loan` waits for this chunk.
             #[allow(unsafe_code)]
             ptr: unsafe { self.ptr.add(range.start) },
-            len: range.len(),
+            range,
             returned: self.returned.clone(),
         })
+    }
+
+    /// Waits until no chunk over any byte of `range` is still on its way,
+    /// for at most `within`; then the engine may write there. `Err(peer)`
+    /// names the rank a chunk still goes to after that.
+    pub fn wait_unread(&self, range: &Range<usize>, within: Duration) -> Result<(), Rank> {
+        let r = &self.returned;
+        let deadline = std::time::Instant::now() + within;
+        let mut u = r.lock();
+        loop {
+            let Some(peer) = u
+                .out
+                .iter()
+                .find(|(o, _)| o.start < range.end && range.start < o.end)
+                .map(|&(_, peer)| peer)
+            else {
+                return Ok(());
+            };
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(peer);
+            }
+            u =
+                r.cv.wait_timeout(u, left)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .0;
+        }
     }
 }
 
@@ -139,12 +215,15 @@ impl<T> Drop for Lent<T> {
 
 /// A range of a lent buffer sent as it is, without a copy: the caller's call
 /// does not return while it exists ([`Loan::drop`] waits for it). The engine
-/// makes one only for bytes its plan never writes again during the operation
-/// (`SendChunk::settled`), so they do not change while a connection reads
-/// them.
+/// makes one only for bytes its plan does not write again during the
+/// operation (`SendChunk::settled`), or writes only with the answer of the
+/// rank the chunk goes to (`SendChunk::answered`), and then only once the
+/// chunk is gone ([`Lender::wait_unread`]): they do not change while a
+/// connection reads them.
 pub(crate) struct LentChunk {
     ptr: *const u8,
-    len: usize,
+    /// Where in the lent buffer (its length is the chunk's).
+    range: Range<usize>,
     returned: Arc<Returned>,
 }
 
@@ -162,20 +241,20 @@ impl Deref for LentChunk {
         // for the chunk's whole life.
         #[allow(unsafe_code)]
         unsafe {
-            std::slice::from_raw_parts(self.ptr, self.len)
+            std::slice::from_raw_parts(self.ptr, self.range.len())
         }
     }
 }
 
 impl Drop for LentChunk {
     fn drop(&mut self) {
-        self.returned.done();
+        self.returned.chunk_done(&self.range);
     }
 }
 
 impl std::fmt::Debug for LentChunk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LentChunk({} bytes at {:p})", self.len, self.ptr)
+        write!(f, "LentChunk({} bytes at {:p})", self.range.len(), self.ptr)
     }
 }
 
@@ -231,38 +310,82 @@ impl<T> Drop for Loan<'_, T> {
     /// drops the job); a writer drops a chunk once written (or failed), and
     /// an RDMA connection releases it in `stable` when its write completes.
     fn drop(&mut self) {
-        let r = &self.returned;
-        let mut u = r.lock();
-        let mut closed = false;
-        while u.count > 0 {
-            let before = u.count;
-            let (g, waited) =
-                r.cv.wait_timeout(u, self.within)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-            u = g;
-            // No chunk written for `within`: their peers are not taking them.
-            if waited.timed_out() && u.count == before && !closed {
-                tracing::warn!(
-                    waiting = u.count,
-                    "sends from a returned buffer made no progress in time; closing their connections"
-                );
-                // Closed without the lock: a connection may drop its chunks
-                // (and so take the lock) while it closes.
-                let links = u.links.clone();
-                drop(u);
-                links.iter().for_each(|l| l.close());
-                closed = true;
-                u = r.lock();
-            }
-        }
-        let links = std::mem::take(&mut u.links);
-        drop(u);
+        let links = self.returned.wait_all(self.within);
         if let Some((start, id)) = self.stable {
             if !stable::wait_idle(start, id, self.within) {
                 links.iter().for_each(|l| l.close());
                 tracing::warn!("RDMA writes from a returned buffer did not complete in time");
             }
         }
+    }
+}
+
+/// The working buffer of an asynchronous call (`Communicator::allreduce_async`
+/// and the like): a vector the engine owns during the call, whose chunks it
+/// sends without a copy like a [`Lent`] buffer's. The caller gets the vector
+/// back ([`Owned::into_vec`]), and it is freed (on drop), only once every
+/// chunk of it has been written.
+pub(crate) struct Owned<T> {
+    /// Not touched while the engine works on it: all access goes through
+    /// `ptr`, as a [`Lent`]'s does.
+    vec: Vec<T>,
+    ptr: *mut T,
+    returned: Arc<Returned>,
+    /// As [`Loan`]'s: how long writes from it may go on after the call.
+    within: Duration,
+}
+
+// SAFETY: `Owned` owns its `Vec<T>` (which is `Send` for `T: Send`); `ptr`
+// points into that vector's heap memory, which does not move when the
+// `Owned` does and is not freed before every chunk of it is gone (`Drop`).
+#[allow(unsafe_code)]
+unsafe impl<T: Element> Send for Owned<T> {}
+
+impl<T: Element> Owned<T> {
+    pub fn new(mut vec: Vec<T>, within: Duration) -> Self {
+        Owned {
+            ptr: vec.as_mut_ptr(),
+            vec,
+            returned: Arc::default(),
+            within,
+        }
+    }
+
+    /// The vector, once no chunk of it is on its way.
+    pub fn into_vec(mut self) -> Vec<T> {
+        self.returned.wait_all(self.within);
+        std::mem::take(&mut self.vec)
+    }
+}
+
+impl<T> Drop for Owned<T> {
+    /// Waits for the chunks still on their way: the memory they point into
+    /// is freed right after.
+    fn drop(&mut self) {
+        self.returned.wait_all(self.within);
+    }
+}
+
+impl<T: Element> WorkBuf for Owned<T> {
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr..ptr+len` is the vector's memory, which nothing else
+        // reaches while the `Owned` lives (lent chunks read only ranges the
+        // engine does not write while they exist); `&mut self` makes this
+        // the only mutable view.
+        #[allow(unsafe_code)]
+        let s = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.vec.len()) };
+        bytemuck::cast_slice_mut(s)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+    /// Not registered memory: RDMA links get copies.
+    fn lender(&self) -> Option<Lender> {
+        Some(Lender {
+            ptr: self.ptr.cast::<u8>(),
+            len: self.vec.len() * std::mem::size_of::<T>(),
+            returned: self.returned.clone(),
+        })
     }
 }
 
@@ -323,12 +446,15 @@ mod tests {
             let lender = lent.lender().expect("a lent buffer lends");
             #[allow(clippy::reversed_empty_ranges)]
             let reversed = 10..5;
-            assert!(lender.chunk(reversed, &links).is_none(), "a reversed range");
             assert!(
-                lender.chunk(0..(64 << 10) + 1, &links).is_none(),
+                lender.chunk(reversed, 1, &links).is_none(),
+                "a reversed range"
+            );
+            assert!(
+                lender.chunk(0..(64 << 10) + 1, 1, &links).is_none(),
                 "past the end"
             );
-            let chunk = lender.chunk(4096..8192, &links).expect("chunk");
+            let chunk = lender.chunk(4096..8192, 1, &links).expect("chunk");
             assert_eq!((chunk.len(), chunk[0]), (4096, 5));
             *link.held.lock().expect("held") = Some(chunk);
             drop(lent);
@@ -350,7 +476,7 @@ mod tests {
         let chunk = lent
             .lender()
             .expect("lender")
-            .chunk(0..100, &links)
+            .chunk(0..100, 1, &links)
             .expect("chunk");
         let writer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
@@ -360,5 +486,55 @@ mod tests {
         drop(loan);
         writer.join().expect("writer");
         assert!(!link2.closed.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    /// The engine writes into a range only once no chunk over it is on its
+    /// way: at once beside one, after it over it, and an error naming the
+    /// chunk's peer when it stays out too long.
+    #[test]
+    fn writing_over_a_chunk_on_its_way_waits_for_it() {
+        let mut buf = vec![0u8; 1 << 20];
+        let (loan, lent) = Loan::new(&mut buf, Duration::from_secs(5));
+        let lender = lent.lender().expect("lender");
+        let chunk = lender.chunk(4096..8192, 3, &[]).expect("chunk");
+        let kept = lender.chunk(65536..65540, 2, &[]).expect("chunk");
+        let t = Instant::now();
+        assert_eq!(
+            lender.wait_unread(&(0..4096), Duration::from_secs(5)),
+            Ok(())
+        );
+        assert_eq!(
+            lender.wait_unread(&(8192..9000), Duration::from_secs(5)),
+            Ok(())
+        );
+        assert!(
+            t.elapsed() < Duration::from_millis(50),
+            "beside it: no wait"
+        );
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(chunk);
+        });
+        assert_eq!(
+            lender.wait_unread(&(8000..8001), Duration::from_secs(5)),
+            Ok(())
+        );
+        assert!(
+            t.elapsed() >= Duration::from_millis(90),
+            "{:?}",
+            t.elapsed()
+        );
+        writer.join().expect("writer");
+        let t = Instant::now();
+        assert_eq!(
+            lender.wait_unread(&(65539..70000), Duration::from_millis(60)),
+            Err(2)
+        );
+        assert!(t.elapsed() >= Duration::from_millis(55));
+        drop(kept);
+        assert_eq!(lender.wait_unread(&(0..1 << 20), Duration::ZERO), Ok(()));
+        drop(lender);
+        drop(lent);
+        drop(loan);
     }
 }

@@ -51,6 +51,11 @@ pub struct SendChunk {
     /// ([`crate::schedule::Lane::settled`]): the bytes may be sent from the
     /// working buffer itself rather than a copy.
     pub settled: bool,
+    /// The plan writes `range` again only with what `peer` sends in a later
+    /// step ([`crate::schedule::Lane::answered_by`]): it may be sent from
+    /// the working buffer too, if the engine waits for the send to be
+    /// written before it writes the range.
+    pub answered: bool,
 }
 
 /// Combine `payload` into `range` of the working buffer (`reduce`) or overwrite it.

@@ -97,6 +97,29 @@ impl Lane {
             Action::Send { .. } => true,
         })
     }
+
+    /// Whether every receive that writes into `span` from step `step` on
+    /// comes from `peer`, in a later step: a send of `span` to `peer` at
+    /// `step` may then be read from the working buffer while on its way, as
+    /// that peer sends what overwrites it only after it has read it all. (The
+    /// engine still waits for the send to be written before it writes the
+    /// span: a peer that answers early costs time, never bytes.)
+    pub fn answered_by(&self, step: usize, span: Span, peer: Rank) -> bool {
+        self.steps
+            .iter()
+            .enumerate()
+            .skip(step)
+            .all(|(at, actions)| {
+                actions.iter().all(|a| match *a {
+                    Action::Recv {
+                        peer: from,
+                        span: r,
+                        ..
+                    } => !r.overlaps(&span) || (from == peer && at > step),
+                    Action::Send { .. } => true,
+                })
+            })
+    }
 }
 
 /// One rank's schedule for one operation.
@@ -279,5 +302,42 @@ mod tests {
         );
         assert!(lane.settled(2, a), "past the last step");
         assert!(lane.settled(0, Span::new(8, 4)), "outside every receive");
+        assert!(lane.answered_by(0, a, 1), "only rank 1 overwrites A, later");
+        assert!(!lane.answered_by(0, a, 2), "rank 2 did not get A");
+        assert!(
+            !lane.answered_by(0, b, 1),
+            "B is reduced into in the same step"
+        );
+        assert!(
+            !lane.answered_by(1, a, 1),
+            "A is overwritten in the same step"
+        );
+    }
+
+    /// Hierarchical allreduce, one lane of rank 0 (domain peer 1, WAN
+    /// counterpart 2; halves H0 = 0..4, H1 = 4..8): step 0 sends H1 to 1 and
+    /// reduces H0, step 1 exchanges H0 with 2, step 2 sends H0 to 1 and
+    /// overwrites H1 with 1's result.
+    #[test]
+    fn a_half_sent_to_the_rank_that_answers_with_it_is_answered() {
+        let (h0, h1) = (Span::new(0, 4), Span::new(4, 4));
+        let recv = |peer, span, reduce| Action::Recv { peer, span, reduce };
+        let lane = Lane {
+            steps: vec![
+                vec![Action::Send { peer: 1, span: h1 }, recv(1, h0, true)],
+                vec![Action::Send { peer: 2, span: h0 }, recv(2, h0, true)],
+                vec![Action::Send { peer: 1, span: h0 }, recv(1, h1, false)],
+            ],
+        };
+        assert!(lane.answered_by(0, h1, 1));
+        assert!(!lane.settled(0, h1));
+        assert!(
+            !lane.answered_by(1, h0, 2),
+            "the WAN exchange reduces in place"
+        );
+        assert!(lane.settled(2, h0) && lane.answered_by(2, h0, 1));
+        let mut other = lane.clone();
+        other.steps[2][1] = recv(3, h1, false);
+        assert!(!other.answered_by(0, h1, 1), "H1 comes back from rank 3");
     }
 }

@@ -394,3 +394,50 @@ fn a_buffer_may_be_reused_the_moment_its_call_returns() {
         assert!(lent > 0, "settled ranges went from the callers' buffers");
     }
 }
+
+/// An asynchronous call sends from the vector it was given, as a blocking
+/// call does from the caller's slice, and hands the vector back only once
+/// those sends are written: each caller overwrites it at once, and every
+/// rank must still get what was there. Besides the settled half it sends
+/// back inside its domain, a rank of a hierarchical allreduce sends the half
+/// its domain peer reduces uncopied too (that peer alone overwrites it, with
+/// its answer); only the half across the WAN, reduced in place in the same
+/// step, is copied.
+#[test]
+fn an_async_call_sends_from_its_vector_and_hands_it_back_written() {
+    const LEN: usize = 1 << 20; // f32: 4 MiB
+    const ROUNDS: usize = 3;
+    let opts = Options {
+        algorithm: Some(Algorithm::Hierarchical),
+        chunk_bytes: 256 << 10,
+        window: Options::default().window,
+        ..test_options()
+    };
+    let before = causeway_collective::pool::lent_bytes();
+    run_world(&two_domains(4), &opts, |c| {
+        let (me, n) = (c.rank(), c.world_size());
+        let mut buf = vec![0f32; LEN];
+        for round in 0..ROUNDS {
+            let base = |r: usize| (r + 1 + round) as f32;
+            buf.iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = base(me) + (i % 7) as f32);
+            buf = c
+                .allreduce_async(buf, ReduceOp::Sum)
+                .wait()
+                .expect("allreduce");
+            let sum: f32 = (0..n).map(base).sum();
+            let bad = buf
+                .iter()
+                .enumerate()
+                .find(|&(i, x)| *x != sum + (n * (i % 7)) as f32);
+            assert!(bad.is_none(), "round {round}: rank {me} got {bad:?}");
+            buf.iter_mut().for_each(|x| *x = -7.0);
+        }
+    });
+    let lent = causeway_collective::pool::lent_bytes() - before;
+    // Per rank and call: half the buffer to the domain peer, half back.
+    let want = (4 * ROUNDS * LEN * 4) as u64;
+    eprintln!("{lent} payload bytes sent from the vectors (at least {want} expected)");
+    assert!(lent >= want, "{lent} bytes lent, {want} expected");
+}
