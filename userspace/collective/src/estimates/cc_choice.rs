@@ -30,9 +30,15 @@
 //! retransmission counts as a loss only once [`grace_us`] has passed
 //! without one.
 //!
-//! - Start-up over, after [`JUDGE_SEGS`] segments sent with no real loss,
-//!   the connections go loss-based; after a real loss, only after
-//!   [`REJUDGE_SEGS`] clean ones.
+//! - Start-up over and [`SETTLE_NS`] past, after [`JUDGE_SEGS`] segments
+//!   sent with no real loss, the connections go loss-based; after a real
+//!   loss, only after [`REJUDGE_SEGS`] clean ones. The settling time lets
+//!   start-up's own losses pass: its probe runs before any pacing cap, the
+//!   queue it left drains over the first round trips under the caps, and
+//!   the retransmissions of its drops settle a grace later. On `dual` the
+//!   drops of the probe's last rounds came 0–20 ms before start-up ended
+//!   and settled as 9–25 "new" losses in the next 100 ms: the path stayed
+//!   on BBR (and its ProbeRTT) for the whole run.
 //! - Loss-based, they go back at once when the real loss rate since the
 //!   switch exceeds [`LOSS_RATE_MAX`] (one loss within the first 100,000
 //!   segments does).
@@ -49,6 +55,9 @@ use crate::transport::tcp::TcpInfo;
 /// Segments sent after start-up with no real loss before the connections go
 /// loss-based (~4.3 MB: on a path with 0.1 % loss, 3 losses expected).
 pub const JUDGE_SEGS: u64 = 3_000;
+/// How long after start-up ends its losses are not judged (its queue drains
+/// and its retransmissions settle; ≥ 2 grace periods of a 200 ms path).
+pub const SETTLE_NS: u64 = 1_000_000_000;
 /// Segments without a real loss before a rank that went back to the
 /// model-based control goes loss-based again.
 pub const REJUDGE_SEGS: u64 = 1_000_000;
@@ -114,8 +123,11 @@ pub struct CcChoice {
     socks: Vec<SockLoss>,
     want: Cc,
     /// Real losses and segments of all connections when the current
-    /// judgement began (start-up's end, the switch, the way back).
+    /// judgement began (start-up's end + [`SETTLE_NS`], the switch, the
+    /// way back).
     since: Option<(u64, u64)>,
+    /// When the first reading after start-up came (ns).
+    started_at: Option<u64>,
     /// Segments to judge before going loss-based.
     judge: u64,
     /// A connection's kernel does not report D-SACKs: no choice is made.
@@ -130,6 +142,7 @@ impl CcChoice {
             socks: vec![SockLoss::default(); sockets],
             want: Cc::ModelBased,
             since: None,
+            started_at: None,
             judge: JUDGE_SEGS,
             blind: false,
             switches: 0,
@@ -169,7 +182,10 @@ impl CcChoice {
         if self.blind {
             self.want = Cc::ModelBased;
         } else if started {
-            self.judge_now();
+            let at = *self.started_at.get_or_insert(now_ns);
+            if now_ns.saturating_sub(at) >= SETTLE_NS {
+                self.judge_now();
+            }
         }
         let want = self.want;
         let mut switch = Vec::new();
@@ -245,6 +261,15 @@ mod tests {
     /// Readings every 10 ms of two connections sending `per_tick` segments
     /// each; `loss(tick)` gives (retransmitted, D-SACKed) totals per
     /// connection. Returns each tick's switches.
+    /// A choice whose start-up ended at time 0: judged from [`SETTLE_NS`] on,
+    /// where the tests' readings begin.
+    fn choice(sockets: usize) -> CcChoice {
+        let mut c = CcChoice::new(sockets);
+        let infos = vec![info(0, 0, 0, 500); sockets];
+        assert!(c.observe(0, true, &infos).is_empty());
+        c
+    }
+
     fn run(
         c: &mut CcChoice,
         from: u64,
@@ -257,7 +282,7 @@ mod tests {
             let (r, d) = loss(t);
             let segs = (t as u32 + 1) * per_tick;
             let infos = [info(segs, r, d, 500), info(segs, r, d, 500)];
-            let s = c.observe(t * 10 * MS, true, &infos);
+            let s = c.observe(SETTLE_NS + t * 10 * MS, true, &infos);
             if !s.is_empty() {
                 out.push((t, s));
             }
@@ -267,7 +292,7 @@ mod tests {
 
     #[test]
     fn a_lossless_path_goes_loss_based_after_the_judged_segments() {
-        let mut c = CcChoice::new(2);
+        let mut c = choice(2);
         // 2 × 30 segments per 10 ms: 3,000 after 50 readings.
         let s = run(&mut c, 0, 100, 30, |_| (0, 0));
         assert_eq!(s.len(), 1, "{s:?}");
@@ -288,7 +313,7 @@ mod tests {
 
     #[test]
     fn spurious_retransmissions_d_sacked_within_the_grace_are_not_losses() {
-        let mut c = CcChoice::new(2);
+        let mut c = choice(2);
         // A retransmission every 100 ms, its D-SACK 50 ms (one RTT + 10 ms) later.
         let s = run(&mut c, 0, 1_000, 30, |t| {
             ((t / 10) as u32, (t.saturating_sub(5) / 10) as u32)
@@ -300,7 +325,7 @@ mod tests {
 
     #[test]
     fn random_loss_keeps_the_model_based_control() {
-        let mut c = CcChoice::new(2);
+        let mut c = choice(2);
         // 0.1 % loss: a retransmission every 1,000 segments, never D-SACKed.
         let s = run(&mut c, 0, 2_000, 30, |t| ((t * 30 / 1_000) as u32, 0));
         assert!(s.is_empty(), "{s:?}");
@@ -310,7 +335,7 @@ mod tests {
 
     #[test]
     fn a_lossy_path_is_not_tried_in_its_clean_stretches() {
-        let mut c = CcChoice::new(2);
+        let mut c = choice(2);
         // A loss at tick 10, then 3,900 clean segments per connection
         // (7,800 in all): more than JUDGE_SEGS, less than REJUDGE_SEGS.
         let s = run(&mut c, 0, 400, 10, |t| (u32::from(t >= 10), 0));
@@ -320,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_loss_soon_after_the_switch_goes_back_at_once_and_stays_a_while() {
-        let mut c = CcChoice::new(2);
+        let mut c = choice(2);
         run(&mut c, 0, 100, 30, |_| (0, 0));
         assert_eq!(c.wanted(), Cc::LossBased);
         // One retransmission at tick 200, never D-SACKed: a loss after its
@@ -338,7 +363,7 @@ mod tests {
 
     #[test]
     fn a_rare_loss_after_many_clean_segments_keeps_the_loss_based_control() {
-        let mut c = CcChoice::new(2);
+        let mut c = choice(2);
         run(&mut c, 0, 100, 30, |_| (0, 0));
         // 2,000,000 segments later one loss: rate 5e-7.
         let s = run(&mut c, 100, 40_000, 30, |t| (u32::from(t >= 35_000), 0));
@@ -349,14 +374,14 @@ mod tests {
 
     #[test]
     fn no_switch_to_loss_based_while_the_window_is_probe_rtts() {
-        let mut c = CcChoice::new(2);
+        let mut c = choice(2);
         let mut switched = Vec::new();
         for t in 0..200u64 {
             let segs = (t as u32 + 1) * 30;
             // Connection 1 sits at a window of 4 until tick 120.
             let cwnd1 = if t < 120 { PROBE_RTT_CWND } else { 500 };
             let infos = [info(segs, 0, 0, 500), info(segs, 0, 0, cwnd1)];
-            for (k, cc) in c.observe(t * 10 * MS, true, &infos) {
+            for (k, cc) in c.observe(SETTLE_NS + t * 10 * MS, true, &infos) {
                 switched.push((t, k, cc));
             }
         }
@@ -367,24 +392,58 @@ mod tests {
 
     #[test]
     fn a_kernel_without_d_sack_counts_keeps_the_model_based_control() {
-        let mut c = CcChoice::new(1);
+        let mut c = choice(1);
         for t in 0..1_000u64 {
             let mut i = info(t as u32 * 100, 0, 0, 500);
             if let Some(i) = &mut i {
                 i.dsack_dups = None;
             }
-            assert!(c.observe(t * 10 * MS, true, &[i]).is_empty());
+            assert!(c.observe(SETTLE_NS + t * 10 * MS, true, &[i]).is_empty());
         }
     }
 
     #[test]
     fn a_refused_switch_takes_the_rank_back_to_the_model_based_control() {
-        let mut c = CcChoice::new(2);
+        let mut c = choice(2);
         let s = run(&mut c, 0, 100, 30, |_| (0, 0));
         assert_eq!(s.len(), 1);
         c.refused(0);
         let s = run(&mut c, 100, 1_000, 30, |_| (0, 0));
         assert_eq!(s, vec![(100, vec![(1, Cc::ModelBased)])]);
+        assert_eq!(c.wanted(), Cc::ModelBased);
+    }
+
+    /// Start-up's drops settle as losses just after it ended (the probe's
+    /// unpaced last rounds): they do not count, later ones do.
+    #[test]
+    fn losses_settling_just_after_start_up_do_not_count() {
+        let mut c = CcChoice::new(2);
+        let mut switched = Vec::new();
+        for t in 0..400u64 {
+            let segs = (t as u32 + 1) * 30;
+            // 20 retransmissions in the first 50 ms, never D-SACKed.
+            let r = (t as u32 * 4).min(20);
+            let infos = [info(segs, r, 0, 500), info(segs, 0, 0, 500)];
+            for (k, cc) in c.observe(t * 10 * MS, true, &infos) {
+                switched.push((t, k, cc));
+            }
+        }
+        assert_eq!(c.losses(), 20);
+        assert_eq!(switched.len(), 2, "{switched:?}");
+        let judged_from = SETTLE_NS / (10 * MS);
+        assert!(
+            switched[0].0.abs_diff(judged_from + 50) <= 1,
+            "{switched:?}"
+        );
+        assert_eq!(c.wanted(), Cc::LossBased);
+        // The same loss a second after start-up keeps the model-based control.
+        let mut c = CcChoice::new(2);
+        for t in 0..400u64 {
+            let segs = (t as u32 + 1) * 30;
+            let r = if t >= judged_from + 5 { 20 } else { 0 };
+            let infos = [info(segs, r, 0, 500), info(segs, 0, 0, 500)];
+            assert!(c.observe(t * 10 * MS, true, &infos).is_empty(), "tick {t}");
+        }
         assert_eq!(c.wanted(), Cc::ModelBased);
     }
 }
