@@ -109,18 +109,37 @@ pub(crate) struct Lent<T> {
     _t: PhantomData<T>,
 }
 
+impl<T> Lent<T> {
+    /// `len` elements at `ptr`, which their owner keeps valid and does not
+    /// touch until this `Lent` and every chunk of it are gone (it waits on
+    /// the returned users).
+    fn new(ptr: *mut T, len: usize, registered: bool) -> Self {
+        let returned = Arc::new(Returned {
+            registered,
+            ..Returned::default()
+        });
+        returned.add(&[]);
+        Lent {
+            ptr,
+            len,
+            returned,
+            _t: PhantomData,
+        }
+    }
+}
+
 // SAFETY: `Lent` stands for a `&mut [T]` moved to another thread, which is
 // `Send` when `T: Send` (every `Element` is). The memory stays valid and
-// unaliased for the `Lent`'s whole life: the `Loan` that created it holds the
-// borrow and waits, even while unwinding, until the `Lent` is dropped.
+// unaliased for the `Lent`'s whole life: the `Loan` or `Owned` that created
+// it keeps it and waits, even while unwinding, until the `Lent` is dropped.
 #[allow(unsafe_code)]
 unsafe impl<T: Element> Send for Lent<T> {}
 
 impl<T: Element> WorkBuf for Lent<T> {
     fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr..ptr+len` is the slice the `Loan` borrows mutably and
-        // does not touch until this `Lent` is dropped (see `Loan::drop`); `&mut
-        // self` makes this the only view of it.
+        // SAFETY: `ptr..ptr+len` is the slice the `Loan` borrows mutably (or
+        // the `Owned` vector) and does not touch until this `Lent` is dropped
+        // (see `Loan::drop`); `&mut self` makes this the only view of it.
         #[allow(unsafe_code)]
         let s = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) };
         bytemuck::cast_slice_mut(s)
@@ -279,20 +298,10 @@ impl<'a, T: Element> Loan<'a, T> {
     /// connections closed (their peer is not taking the bytes).
     pub fn new(buf: &'a mut [T], within: Duration) -> (Self, Lent<T>) {
         let stable = stable::covering(buf.as_ptr() as usize, std::mem::size_of_val(buf));
-        let returned = Arc::new(Returned {
-            registered: stable.is_some(),
-            ..Returned::default()
-        });
-        returned.add(&[]);
-        let lent = Lent {
-            ptr: buf.as_mut_ptr(),
-            len: buf.len(),
-            returned: returned.clone(),
-            _t: PhantomData,
-        };
+        let lent = Lent::new(buf.as_mut_ptr(), buf.len(), stable.is_some());
         (
             Loan {
-                returned,
+                returned: lent.returned.clone(),
                 within,
                 stable,
                 _buf: PhantomData,
@@ -326,66 +335,62 @@ impl<T> Drop for Loan<'_, T> {
 /// back ([`Owned::into_vec`]), and it is freed (on drop), only once every
 /// chunk of it has been written.
 pub(crate) struct Owned<T> {
-    /// Not touched while the engine works on it: all access goes through
-    /// `ptr`, as a [`Lent`]'s does.
+    /// The vector's memory as the engine works on it (`None` once given
+    /// back): one of the users [`Owned::release`] waits for.
+    lent: Option<Lent<T>>,
+    /// Not touched while `lent` lives.
     vec: Vec<T>,
-    ptr: *mut T,
-    returned: Arc<Returned>,
     /// As [`Loan`]'s: how long writes from it may go on after the call.
     within: Duration,
 }
 
-// SAFETY: `Owned` owns its `Vec<T>` (which is `Send` for `T: Send`); `ptr`
-// points into that vector's heap memory, which does not move when the
-// `Owned` does and is not freed before every chunk of it is gone (`Drop`).
-#[allow(unsafe_code)]
-unsafe impl<T: Element> Send for Owned<T> {}
-
 impl<T: Element> Owned<T> {
+    /// Not registered memory: RDMA links get copies.
     pub fn new(mut vec: Vec<T>, within: Duration) -> Self {
         Owned {
-            ptr: vec.as_mut_ptr(),
+            lent: Some(Lent::new(vec.as_mut_ptr(), vec.len(), false)),
             vec,
-            returned: Arc::default(),
             within,
         }
     }
 
     /// The vector, once no chunk of it is on its way.
     pub fn into_vec(mut self) -> Vec<T> {
-        self.returned.wait_all(self.within);
+        self.release();
         std::mem::take(&mut self.vec)
     }
 }
 
+impl<T> Owned<T> {
+    /// Lets go of the memory and waits until no chunk of it is on its way.
+    fn release(&mut self) {
+        if let Some(lent) = self.lent.take() {
+            let returned = lent.returned.clone();
+            drop(lent);
+            returned.wait_all(self.within);
+        }
+    }
+}
+
 impl<T> Drop for Owned<T> {
-    /// Waits for the chunks still on their way: the memory they point into
-    /// is freed right after.
+    /// The memory the chunks point into is freed right after.
     fn drop(&mut self) {
-        self.returned.wait_all(self.within);
+        self.release();
     }
 }
 
 impl<T: Element> WorkBuf for Owned<T> {
     fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr..ptr+len` is the vector's memory, which nothing else
-        // reaches while the `Owned` lives (lent chunks read only ranges the
-        // engine does not write while they exist); `&mut self` makes this
-        // the only mutable view.
-        #[allow(unsafe_code)]
-        let s = unsafe { std::slice::from_raw_parts_mut(self.ptr, self.vec.len()) };
-        bytemuck::cast_slice_mut(s)
+        match &mut self.lent {
+            Some(l) => l.bytes(),
+            None => &mut [],
+        }
     }
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
     }
-    /// Not registered memory: RDMA links get copies.
     fn lender(&self) -> Option<Lender> {
-        Some(Lender {
-            ptr: self.ptr.cast::<u8>(),
-            len: self.vec.len() * std::mem::size_of::<T>(),
-            returned: self.returned.clone(),
-        })
+        self.lent.as_ref()?.lender()
     }
 }
 
