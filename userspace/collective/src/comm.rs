@@ -32,7 +32,8 @@ use crate::topology::Topology;
 /// with the same sizes and element types, in the same order. Blocking methods
 /// work in the caller's slice itself (the worker borrows it until the operation
 /// is done; `reduce_scatter` and `allreduce_into` copy what they must); the
-/// `*_async` ones take and return the `Vec` without copying. Dropping the communicator finishes queued operations,
+/// `*_async` ones take and return the `Vec` without copying (sends go from it, and
+/// the `Handle` gives it back once they are written). Dropping the communicator finishes queued operations,
 /// flushes what is still being sent and says goodbye to every peer.
 pub struct Communicator {
     rank: Rank,

@@ -97,7 +97,7 @@
 //! [`wire`] (frames), [`dtype`] (kernels).
 //! I/O: [`store`] and the rendezvous, the mesh of [`transport`]s, one reader and one
 //! writer thread per connection, and one engine thread per communicator that runs
-//! operations in submission order, driving the same executor over the connections. `unsafe` lives only in [`transport::shm`], in `comm_buf` (the contract of [`Registered::new`]), in `engine::lent` (the blocking calls lend the caller's slice to the engine thread),
+//! operations in submission order, driving the same executor over the connections. `unsafe` lives only in [`transport::shm`], in `comm_buf` (the contract of [`Registered::new`]), in `engine::lent` (the blocking calls lend the caller's slice to the engine thread, the async ones their vector),
 //! in two socket options of [`transport::tcp`] (the pacing cap, `TCP_INFO`) and in one read-only
 //! `BPF_OBJ_GET` of `peer_clock`.
 //!
