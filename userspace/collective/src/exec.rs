@@ -60,7 +60,6 @@ struct LaneState {
     recvs: Vec<Pending>,
 }
 
-/// A chunk that arrived before its lane reached its step.
 /// Whether a send's bytes may be read from the working buffer on their way
 /// ([`SendChunk::settled`], [`SendChunk::answered`]).
 #[derive(Debug, Clone, Copy)]
@@ -69,6 +68,7 @@ struct Lend {
     answered: bool,
 }
 
+/// A chunk that arrived before its lane reached its step.
 #[derive(Debug)]
 struct Stashed<P> {
     peer: Rank,

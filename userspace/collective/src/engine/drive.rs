@@ -498,12 +498,7 @@ impl Driver<'_, '_> {
         }
         let link = self.e.peers.get(s.peer)?.as_ref()?;
         let lender = self.lender.as_ref()?;
-        let lendable = if link.registers_sends() {
-            s.settled && lender.registered()
-        } else {
-            true
-        };
-        if !lendable {
+        if link.registers_sends() && !(s.settled && lender.registered()) {
             return None;
         }
         lender.chunk(s.range.clone(), s.peer, link.closers())

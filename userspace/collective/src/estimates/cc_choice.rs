@@ -258,9 +258,6 @@ mod tests {
         })
     }
 
-    /// Readings every 10 ms of two connections sending `per_tick` segments
-    /// each; `loss(tick)` gives (retransmitted, D-SACKed) totals per
-    /// connection. Returns each tick's switches.
     /// A choice whose start-up ended at time 0: judged from [`SETTLE_NS`] on,
     /// where the tests' readings begin.
     fn choice(sockets: usize) -> CcChoice {
@@ -270,6 +267,9 @@ mod tests {
         c
     }
 
+    /// Readings every 10 ms (from [`SETTLE_NS`]) of two connections sending
+    /// `per_tick` segments each; `loss(tick)` gives (retransmitted,
+    /// D-SACKed) totals per connection. Returns each tick's switches.
     fn run(
         c: &mut CcChoice,
         from: u64,
