@@ -6,7 +6,9 @@
 //! bound (each WAN direction must carry S bytes: T >= S*8/B) and to the RTT,
 //! the first (warm-up) iteration, the WAN emulator's queue drops, CPU
 //! seconds per GB, whether every result was checked exactly, and Gloo's time
-//! divided by ours. Each size runs in its own world (one start-up per size),
+//! divided by ours. Before the ranks, iperf3 measures what the WAN carries
+//! with both directions busy ([`crate::link_ceiling`]); each time is also
+//! given against that ceiling (S*8 / the slower direction's iperf3 rate). Each size runs in its own world (one start-up per size),
 //! so its drops and its first iteration are its own. `--no-gloo` runs
 //! Causeway alone (no Python environment needed).
 //!
@@ -27,7 +29,7 @@ use std::{path::Path, process::Command};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::{cmd, gloo, plot, progress, testbed::Testbed};
+use crate::{cmd, gloo, link_ceiling::Ceiling, plot, progress, testbed::Testbed};
 
 pub(crate) const SIZES: &str = "4K,64K,1M,16M,64M";
 pub(crate) const MASTER_PORT: &str = "29500";
@@ -69,6 +71,14 @@ pub fn run(extra: &[String]) -> Result<()> {
             tune_hosts(&bed)?;
             Ok(bed)
         })?;
+        bar.set_message(format!("{profile}: iperf3 both ways"));
+        let ceiling = match crate::link_ceiling::measure(&bed) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                progress::say(&bar, &format!("bench: {profile}: no iperf3 ceiling: {e:#}"));
+                None
+            }
+        };
         progress::say(&bar, &format!("bench: profile {profile}: causeway"));
         bar.set_message(format!("{profile}: causeway, 4 ranks"));
         let c = per_size(&bed, &sizes, |size| {
@@ -90,7 +100,15 @@ pub fn run(extra: &[String]) -> Result<()> {
             None => Vec::new(),
         };
         bar.suspend(|| {
-            print_table(profile, &bed, &iters, &c, &g);
+            if let Some(k) = ceiling {
+                println!(
+                    "iperf3, one TCP flow each way at once (5 s after 1 s): {:.0} Mbit/s d0->d1, {:.0} d1->d0 ({:.2}x the bound at the slower)",
+                    k.d0_to_d1_mbit,
+                    k.d1_to_d0_mbit,
+                    bed.rate_mbit / k.mbit()
+                );
+            }
+            print_table(profile, &bed, &iters, ceiling, &c, &g);
             if let Some(first) = c.first() {
                 println!(
                     "causeway start-up: {:.2} s to a joined communicator; its WAN probe measured {:.1} Mbit/s (the path: {:.0})",
@@ -335,18 +353,31 @@ fn iteration_times(ranks: &[&Value]) -> Option<Vec<f64>> {
     Some(t)
 }
 
-fn print_table(profile: &str, bed: &Testbed, iters: &str, ours: &[Value], gloo: &[Value]) {
+fn print_table(
+    profile: &str,
+    bed: &Testbed,
+    iters: &str,
+    ceiling: Option<Ceiling>,
+    ours: &[Value],
+    gloo: &[Value],
+) {
     let rtt = 2.0 * bed.delay_ms / 1e3;
     let world = bed.hosts.len();
     println!("\nallreduce, 2 domains x 2 hosts, profile {profile} ({:.0} Mbit/s, RTT {:.0} ms), float32, median of {iters} iterations after 1 warm-up, time from the last rank's call to the last rank's return", bed.rate_mbit, rtt * 1e3);
     println!(
-        "| size | causeway s (min–max) | busbw GB/s | vs WAN bound | vs RTT | first iteration s | queue drops | CPU s/GB | checked | algorithm | gloo s (min–max) | gloo vs bound | gloo first s | gloo drops | gloo CPU s/GB | gloo checked | gloo / causeway |"
+        "| size | causeway s (min–max) | busbw GB/s | vs WAN bound | vs iperf3 both ways | vs RTT | first iteration s | queue drops | CPU s/GB | checked | algorithm | gloo s (min–max) | gloo vs bound | gloo first s | gloo drops | gloo CPU s/GB | gloo checked | gloo / causeway |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---|---:|");
+    println!(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---|---:|"
+    );
     for row in ours {
         let bytes = row["bytes"].as_u64().unwrap_or(0);
         let t = row["time_s"].as_f64().unwrap_or(f64::NAN);
         let bound = bytes as f64 * 8.0 / (bed.rate_mbit * 1e6);
+        let vs_ceiling = ceiling.map_or_else(
+            || "-".to_string(),
+            |k| format!("{:.2}x", t / (bytes as f64 * 8.0 / (k.mbit() * 1e6))),
+        );
         let g = gloo.iter().find(|g| g["bytes"].as_u64() == Some(bytes));
         let gt = g.and_then(|g| g["time_s"].as_f64()).unwrap_or(f64::NAN);
         let num = |v: Option<&Value>, key: &str, digits: usize| {
@@ -376,11 +407,12 @@ fn print_table(profile: &str, bed: &Testbed, iters: &str, ours: &[Value], gloo: 
             _ => "-",
         };
         println!(
-            "| {} | {} | {:.4} | {:.2}x | {:.2}x | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.4} | {:.2}x | {} | {:.2}x | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             human(bytes),
             spread(Some(row)),
             busbw(bytes, t, world),
             t / bound,
+            vs_ceiling,
             t / rtt,
             num(Some(row), "first_s", 4),
             drops(Some(row)),

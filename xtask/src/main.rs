@@ -17,6 +17,7 @@ mod cmd;
 mod demo;
 mod deny_service_starts;
 mod gloo;
+mod link_ceiling;
 mod load;
 mod plot;
 mod progress;

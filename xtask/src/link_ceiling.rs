@@ -1,0 +1,136 @@
+//! What the testbed's WAN carries with both directions busy at once: one
+//! iperf3 TCP flow each way (`--bidir`) between the first host of domain 0 and
+//! the first host of domain 1. An allreduce across two domains sends S bytes
+//! each way at the same time, so this, not a one-way iperf3, is the ceiling
+//! the machine and its emulator give any implementation. On a 2-core machine
+//! the userspace emulator and the kernel forwarding every frame both ways can
+//! hold the rate below the configured one; the bench prints its time against
+//! this ceiling beside its time against the configured rate.
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::testbed::Testbed;
+
+/// The server's port (outside the demo policy's bulk range 5201-5210).
+const PORT: &str = "5250";
+/// Seconds measured, after one second left out (slow start).
+const SECONDS: &str = "5";
+
+/// Goodput each way, Mbit/s, as the receivers counted it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ceiling {
+    pub d0_to_d1_mbit: f64,
+    pub d1_to_d0_mbit: f64,
+}
+
+impl Ceiling {
+    /// The slower direction: what bounds an exchange of equal halves.
+    pub fn mbit(&self) -> f64 {
+        self.d0_to_d1_mbit.min(self.d1_to_d0_mbit)
+    }
+}
+
+/// Kills and reaps the iperf3 server on every exit path.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Measures the ceiling on `bed`; errors name what failed (no iperf3, no
+/// second domain, a run that did not report).
+pub(crate) fn measure(bed: &Testbed) -> Result<Ceiling> {
+    let first_of = |d: u64| {
+        bed.hosts
+            .iter()
+            .find(|h| h.domain == d)
+            .with_context(|| format!("the testbed has no host in domain {d}"))
+    };
+    let (a, b) = (first_of(0)?, first_of(1)?);
+    let _server = Server(
+        Command::new("ip")
+            .args(["netns", "exec", &b.netns, "iperf3", "-s", "-1", "-p", PORT])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting the iperf3 server (is iperf3 installed? `cargo xtask setup`)")?,
+    );
+    // The server needs a moment to listen; a refused client is retried.
+    let mut last_err = String::new();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(150));
+        let out = Command::new("ip")
+            .args(["netns", "exec", &a.netns, "iperf3", "-c", &b.ip, "-p", PORT])
+            .args(["-t", SECONDS, "-O", "1", "--bidir", "-J"])
+            .output()
+            .context("running the iperf3 client")?;
+        let report: Value = match serde_json::from_slice(&out.stdout) {
+            Ok(v) => v,
+            Err(e) => {
+                last_err = format!("unreadable iperf3 report: {e}");
+                continue;
+            }
+        };
+        if let Some(err) = report["error"].as_str() {
+            last_err = err.to_string();
+            continue;
+        }
+        return parse(&report);
+    }
+    bail!(
+        "iperf3 --bidir from {} to {} failed: {last_err}",
+        a.netns,
+        b.netns
+    )
+}
+
+/// Reads both directions' received rates out of an `iperf3 --bidir -J` report.
+fn parse(report: &Value) -> Result<Ceiling> {
+    let end = &report["end"];
+    let rate = |key: &str| {
+        end[key]["bits_per_second"]
+            .as_f64()
+            .map(|b| b / 1e6)
+            .with_context(|| format!("the iperf3 report has no end.{key}.bits_per_second"))
+    };
+    Ok(Ceiling {
+        d0_to_d1_mbit: rate("sum_received")?,
+        d1_to_d0_mbit: rate("sum_received_bidir_reverse")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_directions_come_from_the_receivers_sums() {
+        let report = serde_json::json!({"end": {
+            "sum_sent": {"bits_per_second": 9.0e8},
+            "sum_received": {"bits_per_second": 8.0e8},
+            "sum_sent_bidir_reverse": {"bits_per_second": 8.5e8},
+            "sum_received_bidir_reverse": {"bits_per_second": 7.5e8},
+        }});
+        let c = parse(&report).expect("a complete report");
+        assert_eq!((c.d0_to_d1_mbit, c.d1_to_d0_mbit), (800.0, 750.0));
+        assert_eq!(c.mbit(), 750.0);
+    }
+
+    #[test]
+    fn a_report_without_the_reverse_direction_is_an_error_naming_it() {
+        let report = serde_json::json!({"end": {"sum_received": {"bits_per_second": 8.0e8}}});
+        let err = parse(&report)
+            .expect_err("no reverse direction")
+            .to_string();
+        assert!(err.contains("sum_received_bidir_reverse"), "{err}");
+    }
+}
