@@ -14,7 +14,10 @@
 //! as in `bench allreduce`; "of bound" = S·8/(B1+B2) ÷ time, where S is the
 //! buffer (each WAN direction must carry it once). Each row also has the
 //! emulators' queue drops per path during that world and rank 0's estimate
-//! of each path at the end. `--only single|multipath|mptcp|gloo` runs one
+//! of each path at the end. Before each run, iperf3 measures what the two
+//! paths carry both ways at once (one flow each way on each path,
+//! [`crate::link_ceiling`]): the machine's ceiling for any implementation.
+//! `--only single|multipath|mptcp|gloo` runs one
 //! variant (for experiments; the table in docs/BENCHMARKS.md runs all).
 
 use std::process::Command;
@@ -99,7 +102,21 @@ pub fn run(extra: &[String]) -> Result<()> {
         }
     };
     let mut rows: Vec<Row> = Vec::new();
+    let mut ceilings = Vec::new();
     for run in 1..=runs {
+        match ceiling(&bed, via) {
+            Ok(k) => {
+                println!(
+                    "bench multipath: run {run}: iperf3 both ways on both paths at once: {:.0} Mbit/s d0->d1, {:.0} d1->d0",
+                    k.d0_to_d1_mbit, k.d1_to_d0_mbit
+                );
+                ceilings.push(Some(k));
+            }
+            Err(e) => {
+                println!("bench multipath: run {run}: no iperf3 ceiling: {e:#}");
+                ceilings.push(None);
+            }
+        }
         let variants: Vec<(&str, Env, bool)> = vec![
             ("causeway single", vec![], false),
             (
@@ -151,17 +168,61 @@ pub fn run(extra: &[String]) -> Result<()> {
     }
     println!();
     println!("dual: 200 Mbit/s RTT 40 ms + 100 Mbit/s RTT 60 ms; 64 MiB float32 allreduce, 4 ranks in 2 domains; bound S*8/(B1+B2) = {:.3} s", SIZE * 8.0 / SUM_BPS);
-    println!("| run | variant | time s (median) | min–max s | of bound | load at start | bytes per path, resent, downs (rank 0, whole process); queue drops per path; rank 0's estimate per path |");
-    println!("|---:|---|---:|---:|---:|---|---|");
-    for (name, run, t, lo, hi, load, stripe) in &rows {
+    for (i, k) in ceilings.iter().enumerate() {
+        let Some(k) = k else { continue };
         println!(
-            "| {run} | {name} | {t:.3} | {lo:.3}–{hi:.3} | {:.1} % | {load} | {stripe} |",
+            "iperf3, one TCP flow each way on each path at once (5 s after 1 s), before run {}: {:.0} / {:.0} Mbit/s; 64 MiB at the slower direction: {:.3} s, {:.3}x the bound",
+            i + 1,
+            k.d0_to_d1_mbit,
+            k.d1_to_d0_mbit,
+            SIZE * 8.0 / (k.mbit() * 1e6),
+            SUM_BPS / (k.mbit() * 1e6)
+        );
+    }
+    println!("| run | variant | time s (median) | min–max s | of bound | × iperf3 both ways | load at start | bytes per path, resent, downs (rank 0, whole process); queue drops per path; rank 0's estimate per path |");
+    println!("|---:|---|---:|---:|---:|---:|---|---|");
+    for (name, run, t, lo, hi, load, stripe) in &rows {
+        let vs_ceiling = ceilings
+            .get(run - 1)
+            .copied()
+            .flatten()
+            .map_or("-".to_string(), |k| {
+                format!("{:.2}x", t / (SIZE * 8.0 / (k.mbit() * 1e6)))
+            });
+        println!(
+            "| {run} | {name} | {t:.3} | {lo:.3}–{hi:.3} | {:.1} % | {vs_ceiling} | {load} | {stripe} |",
             100.0 * SIZE * 8.0 / SUM_BPS / t
         );
     }
     println!("load at the end: {}", crate::bench_tls::load());
     drop(bed);
     Ok(())
+}
+
+/// iperf3 both ways on both paths at once, between the first hosts of the two
+/// domains, each flow bound to the host's address on its path.
+fn ceiling(bed: &Testbed, via: &[String]) -> Result<crate::link_ceiling::Ceiling> {
+    let first_of = |d: u64| {
+        bed.hosts
+            .iter()
+            .zip(via)
+            .find(|(h, _)| h.domain == d)
+            .with_context(|| format!("the testbed has no host in domain {d}"))
+    };
+    let ((a, a_via), (b, b_via)) = (first_of(0)?, first_of(1)?);
+    let (a_ips, b_ips): (Vec<&str>, Vec<&str>) =
+        (a_via.split(',').collect(), b_via.split(',').collect());
+    let flows: Vec<crate::link_ceiling::Flow> = a_ips
+        .iter()
+        .zip(&b_ips)
+        .map(|(from, to)| crate::link_ceiling::Flow {
+            from_netns: &a.netns,
+            bind: Some(from),
+            to_netns: &b.netns,
+            to_ip: to,
+        })
+        .collect();
+    crate::link_ceiling::measure_flows(&flows)
 }
 
 /// Queue drops per path between two readings of the emulators ("?" when

@@ -5,7 +5,8 @@
 //! the machine and its emulator give any implementation. On a 2-core machine
 //! the userspace emulator and the kernel forwarding every frame both ways can
 //! hold the rate below the configured one; the bench prints its time against
-//! this ceiling beside its time against the configured rate.
+//! this ceiling beside its time against the configured rate. `bench
+//! multipath` runs one flow each way on every path at once and sums them.
 
 use std::{
     process::{Child, Command, Stdio},
@@ -17,8 +18,9 @@ use serde_json::Value;
 
 use crate::testbed::Testbed;
 
-/// The server's port (outside the demo policy's bulk range 5201-5210).
-const PORT: &str = "5250";
+/// The first server's port (outside the demo policy's bulk range 5201-5210);
+/// a measurement of several flows uses the ports after it.
+const PORT: u16 = 5250;
 /// Seconds measured, after one second left out (slow start).
 const SECONDS: &str = "5";
 
@@ -46,8 +48,19 @@ impl Drop for Server {
     }
 }
 
-/// Measures the ceiling on `bed`; errors name what failed (no iperf3, no
-/// second domain, a run that did not report).
+/// One iperf3 flow of a measurement: from a host namespace (bound to
+/// `bind`, the source address that picks a path, if any) to an address in
+/// another host namespace.
+pub(crate) struct Flow<'a> {
+    pub from_netns: &'a str,
+    pub bind: Option<&'a str>,
+    pub to_netns: &'a str,
+    pub to_ip: &'a str,
+}
+
+/// Measures the ceiling on `bed`: one flow between the first hosts of the
+/// two domains, over the default path. Errors name what failed (no iperf3,
+/// no second domain, a run that did not report).
 pub(crate) fn measure(bed: &Testbed) -> Result<Ceiling> {
     let first_of = |d: u64| {
         bed.hosts
@@ -56,41 +69,114 @@ pub(crate) fn measure(bed: &Testbed) -> Result<Ceiling> {
             .with_context(|| format!("the testbed has no host in domain {d}"))
     };
     let (a, b) = (first_of(0)?, first_of(1)?);
-    let _server = Server(
-        Command::new("ip")
-            .args(["netns", "exec", &b.netns, "iperf3", "-s", "-1", "-p", PORT])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting the iperf3 server (is iperf3 installed? `cargo xtask setup`)")?,
-    );
-    // The server needs a moment to listen; a refused client is retried.
+    measure_flows(&[Flow {
+        from_netns: &a.netns,
+        bind: None,
+        to_netns: &b.netns,
+        to_ip: &b.ip,
+    }])
+}
+
+/// Runs every flow at once, both ways (`--bidir`, each on its own port) and
+/// sums each direction over the flows. A client that could not connect (its
+/// server not listening yet) is retried with fresh servers.
+pub(crate) fn measure_flows(flows: &[Flow]) -> Result<Ceiling> {
+    let port = |i: usize| (PORT + i as u16).to_string();
     let mut last_err = String::new();
-    for _ in 0..20 {
-        std::thread::sleep(Duration::from_millis(150));
-        let out = Command::new("ip")
-            .args(["netns", "exec", &a.netns, "iperf3", "-c", &b.ip, "-p", PORT])
-            .args(["-t", SECONDS, "-O", "1", "--bidir", "-J"])
-            .output()
-            .context("running the iperf3 client")?;
-        let report: Value = match serde_json::from_slice(&out.stdout) {
-            Ok(v) => v,
-            Err(e) => {
-                last_err = format!("unreadable iperf3 report: {e}");
+    for _ in 0..10 {
+        let _servers = flows
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                Command::new("ip")
+                    .args([
+                        "netns",
+                        "exec",
+                        f.to_netns,
+                        "iperf3",
+                        "-s",
+                        "-1",
+                        "-p",
+                        &port(i),
+                    ])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map(Server)
+                    .context("starting an iperf3 server (is iperf3 installed? `cargo xtask setup`)")
+            })
+            .collect::<Result<Vec<_>>>()?;
+        std::thread::sleep(Duration::from_millis(300));
+        let clients = flows
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut c = Command::new("ip");
+                c.args([
+                    "netns",
+                    "exec",
+                    f.from_netns,
+                    "iperf3",
+                    "-c",
+                    f.to_ip,
+                    "-p",
+                    &port(i),
+                ]);
+                if let Some(b) = f.bind {
+                    c.args(["-B", b]);
+                }
+                c.args(["-t", SECONDS, "-O", "1", "--bidir", "-J"])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .context("starting an iperf3 client")
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut sum = Ceiling {
+            d0_to_d1_mbit: 0.0,
+            d1_to_d0_mbit: 0.0,
+        };
+        let mut failed = false;
+        for c in clients {
+            let out = c
+                .wait_with_output()
+                .context("waiting for an iperf3 client")?;
+            let report: Value = match serde_json::from_slice(&out.stdout) {
+                Ok(v) => v,
+                Err(e) => {
+                    last_err = format!("unreadable iperf3 report: {e}");
+                    failed = true;
+                    continue;
+                }
+            };
+            if let Some(err) = report["error"].as_str() {
+                last_err = err.to_string();
+                failed = true;
                 continue;
             }
-        };
-        if let Some(err) = report["error"].as_str() {
-            last_err = err.to_string();
-            continue;
+            let one = parse(&report)?;
+            sum.d0_to_d1_mbit += one.d0_to_d1_mbit;
+            sum.d1_to_d0_mbit += one.d1_to_d0_mbit;
         }
-        return parse(&report);
+        forget_metrics(flows);
+        if !failed {
+            return Ok(sum);
+        }
     }
-    bail!(
-        "iperf3 --bidir from {} to {} failed: {last_err}",
-        a.netns,
-        b.netns
-    )
+    bail!("iperf3 --bidir did not complete: {last_err}")
+}
+
+/// Flushes the TCP metrics iperf3's connections left in both ends' namespaces
+/// (the kernel caches ssthresh and RTT per destination), so what runs next
+/// starts as it would have without the measurement.
+fn forget_metrics(flows: &[Flow]) {
+    for ns in flows.iter().flat_map(|f| [f.from_netns, f.to_netns]) {
+        let _ = Command::new("ip")
+            .args(["-n", ns, "tcp_metrics", "flush", "all"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 /// Reads both directions' received rates out of an `iperf3 --bidir -J` report.
