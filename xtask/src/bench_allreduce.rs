@@ -8,8 +8,9 @@
 //! seconds per GB, whether every result was checked exactly, and Gloo's time
 //! divided by ours. Before the ranks, iperf3 measures what the WAN carries
 //! with both directions busy ([`crate::link_ceiling`]); each time is also
-//! given against that ceiling (S*8 / the slower direction's iperf3 rate). Each size runs in its own world (one start-up per size),
-//! so its drops and its first iteration are its own. `--no-gloo` runs
+//! given against that ceiling (S*8 / the slower direction's iperf3 rate).
+//! Each size runs in its own world (one start-up per size), so its drops and
+//! its first iteration are its own. `--no-gloo` runs
 //! Causeway alone (no Python environment needed).
 //!
 //! The time of one operation is taken across ranks, not at rank 0 alone: from
@@ -376,7 +377,7 @@ fn print_table(
         let bound = bytes as f64 * 8.0 / (bed.rate_mbit * 1e6);
         let vs_ceiling = ceiling.map_or_else(
             || "-".to_string(),
-            |k| format!("{:.2}x", t / (bytes as f64 * 8.0 / (k.mbit() * 1e6))),
+            |k| format!("{:.2}x", t / k.seconds(bytes as f64)),
         );
         let g = gloo.iter().find(|g| g["bytes"].as_u64() == Some(bytes));
         let gt = g.and_then(|g| g["time_s"].as_f64()).unwrap_or(f64::NAN);

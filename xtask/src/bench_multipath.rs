@@ -175,7 +175,7 @@ pub fn run(extra: &[String]) -> Result<()> {
             i + 1,
             k.d0_to_d1_mbit,
             k.d1_to_d0_mbit,
-            SIZE * 8.0 / (k.mbit() * 1e6),
+            k.seconds(SIZE),
             SUM_BPS / (k.mbit() * 1e6)
         );
     }
@@ -186,9 +186,7 @@ pub fn run(extra: &[String]) -> Result<()> {
             .get(run - 1)
             .copied()
             .flatten()
-            .map_or("-".to_string(), |k| {
-                format!("{:.2}x", t / (SIZE * 8.0 / (k.mbit() * 1e6)))
-            });
+            .map_or("-".to_string(), |k| format!("{:.2}x", t / k.seconds(SIZE)));
         println!(
             "| {run} | {name} | {t:.3} | {lo:.3}–{hi:.3} | {:.1} % | {vs_ceiling} | {load} | {stripe} |",
             100.0 * SIZE * 8.0 / SUM_BPS / t
@@ -202,19 +200,11 @@ pub fn run(extra: &[String]) -> Result<()> {
 /// iperf3 both ways on both paths at once, between the first hosts of the two
 /// domains, each flow bound to the host's address on its path.
 fn ceiling(bed: &Testbed, via: &[String]) -> Result<crate::link_ceiling::Ceiling> {
-    let first_of = |d: u64| {
-        bed.hosts
-            .iter()
-            .zip(via)
-            .find(|(h, _)| h.domain == d)
-            .with_context(|| format!("the testbed has no host in domain {d}"))
-    };
-    let ((a, a_via), (b, b_via)) = (first_of(0)?, first_of(1)?);
-    let (a_ips, b_ips): (Vec<&str>, Vec<&str>) =
-        (a_via.split(',').collect(), b_via.split(',').collect());
-    let flows: Vec<crate::link_ceiling::Flow> = a_ips
-        .iter()
-        .zip(&b_ips)
+    let ((ia, a), (ib, b)) = (bed.first_host(0)?, bed.first_host(1)?);
+    let addresses = |i: usize| via.get(i).context("a host without path addresses");
+    let flows: Vec<crate::link_ceiling::Flow> = addresses(ia)?
+        .split(',')
+        .zip(addresses(ib)?.split(','))
         .map(|(from, to)| crate::link_ceiling::Flow {
             from_netns: &a.netns,
             bind: Some(from),

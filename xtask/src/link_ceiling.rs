@@ -36,6 +36,11 @@ impl Ceiling {
     pub fn mbit(&self) -> f64 {
         self.d0_to_d1_mbit.min(self.d1_to_d0_mbit)
     }
+
+    /// Seconds to carry `bytes` each way at once at [`Self::mbit`].
+    pub fn seconds(&self, bytes: f64) -> f64 {
+        bytes * 8.0 / (self.mbit() * 1e6)
+    }
 }
 
 /// Kills and reaps the iperf3 server on every exit path.
@@ -62,13 +67,7 @@ pub(crate) struct Flow<'a> {
 /// two domains, over the default path. Errors name what failed (no iperf3,
 /// no second domain, a run that did not report).
 pub(crate) fn measure(bed: &Testbed) -> Result<Ceiling> {
-    let first_of = |d: u64| {
-        bed.hosts
-            .iter()
-            .find(|h| h.domain == d)
-            .with_context(|| format!("the testbed has no host in domain {d}"))
-    };
-    let (a, b) = (first_of(0)?, first_of(1)?);
+    let ((_, a), (_, b)) = (bed.first_host(0)?, bed.first_host(1)?);
     measure_flows(&[Flow {
         from_netns: &a.netns,
         bind: None,
@@ -209,6 +208,7 @@ mod tests {
         let c = parse(&report).expect("a complete report");
         assert_eq!((c.d0_to_d1_mbit, c.d1_to_d0_mbit), (800.0, 750.0));
         assert_eq!(c.mbit(), 750.0);
+        assert_eq!(c.seconds(750e6 / 8.0), 1.0);
     }
 
     #[test]

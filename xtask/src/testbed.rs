@@ -123,6 +123,15 @@ impl Testbed {
         })
     }
 
+    /// The first host of `domain` and its index (its rank) in host order.
+    pub fn first_host(&self, domain: u64) -> Result<(usize, &Host)> {
+        self.hosts
+            .iter()
+            .enumerate()
+            .find(|(_, h)| h.domain == domain)
+            .with_context(|| format!("the testbed has no host in domain {domain}"))
+    }
+
     /// A command that runs `program` as rank `rank` (one rank per host, in
     /// host order) inside that host's namespace, with torchrun's variables
     /// and the host's domain; stdout and stderr piped.

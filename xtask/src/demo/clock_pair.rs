@@ -69,13 +69,7 @@ pub struct ClockPair {
 impl ClockPair {
     /// Starts both agents and waits until each answers on its control socket.
     pub fn start(bed: &Testbed) -> Result<Self> {
-        let first = |domain: u64| {
-            bed.hosts
-                .iter()
-                .find(|h| h.domain == domain)
-                .with_context(|| format!("no host in domain {domain}"))
-        };
-        let (a, b) = (first(0)?, first(1)?);
+        let ((_, a), (_, b)) = (bed.first_host(0)?, bed.first_host(1)?);
         // Any instant near now: the drift terms are zero there. CLOCK_TAI is
         // UTC + 37 s; the exact value does not matter, both sides use this one.
         let epoch_ns = SystemTime::now()
