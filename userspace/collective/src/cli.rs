@@ -12,6 +12,19 @@ pub fn outln(line: impl std::fmt::Display) -> std::io::Result<()> {
     writeln!(std::io::stdout().lock(), "{line}")
 }
 
+/// Prints the library's `tracing` events on stderr: a WAN path that went
+/// down, a refused peer, a failed communicator, the no-TLS warning. The
+/// level comes from `RUST_LOG` (default `warn`). Every binary calls it first.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
 pub struct Args(Vec<(String, String)>);
 
 impl Args {

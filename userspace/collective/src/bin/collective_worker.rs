@@ -27,6 +27,7 @@ fn main() -> std::process::ExitCode {
         // SIGPIPE when a peer has gone: keep it ignored, so that a dead peer
         // is an error naming it rather than a silent end of this process.
         causeway_core::cli_main::ignore_sigpipe();
+        causeway_collective::cli::init_logging();
         run()
     })
 }

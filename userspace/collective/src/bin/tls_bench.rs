@@ -80,7 +80,10 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() -> std::process::ExitCode {
-    causeway_core::cli_main::run(run)
+    causeway_core::cli_main::run(|| {
+        causeway_collective::cli::init_logging();
+        run()
+    })
 }
 
 fn run() -> Result<()> {

@@ -105,6 +105,7 @@ fn global_loss(comm: &Communicator, s: &Shard, w: &[f32]) -> Result<f64> {
 fn main() -> std::process::ExitCode {
     causeway_core::cli_main::run(|| {
         causeway_core::cli_main::ignore_sigpipe();
+        causeway_collective::cli::init_logging();
         run()
     })
 }

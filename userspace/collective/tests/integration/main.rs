@@ -6,7 +6,8 @@
 //! garbage (`hostile`), mutual TLS (`tls`, certificates from `pki`; kTLS,
 //! `ktls`, in the VM stage), WAN codecs over real connections (`codecs`),
 //! the blocking calls' memory (`memory`), the per-rank Prometheus metrics
-//! (`metrics`) and the timeline's causality (`trace`). Ranks run
+//! (`metrics`), the timeline's causality (`trace`) and the binaries'
+//! warnings on stderr (`warnings`). Ranks run
 //! as threads of this process (`world`) or as worker processes (`procs`,
 //! `fault`, `hang`).
 //!
@@ -34,4 +35,5 @@ mod setup_failure;
 mod shrink;
 mod tls;
 mod trace;
+mod warnings;
 mod world;
