@@ -432,6 +432,7 @@ impl<'p, P> Executor<'p, P> {
                 transfer_len,
                 settled: lend.settled,
                 answered: lend.answered,
+                tail: self.cfg.mark_tail && self.next_lane + self.cfg.window >= self.lanes.len(),
             }));
             at = end;
         }

@@ -89,7 +89,8 @@ impl PeerLink {
     /// connection if there is one, others on the next bulk data connection
     /// (round-robin striping). With `twice` (a small transfer that is worth
     /// sending twice) and a latency connection beside unstriped bulk ones,
-    /// the frame goes as a [`FrameKind::DataCopy`] on both.
+    /// the frame goes as a [`FrameKind::DataCopy`] on both. `tail`: among
+    /// the operation's last frames ([`crate::exec::SendChunk::tail`]).
     /// `queued`: when it was queued, for the trace.
     pub fn send_data(
         &mut self,
@@ -97,6 +98,7 @@ impl PeerLink {
         payload: Payload,
         small: bool,
         twice: bool,
+        tail: bool,
         queued: Option<Instant>,
     ) -> bool {
         if let (true, Some(l)) = (small, &self.latency) {
@@ -114,7 +116,7 @@ impl PeerLink {
             return l.send(Out::Frame(h, payload, queued)).is_ok();
         }
         if let Some(s) = &self.stripe {
-            return s.send(h, payload.into_pooled(), queued);
+            return s.send(h, payload.into_pooled(), tail, queued);
         }
         self.next_data()
             .send(Out::Frame(h, payload, queued))

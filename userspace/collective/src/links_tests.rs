@@ -46,7 +46,7 @@ fn kinds(rx: &Receiver<Out>) -> Vec<FrameKind> {
 fn a_small_transfer_sent_twice_goes_as_a_copy_on_both_connections() {
     let (mut l, lat, bulk) = link();
     let (h, p) = frame();
-    assert!(l.send_data(h, p.into(), true, true, None));
+    assert!(l.send_data(h, p.into(), true, true, false, None));
     assert_eq!(kinds(&lat), [FrameKind::DataCopy]);
     assert_eq!(kinds(&bulk), [FrameKind::DataCopy]);
 }
@@ -59,13 +59,13 @@ fn one_copy_queued_is_a_send_whichever_connection_has_closed() {
     let (mut l, lat, bulk) = link();
     drop(bulk);
     let (h, p) = frame();
-    assert!(l.send_data(h, p.into(), true, true, None));
+    assert!(l.send_data(h, p.into(), true, true, false, None));
     assert_eq!(kinds(&lat), [FrameKind::DataCopy]);
 
     let (mut l, lat, bulk) = link();
     drop(lat);
     let (h, p) = frame();
-    assert!(l.send_data(h, p.into(), true, true, None));
+    assert!(l.send_data(h, p.into(), true, true, false, None));
     assert_eq!(kinds(&bulk), [FrameKind::DataCopy]);
 }
 
@@ -74,11 +74,11 @@ fn a_send_with_no_connection_left_fails() {
     let (mut l, lat, bulk) = link();
     drop((lat, bulk));
     let (h, p) = frame();
-    assert!(!l.send_data(h, p.into(), true, true, None));
+    assert!(!l.send_data(h, p.into(), true, true, false, None));
     let (h, p) = frame();
-    assert!(!l.send_data(h, p.into(), true, false, None));
+    assert!(!l.send_data(h, p.into(), true, false, false, None));
     let (h, p) = frame();
-    assert!(!l.send_data(h, p.into(), false, false, None));
+    assert!(!l.send_data(h, p.into(), false, false, false, None));
 }
 
 /// A domain peer's `WanRate` and `WanSending` frames go to the estimates;

@@ -14,6 +14,10 @@
 //!         under its share of the in-flight budget: weights from
 //!         causeway_core::paths::Weights, fed by TCP_INFO per path)
 //! ```
+//! An operation's last frames (those of its last two windows of lanes) are cut
+//! into one piece per path, sized so that the pieces land together
+//! ([`tail`]): whole frames split a few ways cannot end the paths at once.
+//!
 //! A path that stops acknowledging (estimator: Down) loses its share at once;
 //! the chunks it was given and not yet acknowledged are queued again for the
 //! other paths. The receiver drops a chunk it already has ([`Dedup`]), so a
@@ -25,6 +29,7 @@
 
 pub(crate) mod sched;
 mod sock;
+mod tail;
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
@@ -134,6 +139,8 @@ pub struct Counters {
     /// Times a path was declared down / back up.
     pub path_down: u64,
     pub path_up: u64,
+    /// Frames of operations' ends cut into pieces across the paths ([`tail`]).
+    pub split_frames: u64,
 }
 
 pub(crate) struct Totals {
@@ -144,6 +151,7 @@ pub(crate) struct Totals {
     pub resent_bytes: AtomicU64,
     pub path_down: AtomicU64,
     pub path_up: AtomicU64,
+    pub split_frames: AtomicU64,
 }
 
 pub(crate) const MAX_PATHS: usize = 8;
@@ -155,6 +163,7 @@ pub(crate) static TOTALS: Totals = Totals {
     resent_bytes: AtomicU64::new(0),
     path_down: AtomicU64::new(0),
     path_up: AtomicU64::new(0),
+    split_frames: AtomicU64::new(0),
 };
 
 /// What every striped peer of this process did so far.
@@ -176,6 +185,7 @@ pub fn counters() -> Counters {
         resent_bytes: r(&t.resent_bytes),
         path_down: r(&t.path_down),
         path_up: r(&t.path_up),
+        split_frames: r(&t.split_frames),
     }
 }
 

@@ -194,6 +194,7 @@ fn run() -> Result<()> {
                 "init_s": init_s, "wan_probe_mbit": wan_probe_mbit,
                 "stripe_bytes_per_path": causeway_collective::stripe::counters().bytes_per_path,
                 "stripe_resent_bytes": causeway_collective::stripe::counters().resent_bytes,
+                "stripe_split_frames": causeway_collective::stripe::counters().split_frames,
                 "stripe_path_down": causeway_collective::stripe::counters().path_down,
                 "algorithm": format!("{:?}", comm.allreduce_algorithm::<f32>(elems))}),
             )?;

@@ -46,6 +46,7 @@ pub(crate) fn exec_config(
         window: opts.window,
         frame_bytes: (opts.chunk_bytes / 8).max(1) * 8,
         idle_timeout: opts.timeout,
+        mark_tail: true,
     }
 }
 
@@ -90,7 +91,13 @@ pub(super) fn execute(
     job: &mut Job,
     esize: usize,
 ) -> Result<()> {
-    let ex = Executor::new(plan, exec_config(&e.opts, seq, e.me, call, esize));
+    let cfg = ExecConfig {
+        // A plan given as it is: the start-up probe's measurement
+        // (ExecConfig::mark_tail).
+        mark_tail: !matches!(job.kind, super::JobKind::Plan(_)),
+        ..exec_config(&e.opts, seq, e.me, call, esize)
+    };
+    let ex = Executor::new(plan, cfg);
     let len = job.buf.bytes().len();
     let scratch = vec![0u8; scratch_elems(plan, len / esize.max(1)) * esize];
     job.progress
@@ -480,7 +487,7 @@ impl Driver<'_, '_> {
         let small = s.transfer_len <= self.e.opts.latency_bytes;
         let twice = (1..=self.e.opts.wan_duplicate_bytes).contains(&s.transfer_len);
         let queued = self.e.tracer.as_ref().map(|_| Instant::now());
-        if !link.send_data(h, p, small, twice, queued) {
+        if !link.send_data(h, p, small, twice, s.tail, queued) {
             self.lost(peer, "connection closed".into());
         }
         Ok(())

@@ -33,6 +33,7 @@ fn cfg(window: usize, frame_bytes: usize) -> ExecConfig {
         window,
         frame_bytes,
         idle_timeout: secs(5.0),
+        mark_tail: true,
     }
 }
 
@@ -367,6 +368,43 @@ fn the_window_bounds_the_lanes_in_flight() {
     ex.chunk_arrived(1, Some(CALL), id(0, 0, 0), 4, (), secs(0.3))
         .expect("fits");
     assert_eq!(drain(&mut ex).last(), Some(&Output::Done));
+}
+
+/// Sends made once at most `window` lanes are left to start are the
+/// operation's tail (a striped peer cuts them across its paths); never when
+/// not asked for.
+#[test]
+fn sends_of_the_last_two_windows_of_lanes_are_the_tail() {
+    let lane = |i: usize| Lane {
+        steps: vec![vec![send(1, 2 * i, 1), recv(1, 2 * i + 1, 1)]],
+    };
+    let plan = Plan {
+        lanes: (0..6).map(lane).collect(),
+    };
+    for mark in [true, false] {
+        let cfg = ExecConfig {
+            mark_tail: mark,
+            ..cfg(2, 1 << 20)
+        };
+        let mut ex = Executor::<()>::new(&plan, cfg);
+        ex.start(secs(0.0)).expect("starts");
+        let tails = |outs: &[Output<()>]| {
+            outs.iter()
+                .filter_map(|o| match o {
+                    Output::Send(s) => Some((s.lane, s.tail)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut got = tails(&drain(&mut ex));
+        for done in 0..4 {
+            ex.chunk_arrived(1, Some(CALL), id(done, 0, 0), 4, (), secs(0.1))
+                .expect("fits");
+            got.extend(tails(&drain(&mut ex)));
+        }
+        let want: Vec<(usize, bool)> = (0..6).map(|l| (l, mark && l >= 3)).collect();
+        assert_eq!(got, want, "lanes 3–5 start with at most 2 left");
+    }
 }
 
 #[test]

@@ -24,6 +24,10 @@ pub struct ExecConfig {
     pub frame_bytes: usize,
     /// The operation fails when no input arrived for this long.
     pub idle_timeout: Duration,
+    /// Flag the sends of the operation's end ([`SendChunk::tail`]). Off for
+    /// the start-up probe: its transfers measure what each path carries as
+    /// the bulk of an operation is split, not as its end is.
+    pub mark_tail: bool,
 }
 
 /// Where an incoming chunk belongs: lane, step, and byte offset inside the transfer.
@@ -56,6 +60,11 @@ pub struct SendChunk {
     /// the working buffer too, if the engine waits for the send to be
     /// written before it writes the range.
     pub answered: bool,
+    /// Sent once at most `window` lanes were left to start: these and the
+    /// lanes in flight carry the operation's last bytes (a striped peer
+    /// cuts such chunks across its paths so that they finish together,
+    /// `stripe::tail`).
+    pub tail: bool,
 }
 
 /// Combine `payload` into `range` of the working buffer (`reduce`) or overwrite it.

@@ -307,6 +307,7 @@ impl<'a, 'p, 'd, 't> World<'a, 'p, 'd, 't> {
                     window: cfg.window,
                     frame_bytes: cfg.frame_bytes,
                     idle_timeout: Duration::MAX,
+                    mark_tail: true,
                 };
                 Executor::new(p, c)
             })

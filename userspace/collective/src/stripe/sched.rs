@@ -3,6 +3,8 @@
 //! share of the in-flight budget. Shares are [`Weights`] over per-path
 //! [`PathEstimator`]s fed by `TCP_INFO` every [`TICK`]; a path that stops
 //! acknowledging goes Down and what it held unacknowledged is queued again.
+//! The last frames of an operation are cut across the paths so that their
+//! pieces land together ([`tail`]).
 //!
 //! Bytes in flight on a connection = frames handed to its writer and not yet
 //! written + the socket's unacknowledged bytes (`TIOCOUTQ`). A frame is
@@ -19,11 +21,11 @@ use std::time::{Duration, Instant};
 
 use causeway_core::paths::{EstimatorConfig, PathEstimator, PathState, Weights, WeightsConfig};
 
-use super::sock;
+use super::{sock, tail};
 use crate::error::Rank;
 use crate::links::Out;
 use crate::pool::PooledBuf;
-use crate::wire::{FrameHeader, HEADER_LEN};
+use crate::wire::{Codec, FrameHeader, HEADER_LEN};
 
 /// How often the monitor samples the sockets, updates the weights and dispatches.
 pub(crate) const TICK: Duration = Duration::from_millis(5);
@@ -53,7 +55,9 @@ pub(crate) struct StripeConn {
     pub closer: Arc<dyn crate::transport::Closer>,
 }
 
-type Item = (FrameHeader, PooledBuf, Option<Instant>);
+/// A frame waiting for a connection: header, payload, among its operation's
+/// last frames, when it was queued.
+type Item = (FrameHeader, PooledBuf, bool, Option<Instant>);
 
 struct Retained {
     /// Dispatch position of the frame's last byte on its connection.
@@ -68,6 +72,9 @@ struct ConnState {
     retained: VecDeque<Retained>,
     /// Bytes in flight at the last sample.
     in_flight: u64,
+    /// Dispatch position up to which bytes had left the sender (written and
+    /// sent by TCP) at the last sample.
+    sent: u64,
     /// Since when the socket has held unacknowledged bytes (ns), if it does.
     busy_since: Option<u64>,
 }
@@ -80,6 +87,9 @@ struct PathSt {
     cap: u64,
     /// It had a usable estimate at the last sample.
     known: bool,
+    /// Its bandwidth estimate (bytes/s) and half its minimum RTT (ns).
+    rate: f64,
+    one_way_ns: f64,
 }
 
 struct State {
@@ -91,6 +101,8 @@ struct State {
     draining: bool,
     resent_frames: u64,
     resent_bytes: u64,
+    /// Tail frames cut into pieces on several paths.
+    split_frames: u64,
 }
 
 struct Shared {
@@ -111,6 +123,8 @@ pub struct StripeStats {
     pub down: Vec<bool>,
     pub resent_frames: u64,
     pub resent_bytes: u64,
+    /// Frames of operations' tails cut across the paths ([`tail`]).
+    pub split_frames: u64,
 }
 
 /// The striping of one peer's bulk data over its paths.
@@ -136,12 +150,15 @@ impl Stripe {
                     down: false,
                     cap: INITIAL_CAP,
                     known: false,
+                    rate: 0.0,
+                    one_way_ns: 0.0,
                 })
                 .collect(),
             weights: Weights::new(paths, WeightsConfig::default()),
             draining: false,
             resent_frames: 0,
             resent_bytes: 0,
+            split_frames: 0,
         };
         let shared = Arc::new(Shared {
             peer,
@@ -161,12 +178,13 @@ impl Stripe {
         })
     }
 
-    /// Queues a data frame; false once every connection is gone.
-    pub fn send(&self, h: FrameHeader, p: PooledBuf, queued: Option<Instant>) -> bool {
+    /// Queues a data frame (`tail`: among its operation's last frames);
+    /// false once every connection is gone.
+    pub fn send(&self, h: FrameHeader, p: PooledBuf, tail: bool, queued: Option<Instant>) -> bool {
         let Ok(mut st) = self.shared.state.lock() else {
             return false;
         };
-        st.pending.push_back((h, p, queued));
+        st.pending.push_back((h, p, tail, queued));
         dispatch(&self.shared, &mut st)
     }
 
@@ -204,6 +222,7 @@ impl Stripe {
             down: st.paths.iter().map(|p| p.down).collect(),
             resent_frames: st.resent_frames,
             resent_bytes: st.resent_bytes,
+            split_frames: st.split_frames,
         }
     }
 }
@@ -222,35 +241,116 @@ fn wire_len(p: &[u8]) -> u64 {
     (HEADER_LEN + p.len()) as u64
 }
 
-/// Hands pending frames to connections with room; false when a send failed
+/// Hands pending frames to connections with room (an operation's last
+/// frames: in pieces across the paths, [`tail`]); false when a send failed
 /// on every connection (the peer is gone).
 fn dispatch(sh: &Shared, st: &mut State) -> bool {
     let mut ok = true;
     while !st.pending.is_empty() {
+        if let Some(pieces) = tail_pieces(sh, st) {
+            let Some((h, p, _, q)) = st.pending.pop_front() else {
+                break;
+            };
+            if let [one] = pieces.as_slice() {
+                ok &= hand(sh, st, one.0, h, p, q);
+                continue;
+            }
+            st.split_frames += 1;
+            super::TOTALS.split_frames.fetch_add(1, Ordering::Relaxed);
+            for (c, piece) in pieces {
+                let (at, n) = (piece.start as usize, piece.len as usize);
+                let mut ph = h;
+                ph.offset += piece.start;
+                ph.len = piece.len as u32;
+                let part = PooledBuf::unpooled(p[at..at + n].to_vec());
+                ok &= hand(sh, st, c, ph, part, q);
+            }
+            continue;
+        }
         let Some(c) = pick(sh, st) else { break };
-        let Some((h, p, q)) = st.pending.pop_front() else {
+        let Some((h, p, _, q)) = st.pending.pop_front() else {
             break;
         };
-        let len = wire_len(&p);
-        let path = sh.conns[c].path;
-        if let Some(b) = super::TOTALS.bytes.get(path) {
-            b.fetch_add(len, Ordering::Relaxed);
-        }
-        let cs = &mut st.conns[c];
-        cs.dispatched += len;
-        cs.in_flight += len;
-        if !st.draining {
-            cs.retained.push_back(Retained {
-                end: cs.dispatched,
-                h,
-                copy: p.to_vec(),
-            });
-        }
-        if sh.conns[c].tx.send(Out::Frame(h, p.into(), q)).is_err() {
-            ok = false;
-        }
+        ok &= hand(sh, st, c, h, p, q);
     }
     ok
+}
+
+/// Gives one frame to connection `c`: counted, retained until acknowledged
+/// (not while draining), queued on its writer. False if the writer is gone.
+fn hand(
+    sh: &Shared,
+    st: &mut State,
+    c: usize,
+    h: FrameHeader,
+    p: PooledBuf,
+    q: Option<Instant>,
+) -> bool {
+    let len = wire_len(&p);
+    let path = sh.conns[c].path;
+    if let Some(b) = super::TOTALS.bytes.get(path) {
+        b.fetch_add(len, Ordering::Relaxed);
+    }
+    let cs = &mut st.conns[c];
+    cs.dispatched += len;
+    cs.in_flight += len;
+    if !st.draining {
+        cs.retained.push_back(Retained {
+            end: cs.dispatched,
+            h,
+            copy: p.to_vec(),
+        });
+    }
+    sh.conns[c].tx.send(Out::Frame(h, p.into(), q)).is_ok()
+}
+
+/// When the next pending frame is among its operation's last and its
+/// payload is the elements themselves (no WAN codec): the pieces to cut it
+/// into, each with its connection (one piece: the whole frame). `None`
+/// otherwise (fewer than two measured paths, draining, a small frame): the
+/// frame goes by [`pick`].
+fn tail_pieces(sh: &Shared, st: &State) -> Option<Vec<(usize, tail::Piece)>> {
+    let (h, p, is_tail, _) = st.pending.front()?;
+    let call = h.call?;
+    if !is_tail || st.draining || call.codec != Codec::Raw || (p.len() as u64) < 2 * tail::MIN_PIECE
+    {
+        return None;
+    }
+    // Per usable path, its connection with the least not yet sent.
+    let unsent = |i: usize| st.conns[i].dispatched.saturating_sub(st.conns[i].sent);
+    let mut lanes = Vec::new();
+    let mut conns = Vec::new();
+    for (pi, ps) in st.paths.iter().enumerate() {
+        if ps.down || !ps.known || ps.rate <= 0.0 {
+            continue;
+        }
+        let on_path = || (0..sh.conns.len()).filter(move |&i| sh.conns[i].path == pi);
+        let Some(c) = on_path().min_by_key(|&i| unsent(i)) else {
+            continue;
+        };
+        // The path's rate shared by its connections with bytes to send.
+        let busy = on_path().filter(|&i| i != c && unsent(i) > 0).count() + 1;
+        let rate = ps.rate / busy as f64;
+        lanes.push(tail::Lane {
+            busy_ns: unsent(c) as f64 / rate * 1e9,
+            rate,
+            one_way_ns: ps.one_way_ns,
+        });
+        conns.push(c);
+    }
+    if lanes.len() < 2 {
+        return None;
+    }
+    let align = call.dtype.size() as u64;
+    let pieces = tail::split(&lanes, p.len() as u64, align);
+    // They tile the payload (tail::split's tests); anything else goes whole.
+    let tiled = pieces
+        .iter()
+        .try_fold(0u64, |at, x| (x.start == at).then_some(at + x.len));
+    if tiled != Some(p.len() as u64) || pieces.iter().any(|x| x.lane >= conns.len()) {
+        return None;
+    }
+    Some(pieces.into_iter().map(|x| (conns[x.lane], x)).collect())
 }
 
 /// The connection with the largest fraction of its share of its path's cap
@@ -363,9 +463,11 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
     for (i, c) in sh.conns.iter().enumerate() {
         let written = c.written.load(Ordering::Acquire);
         let outq = sock::unacked(&c.sock).unwrap_or(0);
+        let notsent = sock::unsent(&c.sock).unwrap_or(0).min(outq);
         let cs = &mut st.conns[i];
         let queued = cs.dispatched.saturating_sub(written);
         cs.in_flight = queued + outq;
+        cs.sent = written.saturating_sub(notsent);
         let acked = written.saturating_sub(outq);
         cs.busy_since = match (outq > 0, cs.busy_since) {
             (false, _) => None,
@@ -458,13 +560,19 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
                 .fetch_add(again.len() as u64, Ordering::Relaxed);
             t.resent_bytes.fetch_add(bytes, Ordering::Relaxed);
             for r in again.into_iter().rev() {
+                // Never cut again: the receiver may have part of it, and a
+                // duplicate is dropped only as the same (offset, length).
                 st.pending
-                    .push_front((r.h, PooledBuf::unpooled(r.copy), None));
+                    .push_front((r.h, PooledBuf::unpooled(r.copy), false, None));
             }
         }
     }
     // Caps: the budget (a few BDPs of every known path) split by weight.
-    let queued: u64 = st.pending.iter().map(|(_, p, _)| wire_len(p)).sum::<u64>()
+    let queued: u64 = st
+        .pending
+        .iter()
+        .map(|(_, p, _, _)| wire_len(p))
+        .sum::<u64>()
         + st.conns.iter().map(|c| c.in_flight).sum::<u64>();
     // Planned for the bulk: at the end of an op only a few chunks are queued,
     // and their optimum (everything on the quickest path) would swing the
@@ -485,6 +593,8 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
     for (p, e) in ests.iter().enumerate() {
         let ps = &mut st.paths[p];
         ps.known = e.is_usable();
+        ps.rate = e.bw_bytes_per_s;
+        ps.one_way_ns = e.min_rtt_ns as f64 / 2.0;
         ps.cap = if ps.down {
             0
         } else if e.is_usable() {

@@ -1,6 +1,6 @@
 //! What the kernel knows about one TCP connection that `TCP_INFO`
 //! (`crate::transport::tcp::tcp_info`) does not say: `TIOCOUTQ`, the bytes
-//! not yet acknowledged.
+//! not yet acknowledged, and `SIOCOUTQNSD`, the bytes not yet sent.
 
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -11,6 +11,15 @@ pub(crate) fn unacked(s: &TcpStream) -> Option<u64> {
     let mut v: libc::c_int = 0;
     // SAFETY: the fd is a live socket owned by `s`; TIOCOUTQ writes one int.
     let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut v) };
+    (rc == 0).then(|| u64::try_from(v).unwrap_or(0))
+}
+
+/// Bytes in the send queue not yet sent (`SIOCOUTQNSD`).
+#[allow(unsafe_code)]
+pub(crate) fn unsent(s: &TcpStream) -> Option<u64> {
+    let mut v: libc::c_int = 0;
+    // SAFETY: the fd is a live socket owned by `s`; SIOCOUTQNSD writes one int.
+    let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::SIOCOUTQNSD as _, &mut v) };
     (rc == 0).then(|| u64::try_from(v).unwrap_or(0))
 }
 
@@ -40,5 +49,6 @@ mod tests {
         assert!(s.rtt_us > 0);
         assert!(s.last_ack_recv_ms < 10_000, "{s:?}");
         assert_eq!(unacked(&c), Some(0));
+        assert_eq!(unsent(&c), Some(0));
     }
 }

@@ -156,6 +156,7 @@ pub fn run_stopped(
                 window: cfg.window,
                 frame_bytes: cfg.frame_bytes,
                 idle_timeout: timeout,
+                mark_tail: true,
             };
             Executor::new(p, c)
         })
