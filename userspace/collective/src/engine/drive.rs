@@ -97,6 +97,7 @@ pub(super) fn execute(
         mark_tail: !matches!(job.kind, super::JobKind::Plan(_)),
         ..exec_config(&e.opts, seq, e.me, call, esize)
     };
+    let max_raw = cfg.frame_bytes;
     let ex = Executor::new(plan, cfg);
     let len = job.buf.bytes().len();
     let scratch = vec![0u8; scratch_elems(plan, len / esize.max(1)) * esize];
@@ -113,7 +114,6 @@ pub(super) fn execute(
         ..
     } = job;
     let judge = Judge::new(JudgeConfig::new(e.me, e.opts.timeout));
-    let max_raw = exec_config(&e.opts, seq, e.me, call, esize).frame_bytes;
     let wan = WanCodec::new(job.codec, max_raw)?;
     // `finish` divides an average in place after the plan's last step, when
     // sends from the buffer may still be on their way: those ops copy.

@@ -343,14 +343,19 @@ fn a_chunk_of_another_call_is_refused_before_it_is_applied() {
     );
 }
 
-#[test]
-fn the_window_bounds_the_lanes_in_flight() {
+/// `n` one-step lanes, each sending one element to rank 1 and receiving one.
+fn ping_lanes(n: usize) -> Plan {
     let lane = |i: usize| Lane {
         steps: vec![vec![send(1, 2 * i, 1), recv(1, 2 * i + 1, 1)]],
     };
-    let plan = Plan {
-        lanes: (0..3).map(lane).collect(),
-    };
+    Plan {
+        lanes: (0..n).map(lane).collect(),
+    }
+}
+
+#[test]
+fn the_window_bounds_the_lanes_in_flight() {
+    let plan = ping_lanes(3);
     let mut ex = Executor::<()>::new(&plan, cfg(2, 1 << 20));
     ex.start(secs(0.0)).expect("starts");
     let lanes = |outs: &[Output<()>]| sends(outs).iter().map(|s| s.1).collect::<Vec<_>>();
@@ -375,12 +380,7 @@ fn the_window_bounds_the_lanes_in_flight() {
 /// not asked for.
 #[test]
 fn sends_of_the_last_two_windows_of_lanes_are_the_tail() {
-    let lane = |i: usize| Lane {
-        steps: vec![vec![send(1, 2 * i, 1), recv(1, 2 * i + 1, 1)]],
-    };
-    let plan = Plan {
-        lanes: (0..6).map(lane).collect(),
-    };
+    let plan = ping_lanes(6);
     for mark in [true, false] {
         let cfg = ExecConfig {
             mark_tail: mark,

@@ -72,9 +72,6 @@ struct ConnState {
     retained: VecDeque<Retained>,
     /// Bytes in flight at the last sample.
     in_flight: u64,
-    /// Dispatch position up to which bytes had left the sender (written and
-    /// sent by TCP) at the last sample.
-    sent: u64,
     /// Since when the socket has held unacknowledged bytes (ns), if it does.
     busy_since: Option<u64>,
 }
@@ -316,8 +313,18 @@ fn tail_pieces(sh: &Shared, st: &State) -> Option<Vec<(usize, tail::Piece)>> {
     {
         return None;
     }
+    // Per connection, what it has not sent yet: queued for its writer, and
+    // in the socket not yet sent (read now, only for a frame to cut).
+    let unsent: Vec<u64> = sh
+        .conns
+        .iter()
+        .zip(&st.conns)
+        .map(|(c, s)| {
+            let written = c.written.load(Ordering::Acquire);
+            s.dispatched.saturating_sub(written) + sock::unsent(&c.sock).unwrap_or(0)
+        })
+        .collect();
     // Per usable path, its connection with the least not yet sent.
-    let unsent = |i: usize| st.conns[i].dispatched.saturating_sub(st.conns[i].sent);
     let mut lanes = Vec::new();
     let mut conns = Vec::new();
     for (pi, ps) in st.paths.iter().enumerate() {
@@ -325,14 +332,14 @@ fn tail_pieces(sh: &Shared, st: &State) -> Option<Vec<(usize, tail::Piece)>> {
             continue;
         }
         let on_path = || (0..sh.conns.len()).filter(move |&i| sh.conns[i].path == pi);
-        let Some(c) = on_path().min_by_key(|&i| unsent(i)) else {
+        let Some(c) = on_path().min_by_key(|&i| unsent[i]) else {
             continue;
         };
         // The path's rate shared by its connections with bytes to send.
-        let busy = on_path().filter(|&i| i != c && unsent(i) > 0).count() + 1;
+        let busy = on_path().filter(|&i| i != c && unsent[i] > 0).count() + 1;
         let rate = ps.rate / busy as f64;
         lanes.push(tail::Lane {
-            busy_ns: unsent(c) as f64 / rate * 1e9,
+            busy_ns: unsent[c] as f64 / rate * 1e9,
             rate,
             one_way_ns: ps.one_way_ns,
         });
@@ -463,11 +470,9 @@ fn sample(sh: &Shared, st: &mut State, now: u64, feed: bool) {
     for (i, c) in sh.conns.iter().enumerate() {
         let written = c.written.load(Ordering::Acquire);
         let outq = sock::unacked(&c.sock).unwrap_or(0);
-        let notsent = sock::unsent(&c.sock).unwrap_or(0).min(outq);
         let cs = &mut st.conns[i];
         let queued = cs.dispatched.saturating_sub(written);
         cs.in_flight = queued + outq;
-        cs.sent = written.saturating_sub(notsent);
         let acked = written.saturating_sub(outq);
         cs.busy_since = match (outq > 0, cs.busy_since) {
             (false, _) => None,

@@ -91,13 +91,6 @@ pub(crate) fn split(lanes: &[Lane], len: u64, align: u64) -> Vec<Piece> {
             (i, (b as u64) / align * align)
         })
         .collect();
-    let biggest = |parts: &[(usize, u64)]| {
-        parts
-            .iter()
-            .enumerate()
-            .max_by_key(|(_, p)| p.1)
-            .map_or(0, |(k, _)| k)
-    };
     while parts.len() > 1 {
         let (k, small) = parts
             .iter()
@@ -109,14 +102,15 @@ pub(crate) fn split(lanes: &[Lane], len: u64, align: u64) -> Vec<Piece> {
         }
         parts.remove(k);
     }
+    // What is left holds at least MIN_PIECE each, or is one part.
     let assigned: u64 = parts.iter().map(|p| p.1).sum();
-    let b = biggest(&parts);
-    parts[b].1 += len - assigned.min(len);
+    if let Some(b) = parts.iter_mut().max_by_key(|p| p.1) {
+        b.1 += len - assigned.min(len);
+    }
     parts.sort_by_key(|p| p.0);
     let mut at = 0;
     parts
         .into_iter()
-        .filter(|p| p.1 > 0 || len == 0)
         .map(|(lane, n)| {
             let piece = Piece {
                 lane,
